@@ -1,0 +1,65 @@
+# cuda13-upgrade: `make demo` and `make test` do all set-up on a fresh
+# Debian/Ubuntu machine (as root): system packages, the Python venv, the
+# sandbox image and package mirror. Both are quick when already set up.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+SCENARIO ?= default
+HOSTS ?= 1
+
+export CONTAINERS_CONF := $(CURDIR)/sandbox/containers.conf
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+
+.PHONY: help setup system-packages venv image mirror sandbox sandbox-destroy demo test lint unit molecule benchmark clean
+
+help:
+	@echo "make demo       bring up a sandbox host and run the CUDA 13 upgrade against it"
+	@echo "make test       lint, unit tests, molecule scenarios"
+	@echo "make sandbox    create HOSTS sandbox hosts (default 1) and inventory/sandbox/hosts.yml"
+	@echo "make sandbox-destroy  remove the sandbox hosts"
+
+system-packages:
+	@scripts/install-system-packages.sh
+
+$(BIN)/.installed: pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $@
+
+venv: $(BIN)/.installed
+
+setup: system-packages venv
+
+image: setup
+	@sandbox/image/build-image.sh >/dev/null
+
+mirror: setup
+	@$(PYTHON) sandbox/mirror/build.py --out .sandbox/mirror
+
+sandbox: image mirror
+	$(BIN)/ansible-playbook playbooks/sandbox.yml -e sandbox_count=$(HOSTS)
+
+sandbox-destroy: setup
+	$(BIN)/ansible-playbook playbooks/sandbox.yml -e sandbox_state=absent
+
+demo: sandbox
+	$(BIN)/ansible-playbook playbooks/sandbox-status.yml
+
+lint: setup
+	$(BIN)/ruff check src tests filter_plugins sandbox
+	$(BIN)/ruff format --check src tests filter_plugins sandbox
+
+unit: setup
+	$(BIN)/python -m pytest -q tests
+
+molecule: image mirror
+	cd $(CURDIR) && $(BIN)/molecule test --all
+
+test: lint unit molecule
+
+clean: sandbox-destroy
+	rm -rf .sandbox

@@ -1,0 +1,48 @@
+"""Filters that write and render the reports of a run (cuda13_upgrade.report)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ansible.errors import AnsibleFilterError
+
+try:
+    from cuda13_upgrade import report
+except ImportError:  # the package is not installed: use the checkout's copy
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+    from cuda13_upgrade import report
+
+DOCUMENTATION = r"""
+  - name: cuda13_fleet_summary
+    short_description: Summarise a run's per-host results; writes summary.json.
+    positional: _input, hosts
+    options:
+      _input: {description: the run's report directory on the control node, type: path, required: true}
+      hosts: {description: the hosts of the run (missing results are "not reached"), type: list}
+"""
+
+EXAMPLES = r"""
+summary: "{{ (cuda13_reports_dir ~ '/' ~ cuda13_run_id) | cuda13_fleet_summary(ansible_play_hosts_all) }}"
+"""
+
+RETURN = r"""
+  _value:
+    description: "{run_id, rows: [one per host], markdown: the table as text}"
+"""
+
+
+def cuda13_fleet_summary(run_dir, hosts=None):
+    if not isinstance(run_dir, str):
+        raise AnsibleFilterError(f"cuda13_fleet_summary expects a directory path, got {run_dir!r}")
+    if hosts is not None and not isinstance(hosts, list):
+        raise AnsibleFilterError(f"cuda13_fleet_summary expects a list of hosts, got {hosts!r}")
+    try:
+        return report.fleet_summary(run_dir, hosts)
+    except (OSError, ValueError) as exc:
+        raise AnsibleFilterError(f"cannot summarise {run_dir}: {exc}") from exc
+
+
+class FilterModule:
+    def filters(self):
+        return {"cuda13_fleet_summary": cuda13_fleet_summary}

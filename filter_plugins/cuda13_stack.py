@@ -1,0 +1,107 @@
+"""Filters over the running stack of a host (snapshot, service command)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ansible.errors import AnsibleFilterError
+
+try:
+    from cuda13_upgrade import nvidia_smi, stack, versions
+except ImportError:  # the package is not installed: use the checkout's copy
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+    from cuda13_upgrade import nvidia_smi, stack, versions
+
+DOCUMENTATION = r"""
+  - name: cuda13_snapshot_manifest
+    short_description: Build the snapshot manifest from raw tool outputs.
+    positional: _input
+    options:
+      _input:
+        description: Mapping of raw outputs (see cuda13_upgrade.stack.build_manifest).
+        type: dict
+        required: true
+  - name: cuda13_parse_alternatives
+    short_description: Parse C(update-alternatives --query NAME).
+  - name: cuda13_service_exec_start
+    short_description: The effective ExecStart of C(systemctl cat UNIT).
+  - name: cuda13_rewrite_exec_start
+    short_description: Point a service command from the old venv at the new one.
+    options:
+      old_venv: {description: the serving venv of the old stack, type: str, required: true}
+      new_venv: {description: the venv of the new stack, type: str, required: true}
+  - name: cuda13_freeze_difference
+    short_description: Lines removed from and added to a pip freeze.
+  - name: cuda13_parse_dpkg_query
+    short_description: Installed packages from dpkg-query output.
+  - name: cuda13_probe_problems
+    short_description: Problems of a venv from hostscripts/stack_probe.py's JSON.
+  - name: cuda13_parse_table_header
+    short_description: Driver version and CUDA Version from nvidia-smi's table header.
+  - name: cuda13_arch_list_missing
+    short_description: Compute capabilities a build's arch list (torch.cuda.get_arch_list()) does not cover.
+"""
+
+EXAMPLES = r"""
+manifest: "{{ raw | cuda13_snapshot_manifest }}"
+exec_start: >-
+  {{ unit.stdout | cuda13_service_exec_start
+     | cuda13_rewrite_exec_start('/opt/ml-env', '/opt/ml-env-cu130') }}
+"""
+
+RETURN = r"""
+  _value:
+    description: The manifest dict, parsed mapping, command line or difference.
+"""
+
+
+def _wrap(func, kind):
+    def filter_(value, *args):
+        if not isinstance(value, kind):
+            raise AnsibleFilterError(
+                f"{func.__name__} expects a {kind.__name__}, got {type(value).__name__}: {value!r}"
+            )
+        try:
+            return func(value, *args)
+        except ValueError as exc:
+            raise AnsibleFilterError(str(exc)) from exc
+
+    filter_.__name__ = func.__name__
+    return filter_
+
+
+def cuda13_freeze_difference(before, after):
+    if not isinstance(before, list) or not isinstance(after, list):
+        raise AnsibleFilterError(
+            f"cuda13_freeze_difference expects two lists, got {type(before).__name__} "
+            f"and {type(after).__name__}"
+        )
+    return stack.freeze_difference(before, after)
+
+
+def cuda13_arch_list_missing(arch_list, capabilities):
+    if not isinstance(arch_list, list) or not isinstance(capabilities, list):
+        raise AnsibleFilterError(
+            f"cuda13_arch_list_missing expects two lists, got {arch_list!r} and {capabilities!r}"
+        )
+    try:
+        return versions.arch_list_covers(arch_list, [str(c) for c in capabilities])
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "cuda13_snapshot_manifest": _wrap(stack.build_manifest, dict),
+            "cuda13_parse_alternatives": _wrap(stack.parse_alternatives_query, str),
+            "cuda13_service_exec_start": _wrap(stack.service_exec_start, str),
+            "cuda13_rewrite_exec_start": _wrap(stack.rewrite_exec_start, str),
+            "cuda13_freeze_difference": cuda13_freeze_difference,
+            "cuda13_parse_dpkg_query": _wrap(stack.parse_dpkg_query, str),
+            "cuda13_pip_freeze_lines": _wrap(stack.parse_pip_freeze_lines, str),
+            "cuda13_probe_problems": _wrap(stack.probe_problems, dict),
+            "cuda13_parse_table_header": _wrap(nvidia_smi.parse_table_header, str),
+            "cuda13_arch_list_missing": cuda13_arch_list_missing,
+        }

@@ -1,0 +1,125 @@
+"""Filters of the throughput gate (cuda13_upgrade.throughput)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ansible.errors import AnsibleFilterError
+
+try:
+    from cuda13_upgrade import throughput
+except ImportError:  # the package is not installed: use the checkout's copy
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+    from cuda13_upgrade import throughput
+
+DOCUMENTATION = r"""
+  - name: cuda13_throughput_decide
+    short_description: Decide whether the new stack regressed for one profile.
+    positional: _input, baseline
+    options:
+      _input: {description: candidate trials (new stack), type: list, required: true}
+      baseline: {description: baseline trials (old stack), type: list, required: true}
+      profile: {description: profile name for the report, type: str, default: plain}
+      tolerance_pct: {description: allowed slowdown of the median in percent, type: float, default: 3.0}
+      z: {description: confidence factor of early decisions, type: float, default: 1.5}
+      max_trials: {description: cap on candidate trials, type: int, default: 21}
+      metric: {description: trial metric compared, type: str, default: decode_tok_s}
+  - name: cuda13_trials
+    short_description: Normalize client and bench_serving trials to one shape.
+  - name: cuda13_trials_summary
+    short_description: Median, mean, min, max and spread of the trials' metric.
+  - name: cuda13_speculative_gain
+    short_description: Whether speculative decoding beats plain decode on one stack.
+  - name: cuda13_parse_bench_serving
+    short_description: Parse the result block sglang.bench_serving prints.
+"""
+
+EXAMPLES = r"""
+decision: "{{ new_trials | cuda13_throughput_decide(old_trials, profile='eagle3') }}"
+"""
+
+RETURN = r"""
+  _value:
+    description: >-
+      Decision dict (verdict keep/regressed/undecided, final, change_pct, se_pct,
+      reason, baseline and candidate summaries), or trials, summary, gain.
+"""
+
+
+def _check_list(name, value):
+    if not isinstance(value, list):
+        raise AnsibleFilterError(f"{name} expects a list of trials, got {type(value).__name__}: {value!r}")
+
+
+def cuda13_trials(trials):
+    _check_list("cuda13_trials", trials)
+    try:
+        return throughput.normalize_trials(trials)
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
+def cuda13_trials_summary(trials, metric="decode_tok_s"):
+    _check_list("cuda13_trials_summary", trials)
+    try:
+        values = throughput.trial_metric(throughput.normalize_trials(trials), metric)
+        return throughput.summarize(values).__dict__
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
+def cuda13_throughput_decide(
+    candidate,
+    baseline,
+    profile="plain",
+    tolerance_pct=throughput.DEFAULT_TOLERANCE_PCT,
+    z=throughput.DEFAULT_Z,
+    max_trials=throughput.DEFAULT_MAX_TRIALS,
+    metric="decode_tok_s",
+):
+    _check_list("cuda13_throughput_decide", candidate)
+    _check_list("cuda13_throughput_decide (baseline)", baseline)
+    try:
+        return throughput.decide(
+            throughput.trial_metric(throughput.normalize_trials(baseline), metric),
+            throughput.trial_metric(throughput.normalize_trials(candidate), metric),
+            profile=str(profile),
+            tolerance_pct=float(tolerance_pct),
+            z=float(z),
+            max_trials=int(max_trials),
+        ).to_dict()
+    except (ValueError, TypeError) as exc:
+        raise AnsibleFilterError(f"cannot decide profile {profile!r}: {exc}") from exc
+
+
+def cuda13_speculative_gain(speculative, plain, metric="decode_tok_s"):
+    _check_list("cuda13_speculative_gain", speculative)
+    _check_list("cuda13_speculative_gain (plain)", plain)
+    try:
+        return throughput.speculative_gain(
+            throughput.trial_metric(throughput.normalize_trials(plain), metric),
+            throughput.trial_metric(throughput.normalize_trials(speculative), metric),
+        )
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
+def cuda13_parse_bench_serving(text):
+    if not isinstance(text, str):
+        raise AnsibleFilterError(f"cuda13_parse_bench_serving expects text, got {type(text).__name__}")
+    try:
+        return throughput.parse_bench_serving(text)
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "cuda13_throughput_decide": cuda13_throughput_decide,
+            "cuda13_trials": cuda13_trials,
+            "cuda13_trials_summary": cuda13_trials_summary,
+            "cuda13_speculative_gain": cuda13_speculative_gain,
+            "cuda13_parse_bench_serving": cuda13_parse_bench_serving,
+        }

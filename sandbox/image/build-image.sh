@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Build the sandbox host image: Debian 12 (bookworm), systemd as PID 1, python3.
+# No registry is reachable, so the root filesystem comes from debootstrap and is
+# imported with `podman import`. The image tag carries a hash of this recipe:
+# an image built from the same recipe is reused, a changed recipe builds anew.
+#
+# Usage: build-image.sh            prints the image reference on stdout
+# Env:   SANDBOX_DEBIAN_MIRROR     Debian mirror (default http://deb.debian.org/debian)
+set -euo pipefail
+
+here="$(cd "$(dirname "$0")" && pwd)"
+export CONTAINERS_CONF="${CONTAINERS_CONF:-$here/../containers.conf}"
+mirror="${SANDBOX_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+recipe_hash="$(cat "$here/build-image.sh" "$here/packages.txt" | sha256sum | cut -c1-12)"
+image="localhost/cuda13-sandbox:${recipe_hash}"
+
+if podman image exists "$image"; then
+  echo "$image"
+  exit 0
+fi
+
+include="$(grep -v '^#' "$here/packages.txt" | grep -v '^$' | paste -sd, -)"
+rootfs="$(mktemp -d /var/tmp/cuda13-sandbox-rootfs.XXXXXX)"
+trap 'rm -rf "$rootfs"' EXIT
+
+echo "building $image with debootstrap (about a minute)" >&2
+debootstrap --variant=minbase --include="$include" bookworm "$rootfs" "$mirror" >&2
+
+# A container needs neither getty nor the units that wait for hardware.
+chroot "$rootfs" systemctl mask \
+  getty.target console-getty.service systemd-udevd.service \
+  systemd-udev-trigger.service systemd-remount-fs.service \
+  sys-kernel-debug.mount sys-kernel-tracing.mount >&2 || true
+echo "cuda13-sandbox" > "$rootfs/etc/hostname"
+rm -f "$rootfs"/var/cache/apt/archives/*.deb
+rm -rf "$rootfs"/var/lib/apt/lists/*
+
+tar -C "$rootfs" -c . | podman import \
+  --change 'CMD ["/sbin/init"]' \
+  --change 'ENV container=podman' \
+  --change 'STOPSIGNAL SIGRTMIN+3' \
+  - "$image" >&2
+echo "$image"

@@ -1,0 +1,1 @@
+"""The SGLang runtime (stand-in): server arguments, stack checks, simulated decoding."""

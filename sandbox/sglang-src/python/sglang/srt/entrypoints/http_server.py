@@ -1,0 +1,365 @@
+"""The simulated SGLang HTTP server (standard library ``ThreadingHTTPServer``).
+
+Start-up, as the real server: parse arguments, load the stack (``sglang.srt.stack`` -- an
+inconsistent stack ends the process here with the real traceback), load the weights (here:
+sleep ``startup_s`` of the scenario), open the port, and log ``The server is fired up and
+ready to roll!``. Endpoints, in the shapes SGLang serves them:
+
+* ``GET /health``, ``GET /health_generate`` -- 200 with an empty body once ready;
+* ``GET /get_server_info`` -- the server arguments as top-level keys (as SGLang returns
+  ``dataclasses.asdict(server_args)``), ``version``, ``internal_states`` (with
+  ``avg_spec_accept_length`` for speculative decoding), plus ``stack`` (torch version and
+  CUDA, sgl-kernel and flashinfer versions, this tree's build info) and ``simulation``
+  (scenario, rate key and rate) that only the sandbox has;
+* ``GET /get_model_info``, ``GET /v1/models`` (OpenAI list shape);
+* ``POST /v1/completions`` (OpenAI: ``prompt``, ``max_tokens``, ``ignore_eos``, ``stream``
+  with one SSE ``data: {...}`` chunk per token and ``data: [DONE]``, ``usage`` counts);
+* ``POST /generate`` (SGLang native: ``text``, ``sampling_params.max_new_tokens``, ``stream``
+  with cumulative ``text`` and ``meta_info.completion_tokens``), what ``bench_serving
+  --backend sglang`` uses;
+* ``POST /flush_cache``.
+
+Tokens leave at the times ``sglang.srt.simulation.DecodeModel`` gives; requests run
+concurrently without slowing each other. Logs go to stdout in SGLang's and uvicorn's formats.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import uuid
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from sglang.srt import simulation
+from sglang.srt.server_args import ServerArgs
+from sglang.srt.stack import check_stack
+from sglang.version import __version__
+
+
+def log(message: str) -> None:
+    now = datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+    print(f"[{now}] {message}", flush=True)
+
+
+@dataclasses.dataclass
+class SimState:
+    """Everything a request handler needs, shared by all handler threads."""
+
+    server_args: ServerArgs
+    stack: dict
+    scenario: dict
+    scenario_source: str
+    tag: str
+    profile: str
+    model: simulation.DecodeModel
+    created: int
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+    running: int = 0
+    last_gen_throughput: float = 0.0
+
+    def server_info(self) -> dict:
+        args = dataclasses.asdict(self.server_args)
+        args.pop("ignored_args", None)
+        internal: dict = {"last_gen_throughput": round(self.last_gen_throughput, 2)}
+        accept = self.scenario.get("spec_accept_length", {})
+        if self.server_args.speculative_algorithm:
+            internal["avg_spec_accept_length"] = accept.get(self.profile)
+        return {
+            **args,
+            "version": __version__,
+            "internal_states": [internal],
+            "stack": self.stack,
+            "simulation": {
+                "scenario": self.scenario_source,
+                "rate_key": f"{self.tag}/{self.profile}",
+                "rate_tok_s": self.model.rate_tok_s,
+                "ttft_ms": self.model.ttft_s * 1000.0,
+                "noise_pct": self.model.noise * 100.0,
+            },
+        }
+
+
+class SimHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    state: SimState
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: SimHTTPServer
+
+    # -- plumbing ---------------------------------------------------------------------
+    def version_string(self) -> str:
+        return "uvicorn"
+
+    def log_message(self, format: str, *args) -> None:  # noqa: A002 (stdlib signature)
+        pass
+
+    def _access_log(self, status: int) -> None:
+        host, port = self.client_address[:2]
+        phrase = HTTPStatus(status).phrase
+        print(f'INFO:     {host}:{port} - "{self.command} {self.path} HTTP/1.1" {status} {phrase}', flush=True)  # fmt: skip
+
+    def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        self._access_log(status)
+
+    def _json(self, status: int, obj) -> None:
+        self._send(status, json.dumps(obj).encode())
+
+    def _error(self, status: int, message: str) -> None:
+        self._json(
+            status,
+            {"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": status},  # fmt: skip
+        )
+
+    def _body(self) -> dict:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        data = json.loads(raw or b"{}")
+        if not isinstance(data, dict):
+            raise ValueError("request body must be a JSON object")
+        return data
+
+    def _start_stream(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self._access_log(200)
+
+    def _event(self, payload: str) -> None:
+        data = f"data: {payload}\n\n".encode()
+        self.wfile.write(f"{len(data):X}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+    def _end_stream(self) -> None:
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+    # -- routes -----------------------------------------------------------------------
+    def do_GET(self) -> None:  # noqa: N802 (stdlib name)
+        state = self.server.state
+        path = self.path.split("?", 1)[0]
+        if path in ("/health", "/health_generate"):
+            self._send(200, b"", "text/plain; charset=utf-8")
+        elif path in ("/get_server_info", "/server_info"):
+            self._json(200, state.server_info())
+        elif path == "/get_model_info":
+            args = state.server_args
+            self._json(
+                200,
+                {"model_path": args.model_path, "tokenizer_path": args.tokenizer_path, "is_generation": True, "preferred_sampling_params": None},  # fmt: skip
+            )
+        elif path == "/v1/models":
+            args = state.server_args
+            model = {
+                "id": args.served_model_name,
+                "object": "model",
+                "created": state.created,
+                "owned_by": "sglang",
+                "root": args.model_path,
+                "parent": None,
+                "max_model_len": args.context_length or 262144,
+            }
+            self._json(200, {"object": "list", "data": [model]})
+        else:
+            self._json(404, {"detail": "Not Found"})
+
+    def do_POST(self) -> None:  # noqa: N802 (stdlib name)
+        path = self.path.split("?", 1)[0]
+        if path not in ("/v1/completions", "/generate", "/flush_cache"):
+            self._json(404, {"detail": "Not Found"})
+            return
+        try:
+            body = self._body()
+        except ValueError as exc:
+            self._error(400, f"invalid request body: {exc}")
+            return
+        if path == "/flush_cache":
+            self._send(200, b"Cache flushed.\n", "text/plain; charset=utf-8")
+        elif path == "/v1/completions":
+            self._completions(body)
+        else:
+            self._generate(body)
+
+    # -- generation -------------------------------------------------------------------
+    def _prompt_tokens(self, prompt) -> int:
+        if isinstance(prompt, list):
+            if prompt and all(isinstance(t, int) for t in prompt):
+                return len(prompt)
+            prompt = prompt[0] if prompt else ""
+        return simulation.count_tokens(str(prompt))
+
+    def _tokens(self, n_tokens: int, prompt_tokens: int):
+        """Yield (index, text) at the scheduled times; update the shared counters."""
+        state = self.server.state
+        rate = state.model.request_rate()
+        seed = state.model.rng.randrange(1 << 30)
+        start = time.monotonic()
+        with state.lock:
+            state.running += 1
+            running = state.running
+        log(
+            f"Prefill batch. #new-seq: 1, #new-token: {prompt_tokens}, #cached-token: 0, "
+            f"token usage: 0.00, #running-req: {running - 1}, #queue-req: 0, "
+        )
+        try:
+            window_start, window_tokens = start, 0
+            for index, offset in enumerate(state.model.schedule(n_tokens, rate)):
+                delay = start + offset - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                yield index, simulation.token_text(seed, index)
+                window_tokens += 1
+                if window_tokens == 40:
+                    now = time.monotonic()
+                    throughput = window_tokens / max(now - window_start, 1e-9)
+                    state.last_gen_throughput = throughput
+                    log(
+                        f"Decode batch. #running-req: {state.running}, #token: "
+                        f"{prompt_tokens + index + 1}, token usage: 0.00, cuda graph: True, "
+                        f"gen throughput (token/s): {throughput:.2f}, #queue-req: 0, "
+                    )
+                    window_start, window_tokens = now, 0
+        finally:
+            with state.lock:
+                state.running -= 1
+
+    def _completions(self, body: dict) -> None:
+        state = self.server.state
+        try:
+            n_tokens = int(body.get("max_tokens", 16))
+        except (TypeError, ValueError):
+            self._error(400, "max_tokens must be an integer")
+            return
+        prompt_tokens = self._prompt_tokens(body.get("prompt", ""))
+        rid = f"cmpl-{uuid.uuid4().hex}"
+        model = body.get("model") or state.server_args.served_model_name
+        created = int(time.time())
+
+        def chunk(text: str, finish: str | None, usage: dict | None) -> dict:
+            return {
+                "id": rid,
+                "object": "text_completion",
+                "created": created,
+                "model": model,
+                "choices": [
+                    {"index": 0, "text": text, "logprobs": None, "finish_reason": finish, "matched_stop": None}  # fmt: skip
+                ],
+                "usage": usage,
+            }
+
+        def usage(completion: int) -> dict:
+            return {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion,
+                "total_tokens": prompt_tokens + completion,
+            }
+
+        if body.get("stream"):
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            self._start_stream()
+            try:
+                for index, text in self._tokens(n_tokens, prompt_tokens):
+                    finish = "length" if index == n_tokens - 1 else None
+                    self._event(json.dumps(chunk(text, finish, None)))
+                if include_usage:
+                    final = chunk("", None, usage(n_tokens))
+                    final["choices"] = []
+                    self._event(json.dumps(final))
+                self._event("[DONE]")
+                self._end_stream()
+            except (BrokenPipeError, ConnectionResetError):
+                self.close_connection = True
+            return
+        text = "".join(t for _, t in self._tokens(n_tokens, prompt_tokens))
+        self._json(200, chunk(text, "length", usage(n_tokens)))
+
+    def _generate(self, body: dict) -> None:
+        params = body.get("sampling_params") or {}
+        try:
+            n_tokens = int(params.get("max_new_tokens", 128))
+        except (TypeError, ValueError):
+            self._error(400, "max_new_tokens must be an integer")
+            return
+        prompt = body.get("text", body.get("input_ids", ""))
+        prompt_tokens = self._prompt_tokens(prompt)
+        rid = uuid.uuid4().hex
+        started = time.monotonic()
+
+        def meta(completion: int, done: bool) -> dict:
+            return {
+                "id": rid,
+                "finish_reason": {"type": "length", "length": completion} if done else None,
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion,
+                "cached_tokens": 0,
+                "e2e_latency": time.monotonic() - started,
+            }
+
+        if body.get("stream"):
+            self._start_stream()
+            text = ""
+            try:
+                for index, piece in self._tokens(n_tokens, prompt_tokens):
+                    text += piece
+                    done = index == n_tokens - 1
+                    self._event(json.dumps({"text": text, "meta_info": meta(index + 1, done), "index": 0}))  # fmt: skip
+                self._event("[DONE]")
+                self._end_stream()
+            except (BrokenPipeError, ConnectionResetError):
+                self.close_connection = True
+            return
+        text = "".join(t for _, t in self._tokens(n_tokens, prompt_tokens))
+        self._json(200, {"text": text, "meta_info": meta(n_tokens, True), "index": 0})
+
+
+def _terminate(signum, frame) -> None:
+    raise SystemExit(0)
+
+
+def launch_server(server_args: ServerArgs) -> None:
+    """Load the stack, simulate loading the model, serve until SIGTERM/SIGINT."""
+    log(f"server_args={server_args!r}")
+    stack = check_stack()
+    scenario, source = simulation.load_scenario()
+    tag = simulation.cuda_tag(stack["torch"]["cuda"])
+    profile = simulation.profile_for(server_args.speculative_algorithm)
+    model = simulation.DecodeModel.from_scenario(scenario, tag, profile)
+    log(
+        f"Load weight begin. tp_size={server_args.tp_size}, torch {stack['torch']['version']}, "
+        f"sgl-kernel {stack['sgl_kernel']}, flashinfer {stack['flashinfer_python']}"
+    )
+    time.sleep(float(scenario.get("startup_s", 0.0)))
+    log(f"Load weight end. Simulated decode: {tag}/{profile} at {model.rate_tok_s} tok/s ({source})")
+
+    httpd = SimHTTPServer((server_args.host, server_args.port), Handler)
+    httpd.state = SimState(server_args, stack, scenario, source, tag, profile, model, int(time.time()))  # fmt: skip
+    signal.signal(signal.SIGTERM, _terminate)
+    host, port = httpd.server_address[:2]
+    print(f"INFO:     Started server process [{os.getpid()}]", flush=True)
+    print("INFO:     Waiting for application startup.", flush=True)
+    print("INFO:     Application startup complete.", flush=True)
+    print(f"INFO:     Uvicorn running on http://{host}:{port} (Press CTRL+C to quit)", flush=True)
+    log("The server is fired up and ready to roll!")
+    try:
+        httpd.serve_forever(poll_interval=0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        httpd.server_close()
+        print("INFO:     Shutting down", file=sys.stdout, flush=True)

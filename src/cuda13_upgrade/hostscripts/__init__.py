@@ -1,0 +1,1 @@
+"""Scripts that run on the managed host: Python standard library only."""

@@ -1,0 +1,247 @@
+#!/usr/bin/env python3
+"""Streaming decode benchmark against an OpenAI-compatible ``/v1/completions``.
+
+Runs on the managed host with the host's Python standard library only (it is
+shipped there by ``ansible.builtin.script``). One trial is one streamed
+completion with ``ignore_eos`` so that every trial decodes exactly
+``--max-tokens`` tokens, as the field report measures single-stream decode.
+
+Per trial it reports, from the client's clock:
+
+* ``ttft_ms``: time to first token, request sent to first content chunk (ms);
+* ``itl_ms``: inter-token latencies, mean and median (ms);
+* ``decode_tok_s``: decode throughput, ``(tokens - 1) / (t_last - t_first)``
+  in tokens per second (the prefill and the first token excluded);
+* ``output_tok_s``: output throughput, ``tokens / e2e`` (tok/s), the figure
+  ``sglang.bench_serving`` calls "Output token throughput" at concurrency 1.
+
+Prints one JSON object on stdout: ``{"url": ..., "warmup": n, "trials": [...]}``.
+Exit status 2 with a message on stderr when the server cannot be reached or
+answers something that is not a completion stream.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+import urllib.error
+import urllib.request
+
+
+def _stream_completion(url: str, model: str | None, prompt: str, max_tokens: int, timeout: float):
+    body = {
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    if model:
+        body["model"] = model
+    request = urllib.request.Request(
+        url.rstrip("/") + "/v1/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    arrivals: list[float] = []
+    start = time.perf_counter()
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        for raw in response:
+            line = raw.decode("utf-8", "replace").strip()
+            if not line.startswith("data:"):
+                continue
+            payload = line[len("data:") :].strip()
+            if payload == "[DONE]":
+                break
+            chunk = json.loads(payload)
+            choices = chunk.get("choices") or []
+            if choices and choices[0].get("text"):
+                arrivals.append(time.perf_counter())
+    end = time.perf_counter()
+    return start, arrivals, end
+
+
+def measure(
+    url: str,
+    *,
+    max_tokens: int = 256,
+    prompt_len: int = 128,
+    trials: int = 5,
+    warmup: int = 1,
+    model: str | None = None,
+    timeout: float = 300.0,
+) -> dict:
+    """Run ``warmup`` unmeasured and ``trials`` measured streamed completions.
+
+    Returns ``{"url", "max_tokens", "prompt_len", "warmup", "trials": [trial]}``,
+    each trial ``{"tokens", "ttft_ms", "itl_mean_ms", "itl_median_ms",
+    "decode_tok_s", "output_tok_s", "e2e_s"}``. Raises ``ValueError`` when a
+    completion streams fewer than two tokens (no decode rate can be measured).
+    """
+    prompt = " ".join(["hello"] * prompt_len)
+    for _ in range(warmup):
+        _stream_completion(url, model, prompt, min(max_tokens, 16), timeout)
+    results = []
+    for _ in range(trials):
+        start, arrivals, end = _stream_completion(url, model, prompt, max_tokens, timeout)
+        if len(arrivals) < 2:
+            raise ValueError(
+                f"the completion streamed {len(arrivals)} token(s); need at least 2 "
+                f"to measure decode throughput (max_tokens={max_tokens})"
+            )
+        gaps = [(b - a) * 1000.0 for a, b in zip(arrivals, arrivals[1:], strict=False)]
+        decode_s = arrivals[-1] - arrivals[0]
+        results.append(
+            {
+                "tokens": len(arrivals),
+                "ttft_ms": round((arrivals[0] - start) * 1000.0, 3),
+                "itl_mean_ms": round(statistics.fmean(gaps), 3),
+                "itl_median_ms": round(statistics.median(gaps), 3),
+                "decode_tok_s": round((len(arrivals) - 1) / decode_s, 3),
+                "output_tok_s": round(len(arrivals) / (end - start), 3),
+                "e2e_s": round(end - start, 4),
+            }
+        )
+    return {
+        "url": url,
+        "max_tokens": max_tokens,
+        "prompt_len": prompt_len,
+        "warmup": warmup,
+        "trials": results,
+    }
+
+
+def bench_serving_trial(
+    python: str, url: str, *, max_tokens: int, prompt_len: int, prompts: int
+) -> dict:
+    """One trial with SGLang's own client, ``python -m sglang.bench_serving``.
+
+    Runs it from the serving venv's ``python`` at concurrency 1 and returns
+    ``{"method": "bench_serving", "record": <its --output-file JSON line>,
+    "stdout_tail": <last lines it printed>}``; the controller parses both
+    (``cuda13_upgrade.throughput``). Raises ``RuntimeError`` with the tail of
+    its output when it fails or writes no record.
+    """
+    import os
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "result.jsonl")
+        argv = [
+            python,
+            "-m",
+            "sglang.bench_serving",
+            "--backend",
+            "sglang",
+            "--base-url",
+            url,
+            "--dataset-name",
+            "random",
+            "--random-input-len",
+            str(prompt_len),
+            "--random-output-len",
+            str(max_tokens),
+            "--random-range-ratio",
+            "1",
+            "--num-prompts",
+            str(prompts),
+            "--max-concurrency",
+            "1",
+            "--output-file",
+            out,
+        ]
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-40:])
+        if proc.returncode != 0 or not os.path.exists(out):
+            raise RuntimeError(f"sglang.bench_serving exited {proc.returncode}: {tail}")
+        with open(out, encoding="utf-8") as handle:
+            lines = [line for line in handle if line.strip()]
+        if not lines:
+            raise RuntimeError(f"sglang.bench_serving wrote no result: {tail}")
+        return {"method": "bench_serving", "record": json.loads(lines[-1]), "stdout_tail": tail}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", default="http://127.0.0.1:30000")
+    parser.add_argument("--max-tokens", type=int, default=256)
+    parser.add_argument("--prompt-len", type=int, default=128)
+    parser.add_argument("--trials", type=int, default=5, help="trials to run this time")
+    parser.add_argument(
+        "--min-trials",
+        type=int,
+        default=0,
+        help="with --append: run enough trials to reach this many, else --trials (at least 1)",
+    )
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--model", default=None)
+    parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--append", default=None, help="JSON file that accumulates the trials")
+    parser.add_argument("--method", choices=["builtin", "bench_serving"], default="builtin")
+    parser.add_argument("--python", default=None, help="venv python for --method bench_serving")
+    parser.add_argument("--prompts", type=int, default=4, help="requests per bench_serving trial")
+    args = parser.parse_args(argv)
+
+    previous: list[dict] = []
+    if args.append:
+        try:
+            with open(args.append, encoding="utf-8") as handle:
+                previous = json.load(handle).get("trials", [])
+        except FileNotFoundError:
+            previous = []
+    count = args.trials
+    if args.append and args.min_trials:
+        count = max(1, args.min_trials - len(previous)) if previous else args.min_trials
+    try:
+        if args.method == "bench_serving":
+            if not args.python:
+                print("--method bench_serving needs --python <venv>/bin/python", file=sys.stderr)
+                return 2
+            trials = [
+                bench_serving_trial(
+                    args.python,
+                    args.url,
+                    max_tokens=args.max_tokens,
+                    prompt_len=args.prompt_len,
+                    prompts=args.prompts,
+                )
+                for _ in range(count)
+            ]
+            result = {"url": args.url, "method": "bench_serving", "trials": trials}
+        else:
+            result = measure(
+                args.url,
+                max_tokens=args.max_tokens,
+                prompt_len=args.prompt_len,
+                trials=count,
+                warmup=0 if previous else args.warmup,
+                model=args.model,
+                timeout=args.timeout,
+            )
+            result["method"] = "builtin"
+    except (urllib.error.URLError, OSError) as exc:
+        print(f"cannot reach the server at {args.url}: {exc}", file=sys.stderr)
+        return 2
+    except (ValueError, json.JSONDecodeError, RuntimeError) as exc:
+        print(f"unexpected answer from {args.url}: {exc}", file=sys.stderr)
+        return 2
+    result["trials"] = previous + result["trials"]
+    if args.append:
+        tmp = args.append + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as handle:
+            json.dump(result, handle)
+        import os
+
+        os.replace(tmp, args.append)
+    json.dump(result, sys.stdout)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

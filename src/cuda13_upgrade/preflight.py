@@ -1,0 +1,453 @@
+"""Read-only preflight: may this host be moved to the target CUDA release?
+
+:func:`evaluate` combines the rules of :mod:`cuda13_upgrade.versions` with a
+host's facts and the inventory's settings, and returns every failure at once
+(not just the first), each naming the value, the option to change and what to
+do. Nothing on a host changes unless the report is ``ok``.
+
+Facts (what the host is), a dict::
+
+    {
+      "driver_version": "590.48.01",        # nvidia-smi --query-gpu=driver_version
+      "cuda_driver_version": "13.1",        # optional: "CUDA Version" of the nvidia-smi table
+      "gpus": [                             # nvidia-smi rows or GpuInventory.to_dict()["gpus"]
+        {"index": 0, "name": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+         "compute_capability": "12.0"},     # "compute_cap" is accepted too
+      ],
+      "disk_free_bytes": 214748364800,      # free bytes where the new stack goes
+      "disk_path": "/opt",                  # optional, for messages
+      "python_version": "3.11.2",           # the host Python that builds the new venv
+    }
+
+Settings (what the inventory asks for), a dict; every key is optional and
+defaults to :data:`DEFAULT_SETTINGS`:
+
+====================================  ==========================================
+key                                   meaning
+====================================  ==========================================
+``toolkit_release``                   target release, ``"13.0"`` or ``"13.0.2"``
+``jit``                               the stack JIT-compiles PTX (flashinfer, Triton)
+``min_driver_version``                explicit minimum driver, overrides the table
+``allowed_compute_capabilities``      GPUs allowed (default: Blackwell)
+``expected_gpu_count``                ``None`` = any number (but never zero)
+``required_disk_gib``                 free space needed, GiB (2**30 bytes); ``None`` skips
+``min_python_version``                minimum host Python, ``"3.10"``; ``None`` skips
+``option_names``                      {key: Ansible variable} to quote in messages
+====================================  ==========================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from cuda13_upgrade.errors import Cuda13Error, PreflightError, format_message
+from cuda13_upgrade.versions import (
+    BLACKWELL_COMPUTE_CAPABILITIES,
+    MIN_DRIVER_OPTION,
+    driver_cuda_version_supports,
+    driver_supports,
+    parse_compute_capability,
+    parse_toolkit_version,
+)
+
+__all__ = ["DEFAULT_SETTINGS", "OPTION_NAMES", "GIB", "PreflightReport", "evaluate"]
+
+#: Bytes in a GiB.
+GIB = 1024**3
+
+#: Settings used where the caller gives none.
+DEFAULT_SETTINGS: dict[str, Any] = {
+    "toolkit_release": "13.0",
+    "jit": True,
+    "min_driver_version": None,
+    "allowed_compute_capabilities": list(BLACKWELL_COMPUTE_CAPABILITIES),
+    "expected_gpu_count": None,
+    "required_disk_gib": 40,
+    "min_python_version": "3.10",
+}
+
+#: The Ansible variable behind each setting, quoted in messages.
+OPTION_NAMES: dict[str, str] = {
+    "toolkit_release": "cuda13_toolkit_release",
+    "jit": "nvidia_driver_check_require_jit",
+    "min_driver_version": MIN_DRIVER_OPTION,
+    "allowed_compute_capabilities": "nvidia_driver_check_allowed_compute_capabilities",
+    "expected_gpu_count": "nvidia_driver_check_expected_gpu_count",
+    "required_disk_gib": "preflight_required_disk_gib",
+    "min_python_version": "preflight_min_python_version",
+}
+
+
+@dataclass
+class PreflightReport:
+    """The outcome of :func:`evaluate`.
+
+    Attributes:
+        failures: one dict per failed check: ``check`` (``"driver"``,
+            ``"driver_cuda_version"``, ``"gpu_count"``, ``"compute_capability"``,
+            ``"disk"``, ``"python"``), ``value`` (the offending value),
+            ``option`` (the Ansible variable to change, or ``None`` when only the
+            host can be fixed) and ``message`` (value, option and remedy).
+        passed: one dict per passed check: ``check``, ``value``, ``message``.
+    """
+
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    passed: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when no check failed."""
+        return not self.failures
+
+    def fail(self, check: str, value: Any, option: str | None, problem: str, remedy: str) -> None:
+        """Record a failed check; the message comes from :func:`errors.format_message`."""
+        message = format_message(problem, value, option=option, remedy=remedy)
+        self.failures.append({"check": check, "value": value, "option": option, "message": message})
+
+    def pass_(self, check: str, value: Any, message: str) -> None:
+        """Record a passed check."""
+        self.passed.append({"check": check, "value": value, "message": message})
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"ok": bool, "failures": [...], "passed": [...]}`` for Ansible and JSON."""
+        return {"ok": self.ok, "failures": list(self.failures), "passed": list(self.passed)}
+
+
+def _settings(settings: Mapping[str, Any] | None) -> tuple[dict[str, Any], dict[str, str]]:
+    if settings is None:
+        settings = {}
+    if not isinstance(settings, Mapping):
+        raise PreflightError(
+            "preflight settings must be a mapping",
+            settings,
+            option="settings",
+            remedy=f"pass a dict with keys among {sorted(DEFAULT_SETTINGS)}",
+        )
+    unknown = sorted(set(settings) - set(DEFAULT_SETTINGS) - {"option_names"})
+    if unknown:
+        raise PreflightError(
+            "unknown preflight settings",
+            unknown,
+            option="settings",
+            remedy=f"use only {sorted(DEFAULT_SETTINGS)} and option_names",
+        )
+    names = dict(OPTION_NAMES)
+    extra = settings.get("option_names") or {}
+    if not isinstance(extra, Mapping):
+        raise PreflightError(
+            "option_names must map setting keys to variable names",
+            extra,
+            option="option_names",
+            remedy="pass e.g. {'required_disk_gib': 'my_role_required_disk_gib'}",
+        )
+    names.update({str(k): str(v) for k, v in extra.items()})
+    merged = {**DEFAULT_SETTINGS, **{k: v for k, v in settings.items() if k != "option_names"}}
+
+    try:
+        parse_toolkit_version(merged["toolkit_release"], option=names["toolkit_release"])
+    except Cuda13Error as exc:
+        raise PreflightError(exc.problem, exc.value, option=exc.option, remedy=exc.remedy) from exc
+    if not isinstance(merged["jit"], bool):
+        raise PreflightError(
+            "jit must be true or false",
+            merged["jit"],
+            option=names["jit"],
+            remedy="set it to true when the stack JIT-compiles PTX (SGLang with flashinfer does)",
+        )
+    allowed = merged["allowed_compute_capabilities"]
+    if isinstance(allowed, str) or not isinstance(allowed, list | tuple) or not allowed:
+        raise PreflightError(
+            "allowed compute capabilities must be a non-empty list",
+            allowed,
+            option=names["allowed_compute_capabilities"],
+            remedy="list them as strings, e.g. ['12.0'] or the Blackwell default",
+        )
+    try:
+        merged["allowed_compute_capabilities"] = [
+            "{}.{}".format(
+                *parse_compute_capability(cc, option=names["allowed_compute_capabilities"])
+            )
+            for cc in allowed
+        ]
+    except Cuda13Error as exc:
+        raise PreflightError(exc.problem, exc.value, option=exc.option, remedy=exc.remedy) from exc
+    count = merged["expected_gpu_count"]
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
+        raise PreflightError(
+            "expected GPU count must be a positive integer or null",
+            count,
+            option=names["expected_gpu_count"],
+            remedy="set the number of GPUs each host has (e.g. 8), or null to accept any",
+        )
+    disk = merged["required_disk_gib"]
+    if disk is not None and (
+        isinstance(disk, bool) or not isinstance(disk, int | float) or disk < 0
+    ):
+        raise PreflightError(
+            "required disk space must be a non-negative number of GiB or null",
+            disk,
+            option=names["required_disk_gib"],
+            remedy="set it in GiB, e.g. 40",
+        )
+    minimum = merged["min_python_version"]
+    if minimum is not None:
+        try:
+            Version(str(minimum))
+        except InvalidVersion:
+            raise PreflightError(
+                "minimum Python version is not a version",
+                minimum,
+                option=names["min_python_version"],
+                remedy="write it as a quoted string such as '3.10'",
+            ) from None  # the message names the value already
+        if not isinstance(minimum, str):
+            raise PreflightError(
+                "minimum Python version must be a string",
+                minimum,
+                option=names["min_python_version"],
+                remedy="quote it ('3.10'); unquoted YAML 3.10 is the number 3.1",
+            )
+    return merged, names
+
+
+def _check_driver(report: PreflightReport, facts: Mapping[str, Any], s: dict, n: dict) -> None:
+    driver = facts.get("driver_version")
+    if driver is None:
+        report.fail(
+            "driver",
+            None,
+            None,
+            "the driver version fact is missing",
+            "gather 'nvidia-smi --query-gpu=driver_version --format=csv,noheader' first",
+        )
+        return
+    try:
+        result = driver_supports(
+            driver,
+            s["toolkit_release"],
+            jit=s["jit"],
+            min_driver_version=s["min_driver_version"],
+            release_option=n["toolkit_release"],
+            driver_option="driver_version",
+            min_driver_option=n["min_driver_version"],
+        )
+    except Cuda13Error as exc:
+        option = exc.option if exc.option in n.values() else None
+        report.fail("driver", exc.value, option, exc.problem, exc.remedy or "")
+        return
+    if result.ok:
+        report.pass_("driver", driver, result.message)
+        return
+    option = n["min_driver_version"] if result.rule == "override" else n["toolkit_release"]
+    report.fail(
+        "driver",
+        driver,
+        option,
+        f"the NVIDIA driver is too old for CUDA {s['toolkit_release']} (needs >= "
+        f"{result.required}, rule {result.rule})",
+        f"upgrade the driver to {result.required} or newer (this package never changes the "
+        f"driver), or set {n['toolkit_release']} to a release the driver supports",
+    )
+
+
+def _check_driver_cuda(report: PreflightReport, facts: Mapping[str, Any], s: dict, n: dict) -> None:
+    cuda = facts.get("cuda_driver_version")
+    if cuda is None or s["min_driver_version"]:
+        return
+    try:
+        result = driver_cuda_version_supports(
+            cuda, s["toolkit_release"], jit=s["jit"], release_option=n["toolkit_release"]
+        )
+    except Cuda13Error as exc:
+        report.fail("driver_cuda_version", exc.value, None, exc.problem, exc.remedy or "")
+        return
+    if result.ok:
+        report.pass_("driver_cuda_version", cuda, result.message)
+    else:
+        report.fail(
+            "driver_cuda_version",
+            cuda,
+            n["toolkit_release"],
+            f"nvidia-smi reports the driver supports CUDA up to {cuda}, older than "
+            f"{s['toolkit_release']}",
+            f"upgrade the driver, or set {n['toolkit_release']} to {cuda} or older",
+        )
+
+
+def _check_gpus(report: PreflightReport, facts: Mapping[str, Any], s: dict, n: dict) -> None:
+    gpus = facts.get("gpus")
+    if not isinstance(gpus, list):
+        report.fail(
+            "gpu_count",
+            gpus,
+            None,
+            "the GPU list fact is missing or not a list",
+            "gather 'nvidia-smi --query-gpu=index,name,compute_cap ...' and pass its rows as gpus",
+        )
+        return
+    expected = s["expected_gpu_count"]
+    if not gpus:
+        report.fail(
+            "gpu_count",
+            0,
+            n["expected_gpu_count"],
+            "no GPU found on the host",
+            "check that nvidia-smi lists the GPUs (driver loaded, open kernel module) before "
+            "upgrading; a host without GPUs is never upgraded",
+        )
+        return
+    if expected is not None and len(gpus) != expected:
+        report.fail(
+            "gpu_count",
+            len(gpus),
+            n["expected_gpu_count"],
+            f"the host has {len(gpus)} GPUs, {expected} expected",
+            f"find the missing or extra GPUs (nvidia-smi -L, dmesg), or set "
+            f"{n['expected_gpu_count']} to {len(gpus)} for this host",
+        )
+    else:
+        report.pass_("gpu_count", len(gpus), f"{len(gpus)} GPUs")
+
+    allowed = s["allowed_compute_capabilities"]
+    refused: dict[str, list[str]] = {}
+    option = n["allowed_compute_capabilities"]
+    for position, gpu in enumerate(gpus):
+        gpu = gpu if isinstance(gpu, Mapping) else {}
+        index = gpu.get("index", position)
+        name = gpu.get("name") or "unknown GPU"
+        cc = gpu.get("compute_capability", gpu.get("compute_cap"))
+        try:
+            cc_norm = "{}.{}".format(*parse_compute_capability(cc, option=None))
+        except Cuda13Error:
+            report.fail(
+                "compute_capability",
+                cc,
+                None,
+                f"GPU {index} ({name}) reports no valid compute capability",
+                "query compute_cap with nvidia-smi (driver R510 or newer) and pass it",
+            )
+            continue
+        if cc_norm not in allowed:
+            refused.setdefault(cc_norm, []).append(f"{index} ({name})")
+    for cc_norm, which in sorted(refused.items()):
+        report.fail(
+            "compute_capability",
+            cc_norm,
+            option,
+            f"GPU {', '.join(which)} has compute capability {cc_norm}, which is not in the "
+            f"allowed list {allowed}",
+            f"add '{cc_norm}' to {option} if the CUDA 13 stack is meant to run on it, "
+            "or leave this host out of the upgrade",
+        )
+    if not refused:
+        found = sorted(
+            {
+                str(g.get("compute_capability", g.get("compute_cap")))
+                for g in gpus
+                if isinstance(g, Mapping)
+            }
+        )
+        report.pass_("compute_capability", found, f"all GPUs are in {allowed}")
+
+
+def _check_disk(report: PreflightReport, facts: Mapping[str, Any], s: dict, n: dict) -> None:
+    required = s["required_disk_gib"]
+    if required is None:
+        return
+    option = n["required_disk_gib"]
+    free = facts.get("disk_free_bytes")
+    where = facts.get("disk_path") or "the target filesystem"
+    if isinstance(free, bool) or not isinstance(free, int) or free < 0:
+        report.fail(
+            "disk",
+            free,
+            None,
+            f"free disk space of {where} is missing or not a byte count",
+            "gather it (e.g. ansible_facts mounts size_available) and pass it as disk_free_bytes",
+        )
+        return
+    if free < required * GIB:
+        report.fail(
+            "disk",
+            free,
+            option,
+            f"{where} has {free / GIB:.1f} GiB free ({free} bytes), less than the "
+            f"{required} GiB required",
+            f"free space on {where}, or lower {option} if the new stack needs less",
+        )
+    else:
+        report.pass_("disk", free, f"{where} has {free / GIB:.1f} GiB free (>= {required} GiB)")
+
+
+def _check_python(report: PreflightReport, facts: Mapping[str, Any], s: dict, n: dict) -> None:
+    minimum = s["min_python_version"]
+    if minimum is None:
+        return
+    option = n["min_python_version"]
+    found = facts.get("python_version")
+    try:
+        version = Version(str(found)) if found is not None else None
+    except InvalidVersion:
+        version = None
+    if version is None:
+        report.fail(
+            "python",
+            found,
+            None,
+            "the host Python version fact is missing or not a version",
+            "gather ansible_facts.python_version (or 'python3 -V') and pass it as python_version",
+        )
+        return
+    if Version(".".join(str(part) for part in version.release)) < Version(minimum):
+        report.fail(
+            "python",
+            found,
+            option,
+            f"host Python {found} is older than the required {minimum}",
+            f"install Python {minimum} or newer for the new virtual environment, or lower {option}",
+        )
+    else:
+        report.pass_("python", found, f"Python {found} >= {minimum}")
+
+
+def evaluate(
+    facts: Mapping[str, Any], settings: Mapping[str, Any] | None = None
+) -> PreflightReport:
+    """Run every preflight check on one host.
+
+    Args:
+        facts: what the host is (see the module docstring).
+        settings: what the inventory asks for; missing keys take
+            :data:`DEFAULT_SETTINGS`; ``option_names`` renames the variables
+            quoted in messages (default :data:`OPTION_NAMES`).
+
+    Returns:
+        A :class:`PreflightReport` listing every failed and passed check.
+        A GPU outside ``allowed_compute_capabilities`` (e.g. an NVIDIA H200,
+        9.0, under the Blackwell default) fails with its index and name; zero
+        GPUs always fails, whatever ``expected_gpu_count`` says.
+
+    Raises:
+        PreflightError: malformed *settings* (wrong type, unknown key, bad
+            release): a configuration error rather than a host failure. The
+            message names the option. Malformed *facts* become failures.
+    """
+    if not isinstance(facts, Mapping):
+        raise PreflightError(
+            "preflight facts must be a mapping",
+            facts,
+            option="facts",
+            remedy="pass a dict with driver_version, gpus, disk_free_bytes and python_version",
+        )
+    s, n = _settings(settings)
+    report = PreflightReport()
+    _check_driver(report, facts, s, n)
+    _check_driver_cuda(report, facts, s, n)
+    _check_gpus(report, facts, s, n)
+    _check_disk(report, facts, s, n)
+    _check_python(report, facts, s, n)
+    return report

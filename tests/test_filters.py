@@ -1,0 +1,327 @@
+"""Tests of filter_plugins/cuda13.py, called the way Ansible calls them."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from ansible.errors import AnsibleFilterError
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures"
+
+_spec = importlib.util.spec_from_file_location(
+    "cuda13_filters", ROOT / "filter_plugins" / "cuda13.py"
+)
+assert _spec is not None and _spec.loader is not None
+cuda13_filters = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(cuda13_filters)
+
+FILTERS = cuda13_filters.FilterModule().filters()
+
+
+def f(name):
+    return FILTERS[name]
+
+
+def test_the_filters_are_exposed():
+    assert sorted(FILTERS) == [
+        "cuda13_driver_supports",
+        "cuda13_gpu_inventory",
+        "cuda13_local_label",
+        "cuda13_nvidia_smi_failure",
+        "cuda13_parse_nvcc_version",
+        "cuda13_parse_pip_freeze",
+        "cuda13_parse_query_gpu",
+        "cuda13_preflight",
+        "cuda13_stack_problems",
+        "cuda13_torch_cuda_arch_list",
+    ]
+
+
+def test_every_filter_is_documented():
+    import yaml
+
+    documented = [entry["name"] for entry in yaml.safe_load(cuda13_filters.DOCUMENTATION)]
+    assert sorted(documented) == sorted(FILTERS)
+    assert yaml.safe_load(cuda13_filters.RETURN)["_value"]["description"]
+    assert set(yaml.safe_load(cuda13_filters.EXAMPLES)) >= {"rows", "report", "problems"}
+
+
+# --- cuda13_parse_query_gpu -------------------------------------------------------------
+
+
+def test_parse_query_gpu():
+    text = (FIXTURES / "nvidia-smi" / "query-csv-rtxpro6000-9gpu-580.65.06.txt").read_text()
+    rows = f("cuda13_parse_query_gpu")(
+        text, "index,name,compute_cap,memory.total,driver_version", "csv"
+    )
+    assert len(rows) == 9
+    assert rows[0]["memory.total"] == 97887
+
+
+def test_parse_query_gpu_type_errors():
+    with pytest.raises(AnsibleFilterError) as info:
+        f("cuda13_parse_query_gpu")(None, ["index"])
+    assert str(info.value) == (
+        "cuda13_parse_query_gpu: input must be the stdout text of nvidia-smi --query-gpu, "
+        "got NoneType: None"
+    )
+    with pytest.raises(AnsibleFilterError) as info:
+        f("cuda13_parse_query_gpu")("0\n", 5)
+    assert str(info.value) == (
+        "cuda13_parse_query_gpu: fields must be a list of field names or a comma-separated "
+        "string, got int: 5"
+    )
+
+
+def test_parse_query_gpu_wraps_parse_errors():
+    with pytest.raises(AnsibleFilterError) as info:
+        f("cuda13_parse_query_gpu")("garbage\n", ["index", "name"], "csv,noheader")
+    assert str(info.value) == (
+        "cuda13_parse_query_gpu: nvidia-smi line does not have one value per queried field "
+        "(1 values, 2 fields): 'garbage'. Option: fields. Fix: query exactly index,name with "
+        "--format=csv,noheader."
+    )
+    assert isinstance(info.value.__cause__, ValueError)
+
+
+# --- cuda13_gpu_inventory / cuda13_nvidia_smi_failure ------------------------------------
+
+
+def test_gpu_inventory():
+    text = (
+        "0, NVIDIA RTX PRO 6000 Blackwell Server Edition, GPU-0a1b2c3d-0000-4000-8000-000000000000, "
+        "590.48.01, 12.0, 97887, 00000000:16:00.0\n"
+    )
+    inventory = f("cuda13_gpu_inventory")(text)
+    assert (inventory["driver_version"], inventory["count"]) == ("590.48.01", 1)
+    assert inventory["compute_capabilities"] == ["12.0"]
+
+
+def test_nvidia_smi_failure():
+    result = {
+        "rc": 9,
+        "stdout": (FIXTURES / "nvidia-smi" / "failure-no-driver.txt").read_text(),
+        "stderr": "",
+    }
+    failure = f("cuda13_nvidia_smi_failure")(result)
+    assert failure["code"] == "driver_not_loaded"
+    with pytest.raises(AnsibleFilterError) as info:
+        f("cuda13_nvidia_smi_failure")({"stdout": ""})
+    assert str(info.value) == (
+        "cuda13_nvidia_smi_failure: input must be a registered command result with an integer "
+        "rc, got dict: {'stdout': ''}"
+    )
+
+
+# --- cuda13_parse_nvcc_version -----------------------------------------------------------
+
+
+def test_parse_nvcc_version():
+    text = (FIXTURES / "nvcc" / "nvcc-13.0.txt").read_text()
+    parsed = f("cuda13_parse_nvcc_version")(text)
+    assert (parsed["release"], parsed["version"]) == ("13.0", "13.0.88")
+
+
+def test_parse_nvcc_version_errors():
+    with pytest.raises(AnsibleFilterError) as info:
+        f("cuda13_parse_nvcc_version")(["nvcc"])
+    assert str(info.value) == (
+        "cuda13_parse_nvcc_version: input must be the stdout text of nvcc --version, "
+        "got list: ['nvcc']"
+    )
+    with pytest.raises(
+        AnsibleFilterError, match="^cuda13_parse_nvcc_version: no 'Cuda compilation"
+    ):
+        f("cuda13_parse_nvcc_version")("nvcc: command not found")
+
+
+# --- cuda13_driver_supports --------------------------------------------------------------
+
+
+def test_driver_supports():
+    result = f("cuda13_driver_supports")("590.48.01", "13.0")
+    assert (result["ok"], result["required"], result["rule"]) == (
+        True,
+        "580.65.06",
+        "toolkit-driver",
+    )
+    old = f("cuda13_driver_supports")("580.65.06", "13.1", jit=False)
+    assert (old["ok"], old["rule"]) == (True, "minor-version-compatibility")
+    override = f("cuda13_driver_supports")("590.48.01", "13.4", True, "590.44.01")
+    assert (override["ok"], override["rule"]) == (True, "override")
+
+
+def test_driver_supports_errors():
+    with pytest.raises(AnsibleFilterError) as info:
+        f("cuda13_driver_supports")("590.48.01", 13.0)
+    assert str(info.value) == (
+        "cuda13_driver_supports: toolkit_release must be a quoted string such as '13.0', "
+        "got float: 13.0"
+    )
+    with pytest.raises(AnsibleFilterError) as info:
+        f("cuda13_driver_supports")("590.48.01", "13.0", "yes")
+    assert str(info.value) == "cuda13_driver_supports: jit must be true or false, got str: 'yes'"
+    with pytest.raises(AnsibleFilterError) as info:
+        f("cuda13_driver_supports")("N/A", "13.0")
+    assert str(info.value).startswith(
+        "cuda13_driver_supports: driver version is not of the form BRANCH.MINOR[.PATCH]: 'N/A'. "
+        "Option: driver_version."
+    )
+    with pytest.raises(AnsibleFilterError) as info:
+        f("cuda13_driver_supports")("590.48.01", "13.4")
+    assert str(info.value).startswith(
+        "cuda13_driver_supports: CUDA 13.4 GA is not in the driver table"
+    )
+    assert "nvidia_driver_check_min_driver_version" in str(info.value)
+
+
+# --- cuda13_preflight --------------------------------------------------------------------
+
+
+def test_preflight():
+    facts = {
+        "driver_version": "590.48.01",
+        "gpus": [{"index": 0, "name": "NVIDIA H200", "compute_cap": "9.0"}],
+        "disk_free_bytes": 100 * 1024**3,
+        "python_version": "3.11.2",
+    }
+    report = f("cuda13_preflight")(facts)
+    assert report["ok"] is False
+    assert [x["check"] for x in report["failures"]] == ["compute_capability"]
+    assert f("cuda13_preflight")(facts, {"allowed_compute_capabilities": ["9.0"]})["ok"] is True
+
+
+def test_preflight_errors():
+    with pytest.raises(AnsibleFilterError) as info:
+        f("cuda13_preflight")(["not", "facts"])
+    assert str(info.value) == (
+        "cuda13_preflight: input (facts) must be a dict of host facts, got list: ['not', 'facts']"
+    )
+    with pytest.raises(AnsibleFilterError) as info:
+        f("cuda13_preflight")({}, {"expected_gpu_count": -2})
+    assert str(info.value) == (
+        "cuda13_preflight: expected GPU count must be a positive integer or null: -2. Option: "
+        "nvidia_driver_check_expected_gpu_count. Fix: set the number of GPUs each host has "
+        "(e.g. 8), or null to accept any."
+    )
+
+
+# --- wheels ------------------------------------------------------------------------------
+
+
+def test_local_label():
+    assert f("cuda13_local_label")("2.10.0+cu128") == "cu128"
+    assert f("cuda13_local_label")("0.5.3") is None
+    with pytest.raises(AnsibleFilterError) as info:
+        f("cuda13_local_label")("two")
+    assert str(info.value) == (
+        "cuda13_local_label: not a PEP 440 version: 'two'. Option: version. Fix: pass the "
+        "version as pip reports it, e.g. '2.10.0+cu128'."
+    )
+    with pytest.raises(AnsibleFilterError, match="got int: 2"):
+        f("cuda13_local_label")(2)
+
+
+def test_parse_pip_freeze_and_stack_problems():
+    dists = f("cuda13_parse_pip_freeze")("torch==2.10.0+cu130\nsgl-kernel==0.3.21+cu128\n")
+    assert dists == {"torch": "2.10.0+cu130", "sgl-kernel": "0.3.21+cu128"}
+    assert f("cuda13_stack_problems")(dists) == [
+        "sgl-kernel 0.3.21+cu128 is built for CUDA 12.8 (cu128) but torch 2.10.0+cu130 for CUDA "
+        "13.0 (cu130); install the +cu130 wheel of sgl-kernel"
+    ]
+    assert (
+        f("cuda13_stack_problems")(
+            {"torch": "2.10.0+cu128", "sgl-kernel": "0.3.21"}, {"sgl-kernel": "cu128"}
+        )
+        == []
+    )
+
+
+def test_wheel_filter_errors():
+    with pytest.raises(AnsibleFilterError) as info:
+        f("cuda13_parse_pip_freeze")("oops oops\n")
+    assert str(info.value) == (
+        "cuda13_parse_pip_freeze: pip freeze line is not NAME==VERSION, NAME @ URL or -e ...: "
+        "'oops oops'. Fix: pass the unmodified output of 'pip freeze'."
+    )
+    with pytest.raises(AnsibleFilterError) as info:
+        f("cuda13_stack_problems")("torch==2.10.0")
+    assert str(info.value) == (
+        "cuda13_stack_problems: input must be a dict of distribution name to version, "
+        "got str: 'torch==2.10.0'"
+    )
+    with pytest.raises(AnsibleFilterError, match="default_labels must be a dict"):
+        f("cuda13_stack_problems")({}, {"sgl-kernel": 128})
+
+
+# --- cuda13_torch_cuda_arch_list ---------------------------------------------------------
+
+
+def test_torch_cuda_arch_list():
+    assert f("cuda13_torch_cuda_arch_list")(["12.0", "9.0", "12.0"]) == "9.0;12.0"
+    with pytest.raises(AnsibleFilterError) as info:
+        f("cuda13_torch_cuda_arch_list")("12.0")
+    assert str(info.value) == (
+        "cuda13_torch_cuda_arch_list: input must be a list of compute capabilities such as "
+        "['12.0'], got str: '12.0'"
+    )
+    with pytest.raises(AnsibleFilterError) as info:
+        f("cuda13_torch_cuda_arch_list")([])
+    assert str(info.value) == (
+        "cuda13_torch_cuda_arch_list: no compute capability given: []. Option: capabilities. "
+        "Fix: pass the compute_cap of each GPU, e.g. ['12.0']."
+    )
+
+
+# --- through ansible-playbook -------------------------------------------------------------
+
+ANSIBLE_PLAYBOOK = Path(sys.executable).with_name("ansible-playbook")
+
+PLAYBOOK = """\
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Driver check
+      ansible.builtin.set_fact:
+        compat: "{{ '590.48.01' | cuda13_driver_supports('13.0') }}"
+        arch_list: "{{ ['12.0', '9.0', '12.0'] | cuda13_torch_cuda_arch_list }}"
+    - name: Unquoted release
+      ansible.builtin.debug:
+        msg: "{{ '590.48.01' | cuda13_driver_supports(13.0) }}"
+"""
+
+
+@pytest.mark.skipif(not ANSIBLE_PLAYBOOK.exists(), reason="ansible-playbook is not installed")
+def test_filters_in_a_playbook_and_the_message_a_user_sees(tmp_path):
+    playbook = tmp_path / "playbook.yml"
+    playbook.write_text(PLAYBOOK, encoding="utf-8")
+    env = dict(
+        os.environ,
+        ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json",
+        ANSIBLE_LOCALHOST_WARNING="False",
+        ANSIBLE_INVENTORY_UNPARSED_WARNING="False",
+    )
+    result = subprocess.run(
+        [str(ANSIBLE_PLAYBOOK), "-i", "localhost,", "-c", "local",
+         "-e", f"ansible_python_interpreter={sys.executable}", str(playbook)],
+        cwd=ROOT, env=env, capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stdout + result.stderr
+    tasks = json.loads(result.stdout)["plays"][0]["tasks"]
+    facts = tasks[0]["hosts"]["localhost"]["ansible_facts"]
+    assert facts["compat"]["ok"] is True
+    assert facts["compat"]["required"] == "580.65.06"
+    assert facts["arch_list"] == "9.0;12.0"
+    failed = tasks[1]["hosts"]["localhost"]
+    assert failed["failed"] is True
+    assert failed["msg"].endswith(
+        "cuda13_driver_supports: toolkit_release must be a quoted string such as '13.0', "
+        "got float: 13.0"
+    )

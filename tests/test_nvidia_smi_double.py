@@ -1,0 +1,501 @@
+"""The sandbox's nvidia-smi double, run as a program and read back with the real parsers.
+
+Every output format of the double goes through cuda13_upgrade.nvidia_smi, every state file
+in sandbox/host/nvidia-smi-states/ is exercised, failure states are checked against the
+real texts in tests/fixtures/nvidia-smi/, and recorded real outputs are replayed byte for
+byte.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cuda13_upgrade.nvidia_smi import (
+    INVENTORY_FIELDS,
+    GpuInventory,
+    classify_failure,
+    parse_list,
+    parse_query_gpu,
+    parse_table,
+    parse_topology,
+    parse_version_info,
+)
+from cuda13_upgrade.preflight import GIB, evaluate
+
+ROOT = Path(__file__).resolve().parents[1]
+DOUBLE = ROOT / "sandbox" / "host" / "nvidia-smi"
+STATES = ROOT / "sandbox" / "host" / "nvidia-smi-states"
+FIXTURES = ROOT / "tests" / "fixtures" / "nvidia-smi"
+
+HEALTHY = ["default", "driver-too-old", "mixed-gpus", "h200"]
+FORMATS = ["csv", "csv,noheader", "csv,noheader,nounits"]
+
+
+def run(state: Path | None, *args: str) -> subprocess.CompletedProcess[bytes]:
+    env = {k: v for k, v in os.environ.items() if k != "NVIDIA_SMI_DOUBLE_STATE"}
+    if state is not None:
+        env["NVIDIA_SMI_DOUBLE_STATE"] = str(state)
+    return subprocess.run(
+        [sys.executable, str(DOUBLE), *args], env=env, capture_output=True, check=False, timeout=30
+    )
+
+
+def out(state: Path | None, *args: str) -> str:
+    result = run(state, *args)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout.decode("utf-8")
+
+
+def state_file(name: str) -> Path:
+    return STATES / f"{name}.json"
+
+
+def load(name: str) -> dict:
+    return json.loads(state_file(name).read_text(encoding="utf-8"))
+
+
+def write_state(tmp_path: Path, state: dict) -> Path:
+    path = tmp_path / "state.json"
+    path.write_text(json.dumps(state), encoding="utf-8")
+    return path
+
+
+def fixture_bytes(name: str) -> bytes:
+    return (FIXTURES / name).read_bytes()
+
+
+# --- the script itself -------------------------------------------------------------------
+
+
+def test_double_is_one_executable_stdlib_python3_script():
+    assert os.access(DOUBLE, os.X_OK)
+    text = DOUBLE.read_text(encoding="utf-8")
+    assert text.startswith("#!/usr/bin/env python3\n")
+    imported = set()
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Import):
+            imported.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            imported.add(node.module.split(".")[0])
+    assert imported - {"__future__"} <= set(sys.stdlib_module_names)
+
+
+def test_double_runs_through_its_shebang():
+    env = dict(os.environ, NVIDIA_SMI_DOUBLE_STATE=str(state_file("default")))
+    result = subprocess.run([str(DOUBLE), "-L"], env=env, capture_output=True, check=False)
+    assert result.returncode == 0
+    assert len(parse_list(result.stdout.decode())) == 8
+
+
+def test_every_state_file_is_listed_here():
+    assert sorted(p.stem for p in STATES.glob("*.json")) == sorted(
+        HEALTHY + ["no-driver", "nvml-mismatch", "no-gpus"]
+    )
+
+
+# --- healthy states, every format ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", HEALTHY)
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_inventory_query_in_every_format(name, fmt):
+    state = load(name)
+    text = out(state_file(name), f"--query-gpu={','.join(INVENTORY_FIELDS)}", f"--format={fmt}")
+    inventory = GpuInventory.from_query(text, INVENTORY_FIELDS, fmt)
+    assert inventory.driver_version == state["driver_version"]
+    assert inventory.count == len(state["gpus"])
+    for gpu, expected in zip(inventory.gpus, state["gpus"], strict=True):
+        assert gpu.name == expected["name"]
+        assert gpu.compute_capability == expected["compute_cap"]
+        assert gpu.memory_total_mib == expected["memory_total_mib"]
+        assert gpu.uuid == expected["uuid"]
+        assert gpu.pci_bus_id == expected["pci_bus_id"]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_query_fields_with_units_in_every_format(fmt):
+    fields = "index,power.limit,temperature.gpu,memory.used,memory.free,utilization.gpu,count"
+    rows = parse_query_gpu(
+        out(state_file("h200"), f"--query-gpu={fields}", f"--format={fmt}"), fields, fmt
+    )
+    assert rows == [
+        {
+            "index": 0,
+            "power.limit": 700.0,
+            "temperature.gpu": 33,
+            "memory.used": 0,
+            "memory.free": 143771,
+            "utilization.gpu": 0,
+            "count": 1,
+        }
+    ]
+
+
+def test_query_header_is_the_real_one():
+    text = out(
+        state_file("default"),
+        "--query-gpu=name,driver_version,compute_cap,memory.total",
+        "--format=csv",
+    )
+    assert text.splitlines()[0] == "name, driver_version, compute_cap, memory.total [MiB]"
+    assert (
+        text.splitlines()[1]
+        == "NVIDIA RTX PRO 6000 Blackwell Server Edition, 590.48.01, 12.0, 97887 MiB"
+    )
+
+
+def test_query_as_the_molecule_verifier_runs_it():
+    text = out(
+        state_file("default"),
+        "--query-gpu=name,compute_cap,driver_version",
+        "--format=csv,noheader",
+    )
+    assert {tuple(line.split(", ")) for line in text.splitlines()} == {
+        ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "12.0", "590.48.01")
+    }
+
+
+def test_query_selects_gpus_with_id():
+    text = out(
+        state_file("mixed-gpus"),
+        "--query-gpu=index,name,compute_cap",
+        "--format=csv,noheader",
+        "-i",
+        "7",
+    )
+    assert parse_query_gpu(text, "index,name,compute_cap", "csv,noheader") == [
+        {"index": 7, "name": "NVIDIA H200", "compute_cap": "9.0"}
+    ]
+    text = out(state_file("mixed-gpus"), "--id=0,7", "--query-gpu=index", "--format=csv,noheader")
+    assert text == "0\n7\n"
+    missing = run(state_file("h200"), "-i", "3", "--query-gpu=index", "--format=csv")
+    assert (missing.returncode, missing.stdout) == (6, b"No devices were found\n")
+
+
+def test_query_alias_prints_the_canonical_header():
+    text = out(state_file("h200"), "--query-gpu=gpu_name,gpu_bus_id", "--format=csv")
+    assert text == "name, pci.bus_id\nNVIDIA H200, 00000000:29:00.0\n"
+
+
+def test_query_override_of_a_raw_value(tmp_path):
+    state = load("h200")
+    state["gpus"][0]["query"] = {"power.limit": "[Not Supported]"}
+    rows = parse_query_gpu(out(write_state(tmp_path, state), "--query-gpu=index,power.limit", "--format=csv"),
+                           "index,power.limit", "csv")  # fmt: skip
+    assert rows == [{"index": 0, "power.limit": None}]
+
+
+@pytest.mark.parametrize("name", HEALTHY)
+def test_table_reads_back(name):
+    state = load(name)
+    table = parse_table(out(state_file(name)))
+    assert table["driver_version"] == state["driver_version"]
+    assert table["cuda_version"] == state["cuda_version"]
+    assert [g["bus_id"] for g in table["gpus"]] == [g["pci_bus_id"] for g in state["gpus"]]
+    assert [g["memory_total_mib"] for g in table["gpus"]] == [
+        g["memory_total_mib"] for g in state["gpus"]
+    ]
+    for gpu, expected in zip(table["gpus"], state["gpus"], strict=True):
+        shown = expected["name"] if len(expected["name"]) <= 27 else expected["name"][:24] + "..."
+        assert gpu["name"] == shown
+        assert gpu["power_cap_w"] == expected["power_limit_w"]
+    assert table["processes"] == []
+
+
+def test_table_lines_are_the_real_width():
+    lines = out(state_file("default")).splitlines()
+    assert {len(line) for line in lines[1:] if line} == {91}
+
+
+@pytest.mark.parametrize("name", HEALTHY)
+def test_list_reads_back(name):
+    state = load(name)
+    gpus = parse_list(out(state_file(name), "-L"))
+    assert [(g["index"], g["name"], g["uuid"]) for g in gpus] == [
+        (i, g["name"], g["uuid"]) for i, g in enumerate(state["gpus"])
+    ]
+    assert out(state_file(name), "--list-gpus") == out(state_file(name), "-L")
+
+
+@pytest.mark.parametrize("name", HEALTHY)
+def test_version_reads_back(name):
+    state = load(name)
+    info = parse_version_info(out(state_file(name), "--version"))
+    assert (info["driver_version"], info["cuda_version"]) == (
+        state["driver_version"],
+        state["cuda_version"],
+    )
+    assert info["nvml_version"] == ".".join(state["driver_version"].split(".")[:2])
+
+
+def test_topology_reads_back_as_pcie_only():
+    topo = parse_topology(out(state_file("default"), "topo", "-m"))
+    assert topo["devices"] == [f"GPU{i}" for i in range(8)]
+    assert {topo["links"][f"GPU{i}"][f"GPU{i}"] for i in range(8)} == {"X"}
+    assert topo["links"]["GPU0"]["GPU3"] == "NODE"
+    assert topo["links"]["GPU0"]["GPU4"] == "SYS"
+    assert not any(v.startswith("NV") for row in topo["links"].values() for v in row.values())
+    assert topo["numa_affinity"] == {f"GPU{i}": "0" if i < 4 else "1" for i in range(8)}
+    assert topo["cpu_affinity"]["GPU7"] == "48-95,144-191"
+    assert topo["legend"]["NODE"] == (
+        "Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within "
+        "a NUMA node"
+    )
+
+
+def test_topology_header_carries_the_real_escapes():
+    first = out(state_file("h200"), "topo", "-m").splitlines()[0]
+    assert first == "\t\x1b[4mGPU0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m"
+
+
+def test_topology_of_gpus_behind_one_switch(tmp_path):
+    state = load("default")
+    state["gpus"] = state["gpus"][:2]
+    for gpu in state["gpus"]:
+        gpu["pcie_switch"] = "sw0"
+    topo = parse_topology(out(write_state(tmp_path, state), "topo", "-m"))
+    assert topo["links"]["GPU0"]["GPU1"] == "PIX"
+
+
+# --- the states drive preflight end to end -----------------------------------------------
+
+
+def facts_of(name: str) -> dict:
+    text = out(
+        state_file(name),
+        f"--query-gpu={','.join(INVENTORY_FIELDS)}",
+        "--format=csv,noheader,nounits",
+    )
+    inventory = GpuInventory.from_query(text).to_dict()
+    header = parse_table(out(state_file(name)))
+    return {
+        "driver_version": inventory["driver_version"],
+        "cuda_driver_version": header["cuda_version"],
+        "gpus": inventory["gpus"],
+        "disk_free_bytes": 500 * GIB,
+        "python_version": "3.11.2",
+    }
+
+
+def test_preflight_passes_the_default_host():
+    assert evaluate(facts_of("default"), {"expected_gpu_count": 8}).ok
+
+
+def test_preflight_refuses_the_old_driver():
+    report = evaluate(facts_of("driver-too-old"))
+    assert [f["check"] for f in report.failures] == ["driver", "driver_cuda_version"]
+    assert report.failures[0]["value"] == "570.86.15"
+
+
+def test_preflight_refuses_the_h200_of_the_mixed_host():
+    report = evaluate(facts_of("mixed-gpus"))
+    assert [(f["check"], f["value"]) for f in report.failures] == [("compute_capability", "9.0")]
+    assert report.failures[0]["message"].startswith(
+        "GPU 7 (NVIDIA H200) has compute capability 9.0"
+    )
+    assert evaluate(facts_of("mixed-gpus"), {"allowed_compute_capabilities": ["9.0", "12.0"]}).ok
+
+
+def test_preflight_refuses_the_h200_host():
+    report = evaluate(facts_of("h200"))
+    assert [(f["check"], f["value"]) for f in report.failures] == [("compute_capability", "9.0")]
+
+
+# --- failure states ------------------------------------------------------------------------
+
+ALL_COMMANDS = [
+    [],
+    ["-L"],
+    ["--version"],
+    ["topo", "-m"],
+    ["--query-gpu=index,name", "--format=csv,noheader"],
+]
+
+
+@pytest.mark.parametrize("args", ALL_COMMANDS)
+def test_no_driver(args):
+    result = run(state_file("no-driver"), *args)
+    assert result.returncode == 9
+    assert result.stdout.startswith(fixture_bytes("failure-no-driver.txt"))
+    failure = classify_failure(result.returncode, result.stdout.decode(), result.stderr.decode())
+    assert failure.code == "driver_not_loaded"
+
+
+@pytest.mark.parametrize("args", ALL_COMMANDS)
+def test_nvml_mismatch(args):
+    result = run(state_file("nvml-mismatch"), *args)
+    assert result.returncode == 18
+    assert result.stdout == (
+        b"Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 590.48\n"
+    )
+    real_first_line = fixture_bytes("failure-nvml-mismatch-550.txt").splitlines()[0]
+    assert result.stdout.splitlines()[0] == real_first_line
+    assert classify_failure(18, result.stdout.decode(), "").code == "driver_library_mismatch"
+
+
+@pytest.mark.parametrize("args", ALL_COMMANDS)
+def test_no_gpus(args):
+    result = run(state_file("no-gpus"), *args)
+    assert (result.returncode, result.stdout) == (6, fixture_bytes("failure-no-devices.txt"))
+    assert classify_failure(6, result.stdout.decode(), "").code == "no_devices"
+
+
+def test_no_supported_gpus(tmp_path):
+    path = write_state(tmp_path, {"failure": "no_supported_gpus"})
+    result = run(path, "-L")
+    assert (result.returncode, result.stdout) == (
+        255,
+        fixture_bytes("failure-no-supported-gpus.txt"),
+    )
+
+
+def test_unknown_field_prints_the_real_error():
+    result = run(
+        state_file("default"), "--query-gpu=driver_version,cuda_version", "--format=csv,noheader"
+    )
+    assert (result.returncode, result.stdout) == (2, fixture_bytes("failure-invalid-field.txt"))
+    foo = run(state_file("default"), "--query-gpu=foo", "--format=csv")
+    assert (foo.returncode, foo.stdout) == (2, b'Field "foo" is not a valid field to query.\n\n')
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["topo"], ["--bogus"], ["--query-gpu=index"], ["--query-gpu=index", "--format=json"]],
+)
+def test_invalid_arguments(args):
+    result = run(state_file("default"), *args)
+    assert (result.returncode, result.stdout) == (
+        2,
+        fixture_bytes("failure-topo-invalid-arguments.txt"),
+    )
+
+
+def test_missing_state_file_is_an_error(tmp_path):
+    result = run(tmp_path / "absent.json", "-L")
+    assert result.returncode == 255
+    assert result.stderr.decode() == (
+        f"nvidia-smi double: state file {tmp_path / 'absent.json'} (from $NVIDIA_SMI_DOUBLE_STATE) "
+        "does not exist\n"
+    )
+
+
+def test_broken_state_file_is_an_error(tmp_path):
+    path = tmp_path / "state.json"
+    path.write_text("{not json", encoding="utf-8")
+    result = run(path, "-L")
+    assert result.returncode == 255
+    assert result.stderr.decode().startswith(f"nvidia-smi double: cannot read state file {path}:")
+
+
+@pytest.mark.skipif(
+    os.path.exists("/etc/nvidia-smi-double/state.json"), reason="this machine has a state file"
+)
+def test_builtin_default_equals_default_json():
+    for args in (
+        ["-L"],
+        ["--query-gpu=" + ",".join(INVENTORY_FIELDS), "--format=csv"],
+        ["topo", "-m"],
+    ):
+        assert out(None, *args) == out(state_file("default"), *args)
+
+
+# --- replaying and reproducing real outputs -------------------------------------------------
+
+
+def test_replay_is_byte_identical(tmp_path):
+    table = (FIXTURES / "table-590.48.01-rtxpro6000-2gpu.txt").read_text(encoding="utf-8")
+    topo = (FIXTURES / "topo-6gpu-pcie-ansi.txt").read_text(encoding="utf-8")
+    mismatch = (FIXTURES / "failure-nvml-mismatch-535.txt").read_text(encoding="utf-8")
+    state = {
+        "replay": {
+            "": {"stdout": table, "rc": 0},
+            "topo -m": {"stdout": topo, "rc": 0},
+            "--query-gpu=index --format=csv": {"stdout": mismatch, "rc": 18},
+            "-L": {"stdout_file": "recorded-list.txt", "rc": 0},
+        }
+    }
+    (tmp_path / "recorded-list.txt").write_bytes(fixture_bytes("list-rtxpro6000-server-mig.txt"))
+    path = write_state(tmp_path, state)
+    assert run(path).stdout == fixture_bytes("table-590.48.01-rtxpro6000-2gpu.txt")
+    assert run(path, "topo", "-m").stdout == fixture_bytes("topo-6gpu-pcie-ansi.txt")
+    replayed = run(path, "--query-gpu=index", "--format=csv")
+    assert (replayed.returncode, replayed.stdout) == (
+        18,
+        fixture_bytes("failure-nvml-mismatch-535.txt"),
+    )
+    assert run(path, "-L").stdout == fixture_bytes("list-rtxpro6000-server-mig.txt")
+    # a command line that is not recorded is answered from the state as usual
+    assert len(parse_list(out(path, "--list-gpus"))) == 8
+
+
+def test_replay_wins_over_a_failure(tmp_path):
+    path = write_state(
+        tmp_path,
+        {"failure": "no_driver", "replay": {"--version": {"stdout": "recorded\n", "rc": 0}}},
+    )
+    assert run(path, "--version").stdout == b"recorded\n"
+    assert run(path, "-L").returncode == 9
+
+
+def test_reproduces_a_real_580_server_edition_table(tmp_path):
+    state = {
+        "driver_version": "580.126.09",
+        "cuda_version": "13.0",
+        "timestamp": "Sat Jul 11 10:55:20 2026",
+        "gpus": [{"pci_bus_id": "00000000:F3:00.0", "temperature_c": 31, "power_draw_w": 30}],
+    }
+    assert run(write_state(tmp_path, state)).stdout == fixture_bytes(
+        "table-580.126.09-rtxpro6000-server-1gpu.txt"
+    )
+
+
+def test_reproduces_a_real_570_table_layout(tmp_path):
+    state = load("h200")
+    state.update(
+        driver_version="570.124.06", cuda_version="12.8", timestamp="Mon Aug  3 11:55:12 2026"
+    )
+    state["gpus"][0]["memory_used_mib"] = 1
+    assert run(write_state(tmp_path, state)).stdout == fixture_bytes(
+        "table-570.124.06-h200-1gpu.txt"
+    )
+
+
+def test_reproduces_a_real_590_table_with_processes(tmp_path):
+    common = {"persistence_mode": False, "fan_percent": 30, "ecc": "Off", "mig_mode": "N/A",
+              "memory_used_mib": 15}  # fmt: skip
+    state = {
+        "gpus": [
+            {**common, "pci_bus_id": "00000000:51:00.0", "temperature_c": 31, "power_draw_w": 20},
+            {**common, "pci_bus_id": "00000000:C3:00.0", "temperature_c": 34, "power_draw_w": 15},
+        ],
+        "processes": [
+            {
+                "gpu": gpu,
+                "pid": 315292,
+                "type": "G",
+                "name": "/usr/lib/xorg/Xorg",
+                "used_memory_mib": 4,
+            }
+            for gpu in (0, 1)
+        ],
+    }
+    produced = run(write_state(tmp_path, state)).stdout.decode()
+    # the published sample starts at the box, without nvidia-smi's timestamp line
+    assert (
+        produced.split("\n", 1)[1] == (FIXTURES / "table-590.48.01-rtxpro6000-2gpu.txt").read_text()
+    )
+
+
+def test_r610_header_wording(tmp_path):
+    state = load("default")
+    state.update(driver_version="610.43.02", cuda_version="13.3")
+    lines = out(write_state(tmp_path, state)).splitlines()
+    real = (FIXTURES / "table-610.43.02-rtxpro6000-mig-excerpt.txt").read_text().splitlines()
+    assert lines[1:4] == real[1:4]

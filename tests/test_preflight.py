@@ -1,0 +1,261 @@
+"""Tests of cuda13_upgrade.preflight.evaluate."""
+
+from __future__ import annotations
+
+import pytest
+
+from cuda13_upgrade.errors import PreflightError
+from cuda13_upgrade.preflight import DEFAULT_SETTINGS, GIB, OPTION_NAMES, evaluate
+
+BLACKWELL = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
+
+
+def host(**changes):
+    """Facts of the host the upgrade is made for: 8x RTX PRO 6000, driver 590.48.01."""
+    facts = {
+        "driver_version": "590.48.01",
+        "cuda_driver_version": "13.1",
+        "gpus": [{"index": i, "name": BLACKWELL, "compute_capability": "12.0"} for i in range(8)],
+        "disk_free_bytes": 200 * GIB,
+        "disk_path": "/opt",
+        "python_version": "3.11.2",
+    }
+    facts.update(changes)
+    return facts
+
+
+def failures(report, check=None):
+    return [f for f in report.failures if check is None or f["check"] == check]
+
+
+def test_the_target_host_passes():
+    report = evaluate(host())
+    assert report.ok
+    assert report.failures == []
+    assert [p["check"] for p in report.passed] == [
+        "driver",
+        "driver_cuda_version",
+        "gpu_count",
+        "compute_capability",
+        "disk",
+        "python",
+    ]
+
+
+def test_defaults():
+    assert DEFAULT_SETTINGS["allowed_compute_capabilities"] == [
+        "10.0",
+        "10.3",
+        "11.0",
+        "12.0",
+        "12.1",
+    ]
+    assert DEFAULT_SETTINGS["min_python_version"] == "3.10"
+    assert OPTION_NAMES["allowed_compute_capabilities"] == (
+        "nvidia_driver_check_allowed_compute_capabilities"
+    )
+
+
+def test_h200_is_refused_with_index_name_and_option():
+    gpus = [{"index": i, "name": BLACKWELL, "compute_cap": "12.0"} for i in range(7)]
+    gpus.append({"index": 7, "name": "NVIDIA H200", "compute_cap": "9.0"})
+    report = evaluate(host(gpus=gpus))
+    assert not report.ok
+    assert failures(report) == [
+        {
+            "check": "compute_capability",
+            "value": "9.0",
+            "option": "nvidia_driver_check_allowed_compute_capabilities",
+            "message": (
+                "GPU 7 (NVIDIA H200) has compute capability 9.0, which is not in the allowed list "
+                "['10.0', '10.3', '11.0', '12.0', '12.1']: '9.0'. Option: "
+                "nvidia_driver_check_allowed_compute_capabilities. Fix: add '9.0' to "
+                "nvidia_driver_check_allowed_compute_capabilities if the CUDA 13 stack is meant to "
+                "run on it, or leave this host out of the upgrade."
+            ),
+        }
+    ]
+
+
+def test_allowing_9_0_passes_the_h200():
+    gpus = [{"index": 0, "name": "NVIDIA H200", "compute_capability": "9.0"}]
+    settings = {"allowed_compute_capabilities": ["9.0", "12.0"]}
+    assert evaluate(
+        host(gpus=gpus, driver_version="580.95.05", cuda_driver_version="13.0"), settings
+    ).ok
+
+
+def test_gpus_of_one_capability_are_reported_together():
+    gpus = [{"index": i, "name": "NVIDIA H200", "compute_capability": "9.0"} for i in range(2)]
+    (failure,) = failures(evaluate(host(gpus=gpus)))
+    assert failure["message"].startswith("GPU 0 (NVIDIA H200), 1 (NVIDIA H200) has compute")
+
+
+def test_zero_gpus_is_always_refused():
+    for settings in (None, {"expected_gpu_count": None}):
+        report = evaluate(host(gpus=[]), settings)
+        assert failures(report, "gpu_count") == [
+            {
+                "check": "gpu_count",
+                "value": 0,
+                "option": "nvidia_driver_check_expected_gpu_count",
+                "message": (
+                    "no GPU found on the host: 0. Option: nvidia_driver_check_expected_gpu_count. "
+                    "Fix: check that nvidia-smi lists the GPUs (driver loaded, open kernel module) "
+                    "before upgrading; a host without GPUs is never upgraded."
+                ),
+            }
+        ]
+
+
+def test_expected_gpu_count():
+    assert evaluate(host(), {"expected_gpu_count": 8}).ok
+    report = evaluate(host(), {"expected_gpu_count": 4})
+    (failure,) = failures(report)
+    assert (failure["check"], failure["value"]) == ("gpu_count", 8)
+    assert failure["message"].startswith("the host has 8 GPUs, 4 expected: 8.")
+
+
+def test_driver_too_old():
+    report = evaluate(host(driver_version="570.86.15", cuda_driver_version="12.8"))
+    driver = failures(report, "driver")
+    assert driver == [
+        {
+            "check": "driver",
+            "value": "570.86.15",
+            "option": "cuda13_toolkit_release",
+            "message": (
+                "the NVIDIA driver is too old for CUDA 13.0 (needs >= 580.65.06, rule "
+                "toolkit-driver): '570.86.15'. Option: cuda13_toolkit_release. Fix: upgrade the "
+                "driver to 580.65.06 or newer (this package never changes the driver), or set "
+                "cuda13_toolkit_release to a release the driver supports."
+            ),
+        }
+    ]
+    assert failures(report, "driver_cuda_version")[0]["value"] == "12.8"
+
+
+def test_update_release_needs_its_own_driver():
+    report = evaluate(
+        host(driver_version="580.82.07", cuda_driver_version="13.0"), {"toolkit_release": "13.0.2"}
+    )
+    assert failures(report, "driver")[0]["message"].startswith(
+        "the NVIDIA driver is too old for CUDA 13.0.2 (needs >= 580.95.05"
+    )
+
+
+def test_unknown_release_names_the_override():
+    report = evaluate(host(), {"toolkit_release": "13.4"})
+    (failure,) = failures(report, "driver")
+    assert failure["option"] == "cuda13_toolkit_release"
+    assert failure["value"] == "13.4"
+    assert "set nvidia_driver_check_min_driver_version to it" in failure["message"]
+
+
+def test_override_makes_an_unknown_release_pass():
+    report = evaluate(host(), {"toolkit_release": "13.4", "min_driver_version": "590.44.01"})
+    assert report.ok
+    assert [p["check"] for p in report.passed][:2] == ["driver", "gpu_count"]
+
+
+def test_override_that_fails_names_itself():
+    report = evaluate(host(), {"min_driver_version": "595.45.04"})
+    (failure,) = failures(report)
+    assert failure["option"] == "nvidia_driver_check_min_driver_version"
+    assert "needs >= 595.45.04, rule override" in failure["message"]
+
+
+def test_malformed_driver_fact():
+    report = evaluate(host(driver_version="N/A"))
+    (failure,) = failures(report, "driver")
+    assert (failure["value"], failure["option"]) == ("N/A", None)
+    assert failure["message"].startswith(
+        "driver version is not of the form BRANCH.MINOR[.PATCH]: 'N/A'."
+    )
+
+
+def test_missing_driver_fact():
+    facts = host()
+    del facts["driver_version"]
+    (failure,) = failures(evaluate(facts), "driver")
+    assert failure["message"] == (
+        "the driver version fact is missing: None. Fix: gather 'nvidia-smi "
+        "--query-gpu=driver_version --format=csv,noheader' first."
+    )
+
+
+def test_disk_too_small():
+    report = evaluate(host(disk_free_bytes=12 * GIB), {"required_disk_gib": 40})
+    assert failures(report) == [
+        {
+            "check": "disk",
+            "value": 12 * GIB,
+            "option": "preflight_required_disk_gib",
+            "message": (
+                "/opt has 12.0 GiB free (12884901888 bytes), less than the 40 GiB required: "
+                "12884901888. Option: preflight_required_disk_gib. Fix: free space on /opt, or "
+                "lower preflight_required_disk_gib if the new stack needs less."
+            ),
+        }
+    ]
+
+
+def test_disk_check_can_be_skipped_and_needs_its_fact():
+    facts = host()
+    del facts["disk_free_bytes"]
+    assert evaluate(facts, {"required_disk_gib": None}).ok
+    (failure,) = failures(evaluate(facts), "disk")
+    assert failure["option"] is None
+    assert failure["message"].startswith("free disk space of /opt is missing or not a byte count")
+
+
+def test_python_too_old():
+    report = evaluate(host(python_version="3.9.18"))
+    (failure,) = failures(report)
+    assert failure["message"] == (
+        "host Python 3.9.18 is older than the required 3.10: '3.9.18'. Option: "
+        "preflight_min_python_version. Fix: install Python 3.10 or newer for the new virtual "
+        "environment, or lower preflight_min_python_version."
+    )
+    assert evaluate(host(python_version="3.10.0")).ok
+
+
+def test_every_failure_is_reported_at_once():
+    report = evaluate(
+        host(driver_version="570.86.15", cuda_driver_version=None, gpus=[], python_version="3.8.10",
+             disk_free_bytes=0)
+    )  # fmt: skip
+    assert [f["check"] for f in report.failures] == ["driver", "gpu_count", "disk", "python"]
+    assert report.to_dict()["ok"] is False
+    assert report.to_dict()["failures"] == report.failures
+
+
+def test_option_names_can_be_renamed():
+    report = evaluate(
+        host(python_version="3.9.1"), {"option_names": {"min_python_version": "my_python"}}
+    )
+    assert failures(report)[0]["option"] == "my_python"
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"toolkit_release": 13.0}, "CUDA toolkit release must be a string, got float: 13.0. Option: cuda13_toolkit_release."),
+        ({"allowed_compute_capabilities": "12.0"}, "allowed compute capabilities must be a non-empty list: '12.0'. Option: nvidia_driver_check_allowed_compute_capabilities."),
+        ({"allowed_compute_capabilities": ["sm_120"]}, "compute capability is not of the form MAJOR.MINOR: 'sm_120'. Option: nvidia_driver_check_allowed_compute_capabilities."),
+        ({"expected_gpu_count": 0}, "expected GPU count must be a positive integer or null: 0. Option: nvidia_driver_check_expected_gpu_count."),
+        ({"required_disk_gib": -1}, "required disk space must be a non-negative number of GiB or null: -1. Option: preflight_required_disk_gib."),
+        ({"min_python_version": 3.1}, "minimum Python version must be a string: 3.1. Option: preflight_min_python_version."),
+        ({"jit": "yes"}, "jit must be true or false: 'yes'. Option: nvidia_driver_check_require_jit."),
+        ({"expected_gpus": 8}, "unknown preflight settings: ['expected_gpus']. Option: settings."),
+    ],
+)  # fmt: skip
+def test_bad_settings_raise_with_the_option(settings, message):
+    with pytest.raises(PreflightError) as info:
+        evaluate(host(), settings)
+    assert str(info.value).startswith(message)
+
+
+def test_facts_must_be_a_mapping():
+    with pytest.raises(PreflightError, match="preflight facts must be a mapping: 'facts'"):
+        evaluate("facts")  # type: ignore[arg-type]
