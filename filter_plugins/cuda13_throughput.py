@@ -24,7 +24,7 @@ DOCUMENTATION = r"""
       tolerance_pct: {description: allowed slowdown of the median in percent, type: float, default: 3.0}
       z: {description: confidence factor of early decisions, type: float, default: 1.5}
       max_trials: {description: cap on candidate trials, type: int, default: 21}
-      metric: {description: trial metric compared, type: str, default: decode_tok_s}
+      metric: {description: trial metric compared, type: str, default: output_tok_s}
   - name: cuda13_trials
     short_description: Normalize client and bench_serving trials to one shape.
   - name: cuda13_trials_summary
@@ -60,7 +60,7 @@ def cuda13_trials(trials):
         raise AnsibleFilterError(str(exc)) from exc
 
 
-def cuda13_trials_summary(trials, metric="decode_tok_s"):
+def cuda13_trials_summary(trials, metric="output_tok_s"):
     _check_list("cuda13_trials_summary", trials)
     try:
         values = throughput.trial_metric(throughput.normalize_trials(trials), metric)
@@ -76,7 +76,7 @@ def cuda13_throughput_decide(
     tolerance_pct=throughput.DEFAULT_TOLERANCE_PCT,
     z=throughput.DEFAULT_Z,
     max_trials=throughput.DEFAULT_MAX_TRIALS,
-    metric="decode_tok_s",
+    metric="output_tok_s",
 ):
     _check_list("cuda13_throughput_decide", candidate)
     _check_list("cuda13_throughput_decide (baseline)", baseline)
@@ -93,7 +93,7 @@ def cuda13_throughput_decide(
         raise AnsibleFilterError(f"cannot decide profile {profile!r}: {exc}") from exc
 
 
-def cuda13_speculative_gain(speculative, plain, metric="decode_tok_s"):
+def cuda13_speculative_gain(speculative, plain, metric="output_tok_s"):
     _check_list("cuda13_speculative_gain", speculative)
     _check_list("cuda13_speculative_gain (plain)", plain)
     try:

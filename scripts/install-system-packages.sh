@@ -3,7 +3,8 @@
 # Runs as root (or with sudo available). Quick when everything is present.
 set -euo pipefail
 
-packages=(podman runc debootstrap dpkg-dev apt-utils gnupg git make ca-certificates)
+packages=(podman runc debootstrap dpkg-dev apt-utils gnupg git make ca-certificates
+  python3-wheel-whl python3-setuptools-whl)
 missing=()
 for pkg in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

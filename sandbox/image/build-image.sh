@@ -32,6 +32,9 @@ chroot "$rootfs" systemctl mask \
   systemd-udev-trigger.service systemd-remount-fs.service \
   sys-kernel-debug.mount sys-kernel-tracing.mount >&2 || true
 echo "cuda13-sandbox" > "$rootfs/etc/hostname"
+# The sandbox host is offline (--network none): its only package source is the
+# local mirror that the provisioning adds.
+echo "# offline sandbox host: packages come from the local mirror only" > "$rootfs/etc/apt/sources.list"
 rm -f "$rootfs"/var/cache/apt/archives/*.deb
 rm -rf "$rootfs"/var/lib/apt/lists/*
 

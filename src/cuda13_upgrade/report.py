@@ -1,18 +1,45 @@
 """Reports of a run: one JSON result per host, a fleet summary of them.
 
-A run's directory on the control node (``reports/<run id>/``) holds
-``<host>/result.json`` (written by the upgrade play for every host it
-reached) and, from this module, ``summary.json`` and ``summary.md``. A host
-of the run without a result was not reached.
+A run's directory on the control node (``reports/<run id>/``) holds:
+
+``<host>/result.json``
+    written by the upgrade play (``playbooks/tasks/result.yml``) for every host
+    it reached, or by ``playbooks/rollback.yml``.
+``run.json`` (optional)
+    written by the ``cuda13-upgrade`` command after ansible-playbook returned:
+    the hosts of the run and, for hosts without a result file, what the runner
+    saw of them (``{"status": "failed", "failed_step", "failed_task",
+    "error"}``, ``"unreachable"``, ``"passed"`` ...).
+``summary.md``, ``summary.json``, ``summary.png``
+    written by :func:`fleet_summary`: one row per host.
+
+A host of the run without a result (and without an outcome in ``run.json``)
+was "not reached": the rollout stopped before its batch.
+
+Throughput figures are medians of the trials of one profile, in tokens per
+second (tok/s) of the metric the verify_throughput role measured (decode
+throughput by default); see :mod:`cuda13_upgrade.throughput`.
 """
 
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 NOT_REACHED = "not reached"
+
+#: Result phases of ``result.json``'s ``throughput``: the old stack before the
+#: switch, the new stack after it, the old stack again after a rollback.
+PHASES = ("baseline", "candidate", "rollback")
+
+#: Pixels per inch of the chart; its size in pixels is :func:`chart_size_px`.
+CHART_DPI = 100
+
+_STATUS_TEXT = {"rolled_back": "rolled back"}
 
 
 def load_results(run_dir: str | Path, hosts: list[str] | None = None) -> list[dict[str, Any]]:
@@ -38,11 +65,53 @@ def load_results(run_dir: str | Path, hosts: list[str] | None = None) -> list[di
     return results
 
 
+def load_run_record(run_dir: str | Path) -> dict[str, Any]:
+    """``<run_dir>/run.json`` as written by the ``cuda13-upgrade`` command, or ``{}``.
+
+    Shape: ``{"command": str, "runner_rc": int, "hosts": [str],
+    "outcomes": {host: {"status": str, ...}}, ...}``. Raises ``ValueError``
+    when the file exists but is not a JSON object.
+    """
+    path = Path(run_dir) / "run.json"
+    if not path.exists():
+        return {}
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path} is not JSON: {exc}") from exc
+    if not isinstance(record, dict):
+        raise ValueError(f"{path} is not a JSON object")
+    return record
+
+
 def _median(result: dict[str, Any], phase: str, profile: str) -> float | None:
     try:
-        return float(result["throughput"][phase][profile]["summary"]["median"])
+        value = float(result["throughput"][phase][profile]["summary"]["median"])
     except (KeyError, TypeError, ValueError):
         return None
+    return value if math.isfinite(value) else None
+
+
+def _number(value: Any) -> float | None:
+    """``value`` as a float, or None for None/"" and anything not a finite number."""
+    if value is None or value == "":
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _duration_s(started: Any, finished: Any) -> float | None:
+    """Seconds between two ISO 8601 timestamps (``now(utc=true).isoformat()``)."""
+    if not started or not finished:
+        return None
+    try:
+        delta = datetime.fromisoformat(str(finished)) - datetime.fromisoformat(str(started))
+    except (TypeError, ValueError):
+        return None
+    return round(delta.total_seconds(), 1)
 
 
 def profiles_of(results: list[dict[str, Any]]) -> list[str]:
@@ -56,33 +125,78 @@ def profiles_of(results: list[dict[str, Any]]) -> list[str]:
     return names
 
 
+def decision_text(row: dict[str, Any]) -> str:
+    """One phrase for a row's outcome: ``"kept"``, ``"rolled back at verify"``,
+    ``"failed at wheels"``, ``"not reached"``, with ``(check mode)`` or the run
+    that verified a host kept earlier and not measured again."""
+    status = str(row.get("status") or "unknown")
+    text = _STATUS_TEXT.get(status, status)
+    step = row.get("failed_step")
+    if status in ("rolled_back", "failed", "unreachable") and step:
+        text += f" at {step}"
+    if status == "kept" and row.get("measured") is False and row.get("verified_in_run"):
+        text += f" (verified in run {row['verified_in_run']})"
+    if row.get("check_mode"):
+        text += " (check mode)"
+    return text
+
+
 def summary_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per host: status, stacks, per-profile medians before/after (tok/s)."""
+    """One row per result, in the order given.
+
+    Each row (also the shape of ``summary.json``'s ``rows``)::
+
+        {"host", "status", "decision", "check_mode", "measured", "verified_in_run",
+         "stack_before": {"venv", "cuda", "nvcc", "torch", "sglang"},
+         "stack_after": {"venv", "torch", "torch_cuda"},
+         "profiles": {name: {"before", "after", "after_rollback": tok/s | None,
+                             "change_pct": percent | None, "verdict": str | None}},
+         "failed_step", "failed_task", "reason",
+         "rollback": {"performed": bool, "seconds": float | None, "confirmed": bool | None},
+         "started_at", "finished_at", "duration_s": float | None}
+
+    ``before`` is the old stack's baseline median, ``after`` the new stack's,
+    ``after_rollback`` the old stack's again after a rollback. Every row has
+    every profile of the run (values None where not measured).
+    """
     profiles = profiles_of(results)
     rows = []
     for r in results:
         before = r.get("stack_before") or {}
         after = r.get("stack_after") or {}
-        row = {
+        rollback = r.get("rollback") or {}
+        decisions = r.get("decisions") or {}
+        row: dict[str, Any] = {
             "host": r.get("host"),
-            "status": r.get("status"),
-            "torch_before": before.get("torch"),
-            "torch_after": after.get("torch"),
-            "cuda_before": before.get("cuda"),
+            "status": r.get("status") or "unknown",
+            "check_mode": bool(r.get("check_mode")),
+            "measured": r.get("measured"),
+            "verified_in_run": r.get("verified_in_run"),
+            "stack_before": {k: before.get(k) for k in ("venv", "cuda", "nvcc", "torch", "sglang")},
+            "stack_after": {k: after.get(k) for k in ("venv", "torch", "torch_cuda")},
+            "profiles": {},
             "failed_step": r.get("failed_step"),
-            "reason": r.get("reason"),
-            "rollback_s": (r.get("rollback") or {}).get("seconds"),
+            "failed_task": r.get("failed_task"),
+            "reason": r.get("reason") or r.get("error"),
+            "rollback": {
+                "performed": bool(rollback.get("performed")),
+                "seconds": _number(rollback.get("seconds")),
+                "confirmed": rollback.get("confirmed"),
+            },
             "started_at": r.get("started_at"),
             "finished_at": r.get("finished_at"),
-            "profiles": {},
+            "duration_s": _duration_s(r.get("started_at"), r.get("finished_at")),
         }
         for name in profiles:
+            decision = decisions.get(name) or {}
             row["profiles"][name] = {
                 "before": _median(r, "baseline", name),
                 "after": _median(r, "candidate", name),
                 "after_rollback": _median(r, "rollback", name),
-                "verdict": ((r.get("decisions") or {}).get(name) or {}).get("verdict"),
+                "change_pct": _number(decision.get("change_pct")),
+                "verdict": decision.get("verdict"),
             }
+        row["decision"] = decision_text(row)
         rows.append(row)
     return rows
 
@@ -91,8 +205,85 @@ def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
+def _cell(value: Any) -> str:
+    """A Markdown table cell: one line, pipes escaped, "-" when empty."""
+    text = " ".join(str(value if value is not None else "").split())
+    return text.replace("|", "\\|") or "-"
+
+
+def format_duration(seconds: float | None) -> str:
+    """``3725`` -> ``"1 h 02 min"``, ``750`` -> ``"12 min 30 s"``, ``42`` -> ``"42 s"``."""
+    if seconds is None:
+        return "-"
+    total = int(round(seconds))
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours} h {minutes:02d} min"
+    if minutes:
+        return f"{minutes} min {secs:02d} s"
+    return f"{secs} s"
+
+
+def _stack_before(row: dict[str, Any]) -> str:
+    stack = row["stack_before"]
+    parts = []
+    if stack.get("torch") and stack["torch"] != "?":  # "?": result.yml found no torch pin
+        parts.append(f"torch {stack['torch']}")
+    if stack.get("cuda"):
+        parts.append(Path(str(stack["cuda"])).name)
+    if stack.get("nvcc"):
+        parts.append(f"nvcc {stack['nvcc']}")
+    return ", ".join(parts)
+
+
+def _stack_after(row: dict[str, Any]) -> str:
+    stack = row["stack_after"]
+    parts = []
+    if stack.get("torch"):
+        parts.append(f"torch {stack['torch']}")
+    if stack.get("torch_cuda"):
+        parts.append(f"CUDA {stack['torch_cuda']}")
+    return ", ".join(parts)
+
+
+def _after_cell(p: dict[str, Any]) -> str:
+    if p["after"] is not None:
+        notes = []
+        if p["change_pct"] is not None:
+            notes.append(f"{p['change_pct']:+.1f}%")
+        if p["verdict"]:
+            notes.append(str(p["verdict"]))
+        return _fmt(p["after"]) + (f" ({', '.join(notes)})" if notes else "")
+    if p["after_rollback"] is not None:
+        return f"{_fmt(p['after_rollback'])} (rollback)"
+    return "-"
+
+
+def _rollback_cell(row: dict[str, Any]) -> str:
+    rollback = row["rollback"]
+    if not rollback["performed"]:
+        return "no"
+    text = "yes"
+    if rollback["seconds"] is not None:
+        text += f", {rollback['seconds']:.1f} s"
+    if rollback["confirmed"] is True:
+        text += ", old throughput confirmed"
+    elif rollback["confirmed"] is False:
+        text += ", old stack slower than its baseline"
+    return text
+
+
+def _reason_cell(row: dict[str, Any]) -> str:
+    reason = " ".join(str(row.get("reason") or "").split())
+    return reason if len(reason) <= 160 else reason[:159] + "…"
+
+
 def render_markdown(run_id: str, rows: list[dict[str, Any]]) -> str:
-    """The fleet summary as a Markdown table, one row per host."""
+    """The fleet summary as Markdown: a title, a count per status, and a table
+    with one row per host (decision, stacks, median tok/s per profile before
+    and after, rollback with its seconds, duration, reason). Columns empty for
+    every host are left out, except host, decision and reason."""
     profiles = list(rows[0]["profiles"]) if rows else []
     counts: dict[str, int] = {}
     for row in rows:
@@ -100,32 +291,245 @@ def render_markdown(run_id: str, rows: list[dict[str, Any]]) -> str:
     lines = [
         f"# cuda13-upgrade run {run_id}",
         "",
-        ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "no hosts",
+        ", ".join(f"{n} {_STATUS_TEXT.get(s, s)}" for s, n in sorted(counts.items())) or "no hosts",
         "",
     ]
-    header = ["host", "status", "torch before", "torch after"]
+    if any(row.get("check_mode") for row in rows):
+        lines += ["Check mode: nothing was changed and nothing was measured.", ""]
+    columns: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
+        ("host", lambda row: str(row["host"])),
+        ("decision", lambda row: str(row["decision"])),
+        ("stack before", _stack_before),
+        ("stack after", _stack_after),
+    ]
     for name in profiles:
-        header += [f"{name} before (tok/s)", f"{name} after (tok/s)"]
-    header += ["rollback (s)", "reason"]
-    lines.append("| " + " | ".join(header) + " |")
-    lines.append("|" + "---|" * len(header))
+        columns += [
+            (f"{name} before (tok/s)", lambda row, n=name: _fmt(row["profiles"][n]["before"])),
+            (f"{name} after (tok/s)", lambda row, n=name: _after_cell(row["profiles"][n])),
+        ]
+    columns += [
+        ("rollback", _rollback_cell),
+        ("duration", lambda row: format_duration(row["duration_s"])),
+        ("reason", _reason_cell),
+    ]
+    # Columns with nothing to say for any host (a preflight run has no stacks,
+    # no rollback, no durations) are left out; host, decision, reason stay.
+    empty = {"", "-", "no"}
+    columns = [
+        (title, cell)
+        for title, cell in columns
+        if title in ("host", "decision", "reason") or any(cell(r) not in empty for r in rows)
+    ]
+    lines.append("| " + " | ".join(title for title, _ in columns) + " |")
+    lines.append("|" + "---|" * len(columns))
     for row in rows:
-        cells = [row["host"], row["status"], row["torch_before"] or "-", row["torch_after"] or "-"]
-        for name in profiles:
-            p = row["profiles"][name]
-            cells += [_fmt(p["before"]), _fmt(p["after"] if p["after"] is not None else p["after_rollback"])]
-        reason = (row.get("reason") or "").replace("|", "/").replace("\n", " ")
-        cells += [_fmt(row["rollback_s"]) if row["rollback_s"] else "-", reason[:160] or "-"]
-        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+        lines.append("| " + " | ".join(_cell(cell(row)) for _, cell in columns) + " |")
     return "\n".join(lines) + "\n"
 
 
-def fleet_summary(run_dir: str | Path, hosts: list[str] | None = None) -> dict[str, Any]:
-    """Summarise a run: writes ``summary.json`` into ``run_dir`` and returns
-    ``{"run_id", "rows", "markdown"}``."""
+def _chart_groups(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str | None]]:
+    """(row, profile) pairs drawn as bar groups; (row, None) for a row without profiles."""
+    groups: list[tuple[dict[str, Any], str | None]] = []
+    for row in rows:
+        names = list(row.get("profiles") or {})
+        groups += [(row, name) for name in names] or [(row, None)]
+    return groups
+
+
+def chart_size_px(rows: list[dict[str, Any]]) -> tuple[int, int]:
+    """Width and height in pixels of the chart :func:`render_chart` draws for ``rows``.
+
+    One bar group per host and profile (one per host without profiles):
+    ``6.4 in`` wide up to 6 groups, then ``0.8 in`` more per group, at most
+    ``40 in``; ``4.8 in`` high, ``6.0 in`` once the labels turn vertical
+    (more than 12 groups); :data:`CHART_DPI` pixels per inch.
+    """
+    width_in, height_in = _chart_size_in(len(_chart_groups(rows)))
+    return round(width_in * CHART_DPI), round(height_in * CHART_DPI)
+
+
+def _chart_size_in(n_groups: int) -> tuple[float, float]:
+    width = min(40.0, max(6.4, 1.6 + 0.8 * n_groups))
+    height = 6.0 if n_groups > 12 else 4.8
+    return width, height
+
+
+def render_chart(rows: list[dict[str, Any]], path: str | Path, *, title: str | None = None) -> Path:
+    """Draw a PNG bar chart of median throughput (tok/s) per host and profile.
+
+    ``rows`` as :func:`summary_rows` returns them. Each host and profile gets
+    a group of two bars: "before" (old stack baseline) and "after" (new
+    stack); a host that rolled back without an "after" shows its rollback
+    re-measurement of the old stack instead, hatched. A group with nothing
+    measured is labelled with the host's decision ("not reached" ...).
+    Drawn with matplotlib's Agg canvas (no display, no pyplot state); the
+    image is :func:`chart_size_px` pixels. Returns the path written; raises
+    ``OSError`` when it cannot be written and ``ImportError`` without
+    matplotlib.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
+    groups = _chart_groups(rows)
+    width_in, height_in = _chart_size_in(len(groups))
+    fig = Figure(figsize=(width_in, height_in), dpi=CHART_DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    colors = {
+        "before": "#7f7f7f",
+        "after": "#2b8cbe",
+        "regressed": "#d7301f",
+        "rollback": "#fdae6b",
+    }
+    bar_w = 0.38
+    vertical = len(groups) > 12  # many groups: one rotated "host profile" label each
+    labels = []
+    top = 0.0
+    for i, (row, name) in enumerate(groups):
+        labels.append(f"{row.get('host')} {name}" if vertical and name else (name or ""))
+        p = (row.get("profiles") or {}).get(name) if name else None
+        bars = []
+        if p and p.get("before") is not None:
+            bars.append((i - bar_w / 2, p["before"], colors["before"], None))
+        if p and p.get("after") is not None:
+            color = colors["regressed"] if p.get("verdict") == "regressed" else colors["after"]
+            bars.append((i + bar_w / 2, p["after"], color, None))
+        elif p and p.get("after_rollback") is not None:
+            bars.append((i + bar_w / 2, p["after_rollback"], colors["rollback"], "//"))
+        for x, value, color, hatch in bars:
+            ax.bar(x, value, bar_w, color=color, hatch=hatch, edgecolor="#333333", linewidth=0.5)
+            ax.annotate(
+                f"{value:.1f}",
+                (x, value),
+                ha="center",
+                va="bottom",
+                fontsize=7,
+                xytext=(0, 2),
+                textcoords="offset points",
+            )
+            top = max(top, value)
+        if not bars:
+            ax.annotate(
+                str(row.get("decision") or row.get("status")),
+                (i, 0),
+                ha="center",
+                va="bottom",
+                rotation=90,
+                fontsize=8,
+                color="#555555",
+                xytext=(0, 4),
+                textcoords="offset points",
+            )
+    ax.set_ylim(0, top * 1.15 if top > 0 else 1.0)
+    ax.set_xticks(range(len(groups)), labels, fontsize=7 if vertical else 8)
+    if vertical:
+        ax.tick_params(axis="x", labelrotation=90)
+    else:
+        # Host names once per host, under its profiles (matplotlib's nested
+        # tick labels: a secondary axis), with a line between hosts.
+        spans: list[tuple[str, int, int]] = []
+        for i, (row, _) in enumerate(groups):
+            host = str(row.get("host"))
+            if spans and spans[-1][0] == host:
+                spans[-1] = (host, spans[-1][1], i)
+            else:
+                spans.append((host, i, i))
+        hosts_axis = ax.secondary_xaxis(location=0)
+        centers = [(first + last) / 2 for _, first, last in spans]
+        hosts_axis.set_xticks(centers, [f"\n{h}" for h, _, _ in spans], fontsize=8)
+        hosts_axis.tick_params(axis="x", length=0, pad=6)
+        for _, _, last in spans[:-1]:
+            ax.axvline(last + 0.5, color="#cccccc", linewidth=0.8)
+    ax.set_xlim(-0.6, max(len(groups), 1) - 0.4)
+    ax.set_ylabel("median throughput (tok/s)")
+    fig.suptitle(title or "Decode throughput before and after the CUDA 13 upgrade", fontsize=10)
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_axisbelow(True)
+    fig.legend(
+        handles=[
+            Patch(facecolor=colors["before"], label="before (old stack)"),
+            Patch(facecolor=colors["after"], label="after (new stack, kept)"),
+            Patch(facecolor=colors["regressed"], label="after (new stack, regressed)"),
+            Patch(facecolor=colors["rollback"], hatch="//", label="after rollback (old stack)"),
+        ],
+        fontsize=7,
+        ncols=4,
+        loc="outside lower center",
+        frameon=False,
+    )
+    if top == 0:
+        ax.text(
+            0.5,
+            0.5,
+            "no throughput measured in this run",
+            transform=ax.transAxes,
+            ha="center",
+            va="center",
+            color="#555555",
+        )
+    out = Path(path)
+    fig.savefig(out, format="png", dpi=CHART_DPI)
+    return out
+
+
+def run_hosts(run_dir: str | Path) -> list[str]:
+    """The hosts of a run: ``run.json``'s ``hosts`` (the command's record),
+    then ``summary.json``'s rows (the play's hosts), then every host with a
+    result file, without repeats."""
     run = Path(run_dir)
-    rows = summary_rows(load_results(run, hosts))
-    summary = {"run_id": run.name, "rows": rows, "markdown": render_markdown(run.name, rows)}
+    hosts: list[str] = list(load_run_record(run).get("hosts") or [])
+    summary = run / "summary.json"
+    if summary.exists():
+        try:
+            hosts += [r["host"] for r in json.loads(summary.read_text(encoding="utf-8"))["rows"]]
+        except (json.JSONDecodeError, KeyError, TypeError):
+            pass  # a damaged summary is rewritten below; the result files still count
+    hosts += sorted(p.parent.name for p in run.glob("*/result.json"))
+    return list(dict.fromkeys(h for h in hosts if h))
+
+
+def fleet_summary(run_dir: str | Path, hosts: list[str] | None = None) -> dict[str, Any]:
+    """Summarise a run and write ``summary.md``, ``summary.json`` and ``summary.png``.
+
+    ``hosts``: the hosts of the run, in report order; None takes
+    :func:`run_hosts`. A host without a result file takes its outcome from
+    ``run.json`` when the command recorded one, else it is "not reached".
+
+    Returns ``{"run_id", "rows", "markdown", "files": {"markdown", "json",
+    "chart"}}`` (paths as strings; ``chart`` None, with ``chart_error`` set,
+    when matplotlib is missing). ``summary.json`` is ``{"run_id", "rows"}``.
+    Raises ``ValueError`` for a result file that is not JSON and ``OSError``
+    when the directory cannot be written.
+    """
+    run = Path(run_dir)
+    if hosts is None:
+        hosts = run_hosts(run)
+    outcomes = load_run_record(run).get("outcomes") or {}
+    results = []
+    for result in load_results(run, list(hosts)):
+        host = result.get("host")
+        if result.get("status") == NOT_REACHED and isinstance(outcomes.get(host), dict):
+            result = {**outcomes[host], "host": host}
+        results.append(result)
+    rows = summary_rows(results)
+    markdown = render_markdown(run.name, rows)
     run.mkdir(parents=True, exist_ok=True)
-    (run / "summary.json").write_text(json.dumps({"run_id": run.name, "rows": rows}, indent=2) + "\n")
+    md_path, json_path, png_path = run / "summary.md", run / "summary.json", run / "summary.png"
+    md_path.write_text(markdown, encoding="utf-8")
+    json_path.write_text(
+        json.dumps({"run_id": run.name, "rows": rows}, indent=2) + "\n", encoding="utf-8"
+    )
+    summary: dict[str, Any] = {
+        "run_id": run.name,
+        "rows": rows,
+        "markdown": markdown,
+        "files": {"markdown": str(md_path), "json": str(json_path), "chart": None},
+    }
+    try:
+        title = f"Median throughput per host and profile, run {run.name}"
+        render_chart(rows, png_path, title=title)
+        summary["files"]["chart"] = str(png_path)
+    except ImportError as exc:  # the report must not fail an upgrade for want of a chart
+        summary["chart_error"] = f"no chart: {exc}"
     return summary

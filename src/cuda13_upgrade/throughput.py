@@ -273,7 +273,7 @@ def parse_bench_serving_jsonl_line(record: dict[str, Any]) -> dict[str, Any]:
     return trial
 
 
-def trial_metric(trials: list[dict[str, Any]], metric: str = "decode_tok_s") -> list[float]:
+def trial_metric(trials: list[dict[str, Any]], metric: str = "output_tok_s") -> list[float]:
     """The ``metric`` of each trial; raises ``ValueError`` naming a trial without it."""
     values = []
     for index, trial in enumerate(trials):

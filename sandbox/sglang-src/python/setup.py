@@ -46,6 +46,11 @@ def _torch_build() -> tuple[str | None, str | None]:
     return (lines[0], lines[1]) if len(lines) >= 2 else (None, None)
 
 
+def _now() -> str:
+    utc = datetime.timezone.utc  # noqa: UP017 (datetime.UTC needs Python 3.11; SGLang runs on 3.10)
+    return datetime.datetime.now(utc).isoformat(timespec="seconds")
+
+
 def build_info() -> dict:
     """What this build is made against (see the module docstring)."""
     cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
@@ -62,7 +67,7 @@ def build_info() -> dict:
         "torch_version": torch_version,
         "torch_cuda": None if torch_cuda == "None" else torch_cuda,
         "git_commit": commit.strip() if commit else None,
-        "built_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "built_at": _now(),
     }
 
 

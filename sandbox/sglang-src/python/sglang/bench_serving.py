@@ -371,7 +371,9 @@ def _line(label: str, value, fmt: str = "") -> None:
     print("{:<40} {:<10{}}".format(label, value, fmt))
 
 
-def print_result(backend: str, request_rate, max_concurrency, m: dict, duration: float, accept_length) -> None:  # fmt: skip
+def print_result(
+    backend: str, request_rate, max_concurrency, m: dict, duration: float, accept_length
+) -> None:
     print("\n{s:{c}^{n}}".format(s=" Serving Benchmark Result ", n=50, c="="))
     _line("Backend:", backend)
     _line("Traffic request rate:", request_rate)
@@ -425,11 +427,28 @@ def _run_all(func, inputs: list[RequestFuncInput], request_rate: float, max_conc
         return [f.result() for f in futures]
 
 
-def benchmark(backend, api_url, base_url, model_id, input_requests, request_rate, max_concurrency, extra_request_body, warmup_requests):  # fmt: skip
+def benchmark(
+    backend,
+    api_url,
+    base_url,
+    model_id,
+    input_requests,
+    request_rate,
+    max_concurrency,
+    extra_request_body,
+    warmup_requests,
+):
     func = ASYNC_REQUEST_FUNCS[backend]
     print(f"Starting warmup with {warmup_requests} sequences...")
     first = input_requests[0]
-    test_input = RequestFuncInput(first.prompt, api_url, first.prompt_len, min(first.output_len, 32), model_id, extra_request_body)  # fmt: skip
+    test_input = RequestFuncInput(
+        first.prompt,
+        api_url,
+        first.prompt_len,
+        min(first.output_len, 32),
+        model_id,
+        extra_request_body,
+    )
     if warmup_requests > 0:
         threads_out: list[RequestFuncOutput] = []
         lock = threading.Lock()
@@ -456,7 +475,9 @@ def benchmark(backend, api_url, base_url, model_id, input_requests, request_rate
 
     start = time.perf_counter()
     inputs = [
-        RequestFuncInput(r.prompt, api_url, r.prompt_len, r.output_len, model_id, extra_request_body)  # fmt: skip
+        RequestFuncInput(
+            r.prompt, api_url, r.prompt_len, r.output_len, model_id, extra_request_body
+        )
         for r in input_requests
     ]
     outputs = _run_all(func, inputs, request_rate, max_concurrency)
@@ -494,13 +515,30 @@ def benchmark(backend, api_url, base_url, model_id, input_requests, request_rate
         "total_output_tokens_retokenized": metrics["total_output_retokenized"],
     }
     for key in (
-        "request_throughput", "input_throughput", "output_throughput", "total_throughput",
-        "mean_e2e_latency_ms", "median_e2e_latency_ms", "std_e2e_latency_ms",
-        "p90_e2e_latency_ms", "p99_e2e_latency_ms", "mean_ttft_ms", "median_ttft_ms",
-        "std_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "std_tpot_ms",
-        "p99_tpot_ms", "mean_itl_ms", "median_itl_ms", "std_itl_ms", "p95_itl_ms",
-        "p99_itl_ms", "concurrency",
-    ):  # fmt: skip
+        "request_throughput",
+        "input_throughput",
+        "output_throughput",
+        "total_throughput",
+        "mean_e2e_latency_ms",
+        "median_e2e_latency_ms",
+        "std_e2e_latency_ms",
+        "p90_e2e_latency_ms",
+        "p99_e2e_latency_ms",
+        "mean_ttft_ms",
+        "median_ttft_ms",
+        "std_ttft_ms",
+        "p99_ttft_ms",
+        "mean_tpot_ms",
+        "median_tpot_ms",
+        "std_tpot_ms",
+        "p99_tpot_ms",
+        "mean_itl_ms",
+        "median_itl_ms",
+        "std_itl_ms",
+        "p95_itl_ms",
+        "p99_itl_ms",
+        "concurrency",
+    ):
         result[key] = metrics[key]
     result["accept_length"] = accept_length
     result["max_output_tokens_per_s"] = metrics["max_output_tokens_per_s"]
@@ -510,7 +548,10 @@ def benchmark(backend, api_url, base_url, model_id, input_requests, request_rate
         output_file_name = args.output_file
     else:
         now = datetime.now().strftime("%m%d")
-        output_file_name = f"{args.backend}_{now}_{args.num_prompts}_{args.random_input_len}_{args.random_output_len}.jsonl"  # fmt: skip
+        output_file_name = (
+            f"{args.backend}_{now}_{args.num_prompts}_"
+            f"{args.random_input_len}_{args.random_output_len}.jsonl"
+        )
     details = {
         "input_lens": [o.prompt_len for o in outputs],
         "output_lens": output_lens,
@@ -534,7 +575,13 @@ def run_benchmark(args_: argparse.Namespace) -> dict:
     random.seed(args.seed)
     extra_request_body = json.loads(args.extra_request_body) if args.extra_request_body else {}
     if args.port is None:
-        args.port = {"sglang": 30000, "sglang-native": 30000, "sglang-oai": 30000, "lmdeploy": 23333, "vllm": 8000}.get(args.backend, 30000)  # fmt: skip
+        args.port = {
+            "sglang": 30000,
+            "sglang-native": 30000,
+            "sglang-oai": 30000,
+            "lmdeploy": 23333,
+            "vllm": 8000,
+        }.get(args.backend, 30000)
     base_url = args.base_url or f"http://{args.host}:{args.port}"
     model_url = f"{base_url}/v1/models"
     if args.backend in ("sglang", "sglang-native"):
@@ -556,12 +603,23 @@ def run_benchmark(args_: argparse.Namespace) -> dict:
     print(f"{args}\n")
     model_id = args.served_model_name or args.model
     input_requests = sample_random_requests(
-        args.random_input_len, args.random_output_len, args.num_prompts, args.random_range_ratio, args.seed  # fmt: skip
+        args.random_input_len,
+        args.random_output_len,
+        args.num_prompts,
+        args.random_range_ratio,
+        args.seed,
     )
     return benchmark(
-        args.backend, api_url, base_url, model_id, input_requests, args.request_rate,
-        args.max_concurrency, extra_request_body, args.warmup_requests,
-    )  # fmt: skip
+        args.backend,
+        api_url,
+        base_url,
+        model_id,
+        input_requests,
+        args.request_rate,
+        args.max_concurrency,
+        extra_request_body,
+        args.warmup_requests,
+    )
 
 
 def _parser() -> argparse.ArgumentParser:

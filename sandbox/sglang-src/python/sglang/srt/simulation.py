@@ -96,7 +96,12 @@ class DecodeModel:
             ) from None
         seed = os.environ.get("SGLANG_SIM_SEED")
         rng = random.Random(int(seed)) if seed is not None else random.Random()
-        return cls(rate, float(scenario.get("ttft_ms", 150)) / 1000.0, float(scenario.get("noise_pct", 0.0)) / 100.0, rng)  # fmt: skip
+        return cls(
+            rate,
+            float(scenario.get("ttft_ms", 150)) / 1000.0,
+            float(scenario.get("noise_pct", 0.0)) / 100.0,
+            rng,
+        )
 
     def request_rate(self) -> float:
         """This request's rate: the base rate times a gaussian factor (at least 5%)."""

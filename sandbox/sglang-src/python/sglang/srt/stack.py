@@ -6,9 +6,12 @@ SGLang tree was built against (``_build_info.json``, written by ``python/setup.p
 last step fails like the dynamic linker:
 ``OSError: libcudart.so.12: cannot open shared object file: No such file or directory`` when
 ``libcudart.so.<major>`` is neither already loaded (by torch) nor in ``LD_LIBRARY_PATH``, the
-toolkit at ``$CUDA_HOME/lib64`` (``CUDA_HOME`` defaults to ``/usr/local/cuda``), the venv's
-nvidia runtime wheel (``nvidia/cuda_runtime/lib``, ``nvidia/cu13/lib``), the directories of
-``/etc/ld.so.conf.d`` (``$SANDBOX_LD_SO_CONF_D``) or the system library directories.
+toolkit at ``$CUDA_HOME/lib64`` (``CUDA_HOME`` defaults to ``/usr/local/cuda``) or the venv's
+nvidia runtime wheel (``nvidia/cuda_runtime/lib``, ``nvidia/cu13/lib``).
+
+Unlike the wheels' libraries (``torch._sandbox_loader``), this check does not look in
+``/etc/ld.so.conf.d``: a tree built against CUDA 12.8 must not start in a CUDA 13 venv just
+because the 12.8 toolkit is still installed beside 13.x -- the upgrade must rebuild the tree.
 """
 
 from __future__ import annotations
@@ -23,7 +26,6 @@ import sysconfig
 from pathlib import Path
 
 BUILD_INFO_PATH = Path(__file__).resolve().parents[1] / "_build_info.json"
-_SYSTEM_DIRS = ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib", "/usr/lib")
 
 
 def read_build_info() -> dict:
@@ -38,18 +40,6 @@ def cuda_home() -> str:
     return os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
 
 
-def _ld_so_conf_dirs() -> list[str]:
-    conf_d = os.environ.get("SANDBOX_LD_SO_CONF_D", "/etc/ld.so.conf.d")
-    dirs: list[str] = []
-    for conf in sorted(glob.glob(os.path.join(conf_d, "*.conf"))):
-        try:
-            lines = Path(conf).read_text(encoding="utf-8").splitlines()
-        except OSError:
-            continue
-        dirs += [ln.split("#")[0].strip() for ln in lines if ln.split("#")[0].strip()]
-    return [d for d in dirs if not d.startswith("include")]
-
-
 def cudart_search_dirs() -> list[str]:
     """Where ``libcudart.so.N`` is looked for, in order (see the module docstring)."""
     site = sysconfig.get_paths()["purelib"]
@@ -57,7 +47,7 @@ def cudart_search_dirs() -> list[str]:
     toolkit = [os.path.join(cuda_home(), "lib64")]
     wheels = [os.path.join(site, "nvidia", "cuda_runtime", "lib")]
     wheels += sorted(glob.glob(os.path.join(site, "nvidia", "cu[0-9]*", "lib")))
-    return [*env, *toolkit, *wheels, *_ld_so_conf_dirs(), *_SYSTEM_DIRS]
+    return [*env, *toolkit, *wheels]
 
 
 def _loaded_by_torch() -> dict[str, str]:

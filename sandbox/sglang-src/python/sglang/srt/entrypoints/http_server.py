@@ -106,7 +106,10 @@ class Handler(BaseHTTPRequestHandler):
     def _access_log(self, status: int) -> None:
         host, port = self.client_address[:2]
         phrase = HTTPStatus(status).phrase
-        print(f'INFO:     {host}:{port} - "{self.command} {self.path} HTTP/1.1" {status} {phrase}', flush=True)  # fmt: skip
+        print(
+            f'INFO:     {host}:{port} - "{self.command} {self.path} HTTP/1.1" {status} {phrase}',
+            flush=True,
+        )
 
     def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
         self.send_response(status)
@@ -122,7 +125,13 @@ class Handler(BaseHTTPRequestHandler):
     def _error(self, status: int, message: str) -> None:
         self._json(
             status,
-            {"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": status},  # fmt: skip
+            {
+                "object": "error",
+                "message": message,
+                "type": "BadRequestError",
+                "param": None,
+                "code": status,
+            },
         )
 
     def _body(self) -> dict:
@@ -162,7 +171,12 @@ class Handler(BaseHTTPRequestHandler):
             args = state.server_args
             self._json(
                 200,
-                {"model_path": args.model_path, "tokenizer_path": args.tokenizer_path, "is_generation": True, "preferred_sampling_params": None},  # fmt: skip
+                {
+                    "model_path": args.model_path,
+                    "tokenizer_path": args.tokenizer_path,
+                    "is_generation": True,
+                    "preferred_sampling_params": None,
+                },
             )
         elif path == "/v1/models":
             args = state.server_args
@@ -258,7 +272,13 @@ class Handler(BaseHTTPRequestHandler):
                 "created": created,
                 "model": model,
                 "choices": [
-                    {"index": 0, "text": text, "logprobs": None, "finish_reason": finish, "matched_stop": None}  # fmt: skip
+                    {
+                        "index": 0,
+                        "text": text,
+                        "logprobs": None,
+                        "finish_reason": finish,
+                        "matched_stop": None,
+                    }
                 ],
                 "usage": usage,
             }
@@ -318,7 +338,9 @@ class Handler(BaseHTTPRequestHandler):
                 for index, piece in self._tokens(n_tokens, prompt_tokens):
                     text += piece
                     done = index == n_tokens - 1
-                    self._event(json.dumps({"text": text, "meta_info": meta(index + 1, done), "index": 0}))  # fmt: skip
+                    self._event(
+                        json.dumps({"text": text, "meta_info": meta(index + 1, done), "index": 0})
+                    )
                 self._event("[DONE]")
                 self._end_stream()
             except (BrokenPipeError, ConnectionResetError):
@@ -345,10 +367,14 @@ def launch_server(server_args: ServerArgs) -> None:
         f"sgl-kernel {stack['sgl_kernel']}, flashinfer {stack['flashinfer_python']}"
     )
     time.sleep(float(scenario.get("startup_s", 0.0)))
-    log(f"Load weight end. Simulated decode: {tag}/{profile} at {model.rate_tok_s} tok/s ({source})")
+    log(
+        f"Load weight end. Simulated decode: {tag}/{profile} at {model.rate_tok_s} tok/s ({source})"
+    )
 
     httpd = SimHTTPServer((server_args.host, server_args.port), Handler)
-    httpd.state = SimState(server_args, stack, scenario, source, tag, profile, model, int(time.time()))  # fmt: skip
+    httpd.state = SimState(
+        server_args, stack, scenario, source, tag, profile, model, int(time.time())
+    )
     signal.signal(signal.SIGTERM, _terminate)
     host, port = httpd.server_address[:2]
     print(f"INFO:     Started server process [{os.getpid()}]", flush=True)

@@ -1,0 +1,1 @@
+"""Stand-in for ``flashinfer.jit``: where kernels come from (AOT jit-cache or JIT)."""

@@ -1,0 +1,753 @@
+"""The ``cuda13-upgrade`` command: run the package's playbooks through ansible-runner.
+
+::
+
+    cuda13-upgrade preflight -i inventory/blackwell
+    cuda13-upgrade rollout   -i inventory/blackwell --limit gpu-node-03 -e cuda13_serial=1
+    cuda13-upgrade report    --run-id 20250101T120000Z
+
+Each playbook subcommand runs one playbook of the checkout (``rollout``:
+``upgrade-cuda13.yml``; ``preflight``, ``verify``, ``rollback``:
+``playbooks/<name>.yml``) with ``ansible_runner.run``, prints one progress line
+per host and step while it runs, then writes and prints the fleet report of
+the run (``reports/<run id>/summary.md``, ``summary.json``, ``summary.png``,
+see :mod:`cuda13_upgrade.report`) and exits with a status that a script can
+act on (:func:`exit_status`).
+
+The checkout is found from this file (``src/cuda13_upgrade/cli.py`` -> the
+repository root) or from ``$CUDA13_UPGRADE_HOME``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import sys
+import tempfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from cuda13_upgrade import report
+
+EXIT_OK = 0
+EXIT_HOSTS = 1
+EXIT_USAGE = 2
+EXIT_ANSIBLE = 3
+EXIT_INTERRUPTED = 130
+
+RUN_ID_FORMAT = "%Y%m%dT%H%M%SZ"
+_RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+_HOST_EVENTS = ("runner_on_ok", "runner_on_failed", "runner_on_unreachable", "runner_on_skipped")
+
+#: Task actions that do not change or check anything a user follows: a step of
+#: only these is not printed (a failure of one always is).
+_QUIET_ACTIONS = {
+    "set_fact",
+    "debug",
+    "assert",
+    "meta",
+    "include_tasks",
+    "import_tasks",
+    "include_role",
+    "import_role",
+    "include_vars",
+    "set_stats",
+}
+
+
+@dataclass(frozen=True)
+class Command:
+    """A subcommand: the playbook it runs (relative to the checkout; None for
+    ``report``), the result status of a host that did what the command is
+    for, and the status of a host that ran without failing but left no result
+    file (``"not reached"`` where the playbook writes results)."""
+
+    name: str
+    playbook: str | None
+    ok_status: str
+    no_result_status: str
+    help: str
+
+
+COMMANDS: dict[str, Command] = {
+    "rollout": Command(
+        "rollout",
+        "upgrade-cuda13.yml",
+        "kept",
+        report.NOT_REACHED,
+        "upgrade hosts to the CUDA 13 stack, keep it where it is not slower, roll back elsewhere",
+    ),
+    "preflight": Command(
+        "preflight",
+        "playbooks/preflight.yml",
+        "passed",
+        "passed",
+        "read-only checks of every host (driver, GPUs, disk, Python)",
+    ),
+    "verify": Command(
+        "verify",
+        "playbooks/verify.yml",
+        "measured",
+        "measured",
+        "measure the decode throughput each host serves now, per profile",
+    ),
+    "rollback": Command(
+        "rollback",
+        "playbooks/rollback.yml",
+        "rolled_back",
+        report.NOT_REACHED,
+        "put hosts back on the stack of their pre-upgrade snapshot",
+    ),
+    "report": Command(
+        "report",
+        None,
+        "kept",
+        report.NOT_REACHED,
+        "print (and rewrite) the fleet report of a run",
+    ),
+}
+
+
+class UsageError(Exception):
+    """A command line or setting the command cannot run with (exit status 2).
+    The message names the option or variable at fault."""
+
+
+@dataclass
+class Options:
+    """The parsed and checked command line; paths are absolute."""
+
+    command: str
+    home: Path
+    reports_dir: Path
+    run_id: str | None
+    inventory: str | None = None
+    limit: str | None = None
+    extra_vars: list[str] = field(default_factory=list)
+    check: bool = False
+    playbook: Path | None = None
+
+
+def home_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """The checkout the playbooks run from: ``$CUDA13_UPGRADE_HOME``, else the
+    repository root above this package (``src/cuda13_upgrade/cli.py``).
+
+    Raises :class:`UsageError` when that directory has no ``ansible.cfg``.
+    """
+    env = os.environ if environ is None else environ
+    configured = env.get("CUDA13_UPGRADE_HOME")
+    home = Path(configured).expanduser().resolve() if configured else _package_home()
+    if not (home / "ansible.cfg").is_file():
+        where = "CUDA13_UPGRADE_HOME" if configured else "the package's location"
+        raise UsageError(
+            f"{home} (from {where}) is not a cuda13-upgrade checkout: it has no ansible.cfg; "
+            "set CUDA13_UPGRADE_HOME to the directory that holds upgrade-cuda13.yml"
+        )
+    return home
+
+
+def _package_home() -> Path:
+    return Path(__file__).resolve().parents[2]
+
+
+def default_run_id(now: datetime | None = None) -> str:
+    """A run identifier from the UTC time, e.g. ``20250101T120000Z``."""
+    return (now or datetime.now(UTC)).strftime(RUN_ID_FORMAT)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``cuda13-upgrade`` (argparse exits 2 on its own errors)."""
+    parser = argparse.ArgumentParser(
+        prog="cuda13-upgrade",
+        description=(
+            "Upgrade NVIDIA Blackwell inference hosts from the CUDA 12.8 stack to CUDA 13, "
+            "gated on decode throughput, with rollback."
+        ),
+        epilog=(
+            "Exit status: 0 every host of the run did what the command is for (kept the "
+            "upgrade, passed preflight, ...); 1 a host failed, rolled back or was not "
+            "reached; 2 usage error; 3 ansible failed before any host result; "
+            "130 interrupted."
+        ),
+    )
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--run-id",
+        help=f"the run's identifier and report directory name (default: UTC time, "
+        f"{RUN_ID_FORMAT.replace('%', '%%')}; for report: the latest run)",
+    )
+    common.add_argument(
+        "--reports-dir",
+        help="directory of the runs' reports (default: $CUDA13_REPORTS_DIR or <checkout>/reports)",
+    )
+    playbook_opts = argparse.ArgumentParser(add_help=False)
+    playbook_opts.add_argument(
+        "-i",
+        "--inventory",
+        required=True,
+        help="inventory file or directory (e.g. inventory/blackwell)",
+    )
+    playbook_opts.add_argument("--limit", help="only these hosts (an Ansible host pattern)")
+    playbook_opts.add_argument(
+        "-e",
+        "--extra-vars",
+        action="append",
+        default=[],
+        metavar="VARS",
+        help="extra variables, key=value, JSON or @file; repeatable",
+    )
+    playbook_opts.add_argument(
+        "--check", action="store_true", help="Ansible check mode: report, change nothing"
+    )
+    playbook_opts.add_argument(
+        "--playbook",
+        help="run this playbook instead of the subcommand's own (for tests and custom plays)",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for command in COMMANDS.values():
+        parents = [common] if command.playbook is None else [playbook_opts, common]
+        sub.add_parser(command.name, parents=parents, help=command.help, description=command.help)
+    return parser
+
+
+def parse_args(argv: Sequence[str] | None = None, *, cwd: Path | None = None) -> Options:
+    """Parse and check a command line (without the program name).
+
+    Relative paths (inventory, ``-e @file``, ``--playbook``, ``--reports-dir``)
+    are taken from ``cwd`` (default: the current directory) and made absolute,
+    because ansible-playbook runs in the checkout. Raises ``SystemExit(2)``
+    for what argparse rejects and :class:`UsageError` (naming the option) for
+    a missing inventory, ``-e @file`` or ``--playbook`` file, a run id that is
+    not a plain directory name, or a checkout without ``ansible.cfg``.
+    """
+    ns = build_parser().parse_args(argv)
+    base = cwd or Path.cwd()
+    home = home_dir()
+    reports_env = os.environ.get("CUDA13_REPORTS_DIR")
+    reports = ns.reports_dir or reports_env
+    reports_dir = (base / reports).resolve() if reports else home / "reports"
+    if ns.run_id is not None and not _RUN_ID_RE.match(ns.run_id):
+        raise UsageError(
+            f"--run-id {ns.run_id!r} is not a plain directory name "
+            "(letters, digits, '.', '_', '-'; at most 128)"
+        )
+    options = Options(command=ns.command, home=home, reports_dir=reports_dir, run_id=ns.run_id)
+    if COMMANDS[ns.command].playbook is None:
+        return options
+    options.inventory = _inventory(ns.inventory, base)
+    options.limit = ns.limit
+    options.extra_vars = [_extra_vars(value, base) for value in ns.extra_vars]
+    options.check = ns.check
+    if ns.playbook:
+        playbook = (base / ns.playbook).resolve()
+        if not playbook.is_file():
+            raise UsageError(f"--playbook: no such file: {playbook}")
+        options.playbook = playbook
+    if options.run_id is None:
+        options.run_id = default_run_id()
+    return options
+
+
+def _inventory(value: str, base: Path) -> str:
+    path = (base / value).expanduser()
+    if path.exists():
+        return str(path.resolve())
+    if "," in value:  # an Ansible host list: "node-a,node-b,"
+        return value
+    raise UsageError(f"-i/--inventory: no such file or directory: {path}")
+
+
+def _extra_vars(value: str, base: Path) -> str:
+    if not value.startswith("@"):
+        return value
+    path = (base / value[1:]).expanduser()
+    if not path.is_file():
+        raise UsageError(f"-e/--extra-vars: no such file: {path}")
+    return "@" + str(path.resolve())
+
+
+def playbook_path(options: Options) -> Path:
+    """The playbook a subcommand runs: ``--playbook``, else the command's own
+    file in the checkout. Raises :class:`UsageError` when the checkout lacks it."""
+    if options.playbook is not None:
+        return options.playbook
+    relative = COMMANDS[options.command].playbook
+    if relative is None:
+        raise UsageError(f"{options.command} runs no playbook")
+    path = options.home / relative
+    if not path.is_file():
+        raise UsageError(
+            f"'{options.command}' needs {relative}, which this checkout ({options.home}) does "
+            "not have yet; pass --playbook PATH to run another playbook"
+        )
+    return path
+
+
+def exit_status(
+    rows: Iterable[Mapping[str, Any]],
+    runner_rc: int | None,
+    ok_statuses: Iterable[str] = ("kept",),
+) -> int:
+    """The exit status of a run from its fleet report rows and ansible-playbook's status.
+
+    ``rows``: :func:`cuda13_upgrade.report.summary_rows` rows (only ``status``
+    is read), one per host of the run. ``runner_rc``: ansible-playbook's exit
+    status (None: unknown, taken as 0). ``ok_statuses``: the statuses of a
+    host that did what the command is for (``kept`` for a rollout,
+    ``passed`` for preflight, ``rolled_back`` for a rollback).
+
+    Returns 3 when no host has a result ("not reached" everywhere, or no
+    hosts) and ansible-playbook failed: it failed before any host (syntax
+    error, a failed control-node play); 1 when there is no host at all, when
+    a host's status is not in ``ok_statuses`` (failed, rolled back,
+    unreachable, not reached), or when every host is fine but
+    ansible-playbook still failed (e.g. in the report play); else 0.
+    """
+    ok = set(ok_statuses)
+    statuses = [str(row.get("status")) for row in rows]
+    rc = runner_rc or 0
+    if all(s == report.NOT_REACHED for s in statuses) and rc != 0:
+        return EXIT_ANSIBLE
+    if not statuses or any(s not in ok for s in statuses) or rc != 0:
+        return EXIT_HOSTS
+    return EXIT_OK
+
+
+# --- progress --------------------------------------------------------------------------
+
+
+@dataclass
+class _Step:
+    key: tuple[str, str]
+    label: str
+    state: str = "skipped"  # skipped < ok < changed; "failed" once printed
+    loud: bool = False  # something other than set_fact/debug/... ran
+
+
+@dataclass
+class HostOutcome:
+    """What the runner saw of one host: ``failed``/``unreachable`` from the
+    final stats, with the last failed task (play, role, task, message)."""
+
+    failed: bool = False
+    unreachable: bool = False
+    play: str | None = None
+    role: str | None = None
+    task: str | None = None
+    message: str | None = None
+
+
+def _action(event_data: Mapping[str, Any]) -> str:
+    return str(event_data.get("task_action") or "").rsplit(".", 1)[-1]
+
+
+def _message(res: Any) -> str:
+    if not isinstance(res, Mapping):
+        return str(res or "")
+    parts = [str(res.get("msg") or "")]
+    stderr = str(res.get("stderr") or res.get("module_stderr") or "").strip()
+    if stderr:
+        parts.append(stderr.splitlines()[-1])
+    text = " ".join(" ".join(p.split()) for p in parts if p)
+    return text if len(text) <= 300 else text[:299] + "…"
+
+
+class Progress:
+    """An ansible-runner ``event_handler`` that prints one line per host and step.
+
+    A step is a role (labelled with the ``include_role`` task that started it,
+    when there is one), a task file included from a playbook, or a playbook
+    task. A step's line comes when the host moves on to its next step:
+    ``<host>: <step> ... ok`` or ``changed``; steps that only set facts or
+    were skipped are not printed. A failed or unreachable task is printed at
+    once with its message. Plays print a header. Hosts of plays that target
+    only ``localhost`` are not hosts of the run (:attr:`hosts`).
+    """
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream if stream is not None else sys.stdout
+        self.hosts: list[str] = []
+        self.outcomes: dict[str, HostOutcome] = {}
+        self.stats: dict[str, Any] = {}
+        self._steps: dict[str, _Step] = {}
+        self._included: dict[str, str] = {}
+
+    def __call__(self, event: Mapping[str, Any]) -> bool:
+        """Handle one runner event; returns True (keep the event in the artifacts)."""
+        kind = event.get("event")
+        data = event.get("event_data") or {}
+        if kind == "playbook_on_play_start":
+            self.flush()
+            self._print(f"== {data.get('play') or data.get('play_pattern')}")
+        elif kind == "playbook_on_stats":
+            self.flush()
+            self.stats = {k: data.get(k) or {} for k in ("ok", "failures", "dark", "processed")}
+            for host in self.stats["failures"]:
+                self._outcome(host).failed = True
+            for host in self.stats["dark"]:
+                self._outcome(host).unreachable = True
+        elif kind in _HOST_EVENTS:
+            self._host_event(kind, data)
+        return True
+
+    def _outcome(self, host: str) -> HostOutcome:
+        return self.outcomes.setdefault(host, HostOutcome())
+
+    def _host_event(self, kind: str, data: Mapping[str, Any]) -> None:
+        host = str(data.get("host") or "")
+        if not host:
+            return
+        if data.get("play_pattern") != "localhost" and host not in self.hosts:
+            self.hosts.append(host)
+        action = _action(data)
+        role = data.get("role")
+        task = str(data.get("task") or "")
+        if action == "include_role" and kind == "runner_on_ok":
+            self._included[host] = task
+            return
+        key, label = self._step_of(host, data)
+        step = self._steps.get(host)
+        if step is None or step.key != key:
+            self._flush_host(host)
+            step = self._steps[host] = _Step(key=key, label=label)
+        failed = kind == "runner_on_failed" and not data.get("ignore_errors")
+        if kind == "runner_on_unreachable" or failed:
+            outcome = self._outcome(host)
+            outcome.play, outcome.role, outcome.task = data.get("play"), role, task
+            outcome.message = _message(data.get("res"))
+            where = f"{label} › {task}" if task and task != label else label
+            state = "UNREACHABLE" if kind == "runner_on_unreachable" else "FAILED"
+            self._print(f"{host}: {where} ... {state}: {outcome.message}")
+            step.state = "failed"
+            return
+        if kind == "runner_on_skipped" or step.state == "failed":
+            return
+        if action not in _QUIET_ACTIONS:
+            step.loud = True
+        res = data.get("res") or {}
+        changed = isinstance(res, Mapping) and bool(res.get("changed"))
+        step.state = "changed" if changed or step.state == "changed" else "ok"
+
+    def _step_of(self, host: str, data: Mapping[str, Any]) -> tuple[tuple[str, str], str]:
+        role = data.get("role")
+        if role:
+            included = self._included.get(host)
+            label = f"{role} ({included})" if included else str(role)
+            return ("role", label), label
+        self._included.pop(host, None)
+        task_file = Path(str(data.get("task_path") or "").rsplit(":", 1)[0])
+        if task_file.parent.name == "tasks":  # playbooks/tasks/<step>.yml
+            return ("file", str(task_file)), task_file.stem
+        task = str(data.get("task") or "")
+        return ("task", task), task
+
+    def _flush_host(self, host: str) -> None:
+        step = self._steps.pop(host, None)
+        if step and step.loud and step.state in ("ok", "changed"):
+            self._print(f"{host}: {step.label} ... {step.state}")
+
+    def flush(self) -> None:
+        """Print the pending step of every host."""
+        for host in list(self._steps):
+            self._flush_host(host)
+
+    def _print(self, line: str) -> None:
+        print(line, file=self.stream, flush=True)
+
+
+# --- running ---------------------------------------------------------------------------
+
+
+@dataclass
+class RunResult:
+    """ansible-playbook's ``rc`` and runner ``status`` ("successful", "failed",
+    "canceled", ...), the hosts of the run in first-seen order, what the
+    runner saw of each host, and the run's output (stdout, with ANSI colours
+    off; stderr, usually empty)."""
+
+    rc: int
+    status: str
+    hosts: list[str]
+    outcomes: dict[str, HostOutcome]
+    stdout: str
+    stderr: str
+
+
+def runner_envvars(home: Path, run_id: str, reports_dir: Path) -> dict[str, str]:
+    """Environment of ansible-playbook: the checkout's ``ansible.cfg`` and
+    ``sandbox/containers.conf``, the run id and reports directory the
+    playbooks read (``CUDA13_RUN_ID``, ``CUDA13_REPORTS_DIR``), and ``PATH``
+    starting with this interpreter's ``bin`` so the venv's ansible-playbook runs."""
+    bin_dir = str(Path(sys.executable).parent)
+    path = os.environ.get("PATH", "")
+    return {
+        "ANSIBLE_CONFIG": str(home / "ansible.cfg"),
+        "CONTAINERS_CONF": str(home / "sandbox" / "containers.conf"),
+        "CUDA13_RUN_ID": run_id,
+        "CUDA13_REPORTS_DIR": str(reports_dir),
+        "ANSIBLE_NOCOLOR": "1",
+        "PATH": bin_dir + (os.pathsep + path if path else ""),
+    }
+
+
+def runner_cmdline(limit: str | None, extra_vars: Sequence[str], check: bool) -> str:
+    """The ansible-playbook options runner passes on (``cmdline``), shell-quoted."""
+    args: list[str] = []
+    if limit:
+        args += ["--limit", limit]
+    for value in extra_vars:
+        args += ["-e", value]
+    if check:
+        args.append("--check")
+    return shlex.join(args)
+
+
+def run_playbook(
+    playbook: Path,
+    inventory: str,
+    *,
+    home: Path,
+    run_id: str,
+    reports_dir: Path,
+    limit: str | None = None,
+    extra_vars: Sequence[str] = (),
+    check: bool = False,
+    stream: TextIO | None = None,
+    runner: Callable[..., Any] | None = None,
+) -> RunResult:
+    """Run ``playbook`` with ansible-runner in a throwaway private data dir.
+
+    ``project_dir`` is the checkout (``home``), so relative paths of the
+    playbooks and ``ansible.cfg`` resolve as with ``ansible-playbook`` run
+    there; progress lines go to ``stream`` (:class:`Progress`). ``runner``
+    replaces ``ansible_runner.run`` (tests). Ansible's own failures are in the
+    result (``rc``), not raised; ansible-runner's own errors are raised.
+    """
+    if runner is None:
+        import ansible_runner
+
+        runner = ansible_runner.run
+    progress = Progress(stream)
+    with tempfile.TemporaryDirectory(prefix="cuda13-upgrade-") as private:
+        result = runner(
+            private_data_dir=private,
+            project_dir=str(home),
+            playbook=str(playbook),
+            inventory=inventory,
+            cmdline=runner_cmdline(limit, extra_vars, check),
+            envvars=runner_envvars(home, run_id, reports_dir),
+            event_handler=progress,
+            quiet=True,
+        )
+        stdout = _read(getattr(result, "stdout", None))
+        stderr = _read(getattr(result, "stderr", None))
+    progress.flush()
+    rc = result.rc if isinstance(result.rc, int) else 1
+    return RunResult(
+        rc=rc,
+        status=str(result.status),
+        hosts=progress.hosts,
+        outcomes=progress.outcomes,
+        stdout=stdout,
+        stderr=stderr,
+    )
+
+
+def _read(handle: Any) -> str:
+    if handle is None:
+        return ""
+    try:
+        return handle.read()
+    except (OSError, ValueError):
+        return ""
+
+
+def host_outcomes(run: RunResult, command: Command) -> dict[str, dict[str, Any]]:
+    """Per host of the run, the result a host without a result file gets in
+    the report: ``unreachable``/``failed`` (with the failed play or role, task
+    and message), else ``command.no_result_status``."""
+    outcomes: dict[str, dict[str, Any]] = {}
+    for host in run.hosts:
+        seen = run.outcomes.get(host) or HostOutcome()
+        if seen.unreachable or seen.failed:
+            outcomes[host] = {
+                "status": "unreachable" if seen.unreachable else "failed",
+                "failed_step": seen.role or seen.play,
+                "failed_task": seen.task,
+                "error": seen.message,
+            }
+        else:
+            outcomes[host] = {"status": command.no_result_status}
+    return outcomes
+
+
+def _tail(text: str, lines: int = 25) -> str:
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def _run_hosts(run_dir: Path, run: RunResult, started: float) -> list[str]:
+    """Hosts of this run, in natural order (``gpu-node-2`` before ``gpu-node-10``):
+    those the runner saw in a play not only for localhost (the rollout's
+    preflight play sees every host of the run, also those of batches it will
+    not reach) and those with a result file written during this run.
+
+    ``summary.json`` is not a source: ``playbooks/report.yml`` lists the whole
+    target group there, ignoring ``--limit``.
+    """
+    hosts = list(run.hosts)
+    for path in sorted(run_dir.glob("*/result.json")):
+        if path.stat().st_mtime >= started:
+            hosts.append(path.parent.name)
+    return sorted(set(hosts), key=natural_key)
+
+
+def natural_key(name: str) -> list[Any]:
+    """Sort key that orders the digits of host names as numbers."""
+    return [
+        (0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", name)
+    ]
+
+
+def run_command(options: Options, stream: TextIO | None = None) -> int:
+    """Run a playbook subcommand end to end: the playbook, ``run.json``,
+    the ansible log, the fleet report; returns the exit status."""
+    out = stream if stream is not None else sys.stdout
+    command = COMMANDS[options.command]
+    playbook = playbook_path(options)
+    assert options.inventory is not None and options.run_id is not None
+    run_dir = options.reports_dir / options.run_id
+    print(
+        f"cuda13-upgrade {command.name}: {playbook.name} on {options.inventory}"
+        + (f" --limit {options.limit}" if options.limit else "")
+        + (" (check mode)" if options.check else "")
+        + f", run {options.run_id}",
+        file=out,
+        flush=True,
+    )
+    started = datetime.now(UTC).timestamp() - 1.0
+    run = run_playbook(
+        playbook,
+        options.inventory,
+        home=options.home,
+        run_id=options.run_id,
+        reports_dir=options.reports_dir,
+        limit=options.limit,
+        extra_vars=options.extra_vars,
+        check=options.check,
+        stream=out,
+    )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log = run_dir / f"ansible-{command.name}.log"
+    log.write_text(run.stdout + (("\n" + run.stderr) if run.stderr else ""), encoding="utf-8")
+    hosts = _run_hosts(run_dir, run, started)
+    record = {
+        "command": command.name,
+        "playbook": str(playbook),
+        "inventory": options.inventory,
+        "limit": options.limit,
+        "check": options.check,
+        "runner_rc": run.rc,
+        "runner_status": run.status,
+        "ok_status": command.ok_status,
+        "hosts": hosts,
+        "outcomes": {h: o for h, o in host_outcomes(run, command).items() if h in hosts},
+    }
+    (run_dir / "run.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    if run.status == "canceled":
+        print(f"interrupted; hosts may be left mid-step. Ansible's output: {log}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    rows = _show_report(run_dir, hosts, out) if hosts else []
+    status = exit_status(rows, run.rc, [command.ok_status])
+    if status == EXIT_ANSIBLE:
+        print(
+            f"ansible-playbook failed (rc {run.rc}) before any host had a result:\n"
+            f"{_tail(run.stderr or run.stdout)}\n(full output: {log})",
+            file=sys.stderr,
+        )
+    elif not hosts:
+        print(f"no host of the inventory was targeted (full output: {log})", file=sys.stderr)
+    return status
+
+
+def _show_report(run_dir: Path, hosts: list[str] | None, out: TextIO) -> list[dict[str, Any]]:
+    summary = report.fleet_summary(run_dir, hosts)
+    print("", file=out)
+    print(summary["markdown"], file=out, end="")
+    files = summary["files"]
+    print(f"\nreport: {files['markdown']}", file=out)
+    print(f"        {files['json']}", file=out)
+    if files["chart"]:
+        print(f"        {files['chart']}", file=out)
+    else:
+        print(f"        ({summary.get('chart_error')})", file=out)
+    print(f"run:    {run_dir / 'run.json'}", file=out, flush=True)
+    return summary["rows"]
+
+
+def latest_run(reports_dir: Path) -> Path | None:
+    """The run directory under ``reports_dir`` written last (by the newest
+    mtime of its ``run.json``, ``summary.json`` or result files), or None."""
+    best: tuple[float, str] | None = None
+    found: Path | None = None
+    if not reports_dir.is_dir():
+        return None
+    for run in reports_dir.iterdir():
+        if not run.is_dir():
+            continue
+        files = [run / "run.json", run / "summary.json", *run.glob("*/result.json")]
+        times = [f.stat().st_mtime for f in files if f.exists()]
+        if times and (best is None or (max(times), run.name) > best):
+            best, found = (max(times), run.name), run
+    return found
+
+
+def report_command(options: Options, stream: TextIO | None = None) -> int:
+    """The ``report`` subcommand: rewrite and print the report of a run;
+    the exit status is :func:`exit_status` of its rows, with the ansible
+    status and command recorded in ``run.json`` (rollout's when absent)."""
+    out = stream if stream is not None else sys.stdout
+    if options.run_id is not None:
+        run_dir = options.reports_dir / options.run_id
+        if not run_dir.is_dir():
+            raise UsageError(f"--run-id {options.run_id}: no such run under {options.reports_dir}")
+    else:
+        latest = latest_run(options.reports_dir)
+        if latest is None:
+            raise UsageError(
+                f"no runs under {options.reports_dir} (--reports-dir); pass --run-id or "
+                "--reports-dir"
+            )
+        run_dir = latest
+    record = report.load_run_record(run_dir)
+    rows = _show_report(run_dir, None, out)
+    command = COMMANDS.get(str(record.get("command")), COMMANDS["rollout"])
+    ok = record.get("ok_status") or command.ok_status
+    return exit_status(rows, record.get("runner_rc"), [ok])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``cuda13-upgrade``; returns the exit status (see
+    :func:`exit_status`): 2 for a :class:`UsageError`, 1 when a result file or
+    ``run.json`` of the run cannot be read (the message names the file)."""
+    try:
+        options = parse_args(argv)
+        if options.command == "report":
+            return report_command(options)
+        return run_command(options)
+    except UsageError as exc:
+        print(f"cuda13-upgrade: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ValueError as exc:  # a damaged result or run.json
+        print(f"cuda13-upgrade: error: {exc}", file=sys.stderr)
+        return EXIT_HOSTS
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

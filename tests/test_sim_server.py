@@ -1,0 +1,297 @@
+"""The simulated SGLang server: endpoints, decode rate, and refusals of inconsistent stacks.
+
+Servers run from the session venvs (``venv_cu128``: SGLang v0.5.8 built against CUDA 12.8;
+``venv_cu130``: v0.5.9 built against 13.0) with a fast scenario, on free loopback ports.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from sandbox_mirror import testkit
+
+FAST = {
+    "rates_tok_s": {
+        "cu128": {"plain": 1000.0, "eagle3": 600.0},
+        "cu130": {"plain": 1500.0, "eagle3": 1800.0},
+    },
+    "noise_pct": 1.0,
+    "ttft_ms": 5,
+    "startup_s": 0.1,
+    "spec_accept_length": {"eagle3": 3.2},
+}
+EAGLE3 = [
+    "--speculative-algorithm",
+    "EAGLE3",
+    "--speculative-draft-model-path",
+    "/models/sandbox-eagle3",
+    "--speculative-num-steps",
+    "3",
+    "--speculative-eagle-topk",
+    "1",
+    "--speculative-num-draft-tokens",
+    "4",
+]
+
+
+@pytest.fixture(scope="module")
+def scenario(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("scenario") / "fast.json"
+    path.write_text(json.dumps(FAST))
+    return path
+
+
+def server_env(venv: testkit.StackVenv, scenario: Path, ld_conf: Path, **extra: str) -> dict:
+    return testkit.clean_env(
+        SGLANG_SIM_SCENARIO=str(scenario),
+        CUDA_HOME=str(venv.cuda_home),
+        SANDBOX_LD_SO_CONF_D=str(ld_conf),
+        **extra,
+    )
+
+
+@pytest.fixture(scope="module")
+def plain_cu128(venv_cu128, scenario, no_ld_conf, tmp_path_factory):
+    env = server_env(venv_cu128, scenario, no_ld_conf)
+    server = testkit.SimServer(
+        venv_cu128.python,
+        env,
+        tmp_path_factory.mktemp("logs"),
+        "--tp",
+        "8",
+        "--trust-remote-code",
+        "--unknown-flag",
+        "x",
+    )
+    yield server
+    server.close()
+
+
+def get_json(url: str) -> dict:
+    status, body = testkit.http_get(url)
+    assert status == 200, body
+    return json.loads(body)
+
+
+def stream_completion(url: str, max_tokens: int) -> tuple[list[dict], float, float]:
+    """Stream /v1/completions; return the JSON chunks, the TTFT and the total time (s)."""
+    body = json.dumps(
+        {
+            "prompt": "one two three four",
+            "max_tokens": max_tokens,
+            "ignore_eos": True,
+            "stream": True,
+        }
+    )
+    req = urllib.request.Request(
+        url + "/v1/completions", data=body.encode(), headers={"Content-Type": "application/json"}
+    )
+    chunks: list[dict] = []
+    start = time.perf_counter()
+    ttft = 0.0
+    done = False
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        assert resp.headers["Content-Type"] == "text/event-stream"
+        for raw in resp:
+            line = raw.decode().strip()
+            if not line:
+                continue
+            assert line.startswith("data: ")
+            payload = line[len("data: ") :]
+            if payload == "[DONE]":
+                done = True
+                continue
+            if not chunks:
+                ttft = time.perf_counter() - start
+            chunks.append(json.loads(payload))
+    assert done
+    return chunks, ttft, time.perf_counter() - start
+
+
+def test_health_is_200_with_an_empty_body(plain_cu128):
+    status, body = testkit.http_get(plain_cu128.url + "/health")
+    assert (status, body) == (200, b"")
+
+
+def test_server_info_reports_args_and_the_installed_stack(plain_cu128, venv_cu128, sandbox_mirror):
+    info = get_json(plain_cu128.url + "/get_server_info")
+    assert info["version"] == "0.5.8"
+    assert info["tp_size"] == 8 and info["port"] == plain_cu128.port
+    assert info["speculative_algorithm"] is None
+    stack = info["stack"]
+    assert stack["torch"] == {"version": "2.10.0+cu128", "cuda": "12.8"}
+    assert stack["sgl_kernel"] == "0.3.21+cu128"
+    assert stack["flashinfer_python"] == "0.6.1"
+    assert stack["flashinfer_jit_cache"] == "0.6.1+cu128"
+    build = stack["build_info"]
+    assert build["cuda_version"] == "12.8" and build["nvcc_version"] == "12.8.93"
+    assert build["git_commit"] == sandbox_mirror.manifest["git"]["sglang"]["tags"]["v0.5.8"]
+    assert info["simulation"]["rate_key"] == "cu128/plain"
+    assert "avg_spec_accept_length" not in info["internal_states"][0]
+
+
+def test_models_lists_the_served_model(plain_cu128):
+    models = get_json(plain_cu128.url + "/v1/models")
+    assert models["object"] == "list"
+    assert [m["id"] for m in models["data"]] == ["/models/sandbox-model"]
+
+
+def test_streamed_completion_counts_tokens_at_the_scenario_rate(plain_cu128):
+    chunks, ttft, total = stream_completion(plain_cu128.url, 200)
+    assert len(chunks) == 200
+    assert all(len(c["choices"][0]["text"].split()) == 1 for c in chunks)
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+    assert chunks[0]["object"] == "text_completion"
+    assert ttft >= 0.004
+    rate = len(chunks) / total
+    assert rate == pytest.approx(FAST["rates_tok_s"]["cu128"]["plain"], rel=0.15)
+
+
+def test_non_streamed_completion_reports_usage(plain_cu128):
+    body = json.dumps({"prompt": "a b c d e", "max_tokens": 7}).encode()
+    req = urllib.request.Request(
+        plain_cu128.url + "/v1/completions", data=body, headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        data = json.loads(resp.read())
+    assert data["usage"] == {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}
+    assert len(data["choices"][0]["text"].split()) == 7
+
+
+def test_generate_streams_cumulative_text(plain_cu128):
+    body = json.dumps({"text": "x y", "sampling_params": {"max_new_tokens": 5}, "stream": True})
+    req = urllib.request.Request(plain_cu128.url + "/generate", data=body.encode())
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        events = [ln.decode().strip()[6:] for ln in resp if ln.strip()]
+    assert events[-1] == "[DONE]"
+    last = json.loads(events[-2])
+    assert last["meta_info"]["completion_tokens"] == 5
+    assert len(last["text"].split()) == 5
+
+
+def test_eagle3_flags_pick_the_eagle3_rate(venv_cu128, scenario, no_ld_conf, tmp_path):
+    env = server_env(venv_cu128, scenario, no_ld_conf)
+    server = testkit.SimServer(venv_cu128.python, env, tmp_path, "--tp", "8", *EAGLE3)
+    try:
+        info = get_json(server.url + "/get_server_info")
+        assert info["speculative_algorithm"] == "EAGLE3"
+        assert info["speculative_num_draft_tokens"] == 4
+        assert info["simulation"]["rate_key"] == "cu128/eagle3"
+        assert info["internal_states"][0]["avg_spec_accept_length"] == 3.2
+        chunks, _, total = stream_completion(server.url, 120)
+        rate = len(chunks) / total
+        assert rate == pytest.approx(FAST["rates_tok_s"]["cu128"]["eagle3"], rel=0.15)
+    finally:
+        server.close()
+
+
+def test_cu130_stack_serves_at_the_cu130_rate(venv_cu130, scenario, no_ld_conf, tmp_path):
+    server = testkit.SimServer(
+        venv_cu130.python, server_env(venv_cu130, scenario, no_ld_conf), tmp_path
+    )
+    try:
+        info = get_json(server.url + "/get_server_info")
+        assert info["simulation"]["rate_key"] == "cu130/plain"
+        assert info["stack"]["build_info"]["cuda_version"] == "13.0"
+    finally:
+        server.close()
+
+
+def refused(python: Path, env: dict) -> subprocess.CompletedProcess:
+    port = testkit.free_port()
+    cmd = [str(python), "-m", "sglang.launch_server", "--model-path", "m", "--port", str(port)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0, proc.stdout
+    assert "Traceback (most recent call last):" in proc.stderr
+    assert not testkit.wait_port(port, 0.2)
+    return proc
+
+
+def test_refuses_a_cu128_kernel_under_cu130_torch(
+    venv_cu130, toolkits, scenario, mirror_url, tmp_path
+):
+    overlay = tmp_path / "overlay"
+    testkit.pip(
+        venv_cu130.python,
+        "--no-deps",
+        "--target",
+        str(overlay),
+        "--index-url",
+        f"{mirror_url}/sgl-whl/cu128",
+        "sgl-kernel==0.3.21+cu128",
+    )
+    ld_conf = tmp_path / "ld.so.conf.d"
+    ld_conf.mkdir()
+    (ld_conf / "988_cuda-12.conf").write_text(f"{toolkits['12.8']}/targets/x86_64-linux/lib\n")
+    env = server_env(venv_cu130, scenario, ld_conf, PYTHONPATH=str(overlay))
+    proc = refused(venv_cu130.python, env)
+    assert "[sgl_kernel] CRITICAL: Could not load any common_ops library!" in proc.stderr
+    assert "common_ops.abi3.so: undefined symbol: _ZN3c104cuda9SetDeviceEa" in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "- ModuleNotFoundError: No module named 'common_ops'"
+    )
+
+    # Without a CUDA 12 runtime anywhere, the same wheel fails on its library instead.
+    env = server_env(venv_cu130, scenario, tmp_path / "empty", PYTHONPATH=str(overlay))
+    proc = refused(venv_cu130.python, env)
+    assert (
+        "- ImportError: libcudart.so.12: cannot open shared object file: No such file or directory"
+        in proc.stderr
+    )
+
+
+def test_refuses_sglang_built_for_cuda12_with_only_a_cuda13_toolkit(
+    venv_cu130, toolkits, scenario, no_ld_conf, mirror_url, tmp_path
+):
+    clone = testkit.clone_sglang(mirror_url, "v0.5.9", tmp_path / "sglang-old")
+    target = tmp_path / "old-build"
+    info = testkit.install_sglang(
+        venv_cu130.python, clone, toolkits["12.8"], "--no-deps", "--target", str(target)
+    )
+    assert info["cuda_version"] == "12.8"
+    env = server_env(venv_cu130, scenario, no_ld_conf, PYTHONPATH=str(target))
+    assert env["CUDA_HOME"] == str(toolkits["13.0"])
+    proc = refused(venv_cu130.python, env)
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "OSError: libcudart.so.12: cannot open shared object file: No such file or directory"
+    )
+
+
+def test_refuses_a_jit_cache_of_another_flashinfer_version(
+    venv_cu128, scenario, no_ld_conf, tmp_path
+):
+    fake = tmp_path / "overlay" / "flashinfer_jit_cache"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(
+        "__version__ = '0.6.0+cu128'\ndef get_jit_cache_dir():\n    return '/nonexistent'\n"
+    )
+    env = server_env(venv_cu128, scenario, no_ld_conf, PYTHONPATH=str(tmp_path / "overlay"))
+    proc = refused(venv_cu128.python, env)
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "RuntimeError: flashinfer-jit-cache version (0.6.0+cu128) does not match flashinfer "
+        "version (0.6.1). Please install the same version of both packages. "
+        "Set FLASHINFER_DISABLE_VERSION_CHECK=1 to bypass this check."
+    )
+
+
+def test_refuses_a_cu128_jit_cache_without_a_cuda12_runtime(
+    venv_cu130, scenario, no_ld_conf, mirror_url, tmp_path
+):
+    overlay = tmp_path / "overlay"
+    testkit.pip(
+        venv_cu130.python,
+        *("--no-deps", "--target", str(overlay)),
+        *("--index-url", f"{mirror_url}/flashinfer-whl/cu128"),
+        "flashinfer-jit-cache==0.6.1+cu128",
+    )
+    env = server_env(venv_cu130, scenario, no_ld_conf, PYTHONPATH=str(overlay))
+    proc = refused(venv_cu130.python, env)
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "OSError: libcudart.so.12: cannot open shared object file: No such file or directory"
+    )
+    assert "flashinfer/jit/core.py" in proc.stderr
