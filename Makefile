@@ -46,8 +46,8 @@ sandbox: image mirror
 sandbox-destroy: setup
 	$(BIN)/ansible-playbook playbooks/sandbox.yml -e sandbox_state=absent
 
-demo: sandbox
-	$(BIN)/ansible-playbook playbooks/sandbox-status.yml
+demo: image mirror
+	scripts/demo.sh $(SCENARIO)
 
 lint: setup
 	$(BIN)/ruff check src tests filter_plugins sandbox
@@ -56,8 +56,15 @@ lint: setup
 unit: setup
 	$(BIN)/python -m pytest -q tests
 
+# Scenarios, quickest first; MOLECULE_SCENARIOS="default" runs one.
+MOLECULE_SCENARIOS ?= sandbox preflight default rollback fleet
+
 molecule: image mirror
-	cd $(CURDIR) && $(BIN)/molecule test --all
+	@set -e; export SANDBOX_IMAGE="$$(sandbox/image/build-image.sh)"; \
+	for scenario in $(MOLECULE_SCENARIOS); do \
+	  echo "== molecule test -s $$scenario"; \
+	  $(BIN)/molecule test -s $$scenario; \
+	done
 
 test: lint unit molecule
 

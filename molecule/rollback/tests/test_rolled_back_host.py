@@ -1,0 +1,54 @@
+"""After a regression: the host equals its pre-upgrade snapshot and serves at the old rate."""
+
+import json
+from statistics import median
+
+from probes import stream_decode
+
+
+def _snapshot(host):
+    return json.loads(host.file("/var/lib/cuda13-upgrade/snapshots/pre-upgrade.json").content_string)
+
+
+def test_result_says_rolled_back_with_the_reason(host):
+    result = json.loads(host.file("/var/lib/cuda13-upgrade/result.json").content_string)
+    assert result["status"] == "rolled_back"
+    assert result["failed_step"] == "verify"
+    assert {d["verdict"] for d in result["decisions"].values()} == {"regressed"}
+    assert "regressed" in result["reason"]
+    assert result["rollback"]["performed"] is True
+    assert result["rollback"]["confirmed"] is True
+    assert 0 < float(result["rollback"]["seconds"]) < 60
+
+
+def test_old_venv_freeze_equals_the_snapshot(host):
+    now = sorted(host.check_output("/opt/ml-env/bin/python -m pip freeze --all --isolated").splitlines())
+    assert now == _snapshot(host)["venv"]["pip_freeze"]
+
+
+def test_alternatives_point_where_the_snapshot_says(host):
+    snapshot = _snapshot(host)
+    assert host.check_output("readlink -f /usr/local/cuda") == snapshot["cuda"]["resolved"] == "/usr/local/cuda-12.8"
+    assert host.check_output("readlink -f /usr/local/cuda-12") == "/usr/local/cuda-12.8"
+    assert "release 12.8" in host.check_output("/usr/local/cuda/bin/nvcc --version")
+
+
+def test_unit_has_no_upgrade_dropins_and_equals_the_snapshot(host):
+    snapshot = _snapshot(host)
+    assert not host.file("/etc/systemd/system/sglang.service.d/50-cuda13-upgrade.conf").exists
+    assert not host.file("/etc/systemd/system/sglang.service.d/60-cuda13-profile.conf").exists
+    assert host.check_output("systemctl cat sglang.service") == snapshot["service"]["unit_text"]
+
+
+def test_service_runs_from_the_old_venv_at_the_old_rate(host):
+    pid = host.check_output("systemctl show -p MainPID --value sglang.service")
+    cmdline = host.file(f"/proc/{pid}/cmdline").content_string.replace("\0", " ")
+    assert cmdline.startswith("/opt/ml-env/bin/python -m sglang.launch_server")
+    result = stream_decode(host, max_tokens=64, trials=3)
+    rate = median(t["output_tok_s"] for t in result["trials"])
+    assert abs(rate - 89.5) / 89.5 < 0.05, rate
+
+
+def test_new_stack_kept_for_diagnosis_and_its_caches_cleared(host):
+    assert host.file("/opt/ml-env-cu130/bin/python").exists
+    assert not host.file("/var/cache/cuda13-upgrade/cu130").exists

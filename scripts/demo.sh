@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The demo: a fresh simulated CUDA 12.8-era Blackwell host, its state, the
+# CUDA 13 upgrade through the cuda13-upgrade command, and the report.
+#
+#   scripts/demo.sh [default|regression]
+# default: the new stack is faster and stays; regression: the new stack is 10 %
+# slower and the host rolls back. Exit status 0 when the outcome is the one the
+# scenario expects.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scenario="${1:-default}"
+case "$scenario" in
+  default) expect=kept ;;
+  regression) expect=rolled_back ;;
+  *) echo "unknown scenario '$scenario' (SCENARIO): default or regression" >&2; exit 2 ;;
+esac
+
+bin=.venv/bin
+run_id="demo-$(date -u +%Y%m%dT%H%M%SZ)"
+export CUDA13_RUN_ID="$run_id"
+
+echo "== A fresh sandbox host (scenario: $scenario)"
+$bin/ansible-playbook playbooks/sandbox.yml -e sandbox_state=absent >/dev/null
+$bin/ansible-playbook playbooks/sandbox.yml -e sandbox_host_scenario="$scenario" >/tmp/cuda13-demo-sandbox.log \
+  || { tail -40 /tmp/cuda13-demo-sandbox.log; exit 1; }
+
+echo "== The host before the upgrade"
+$bin/ansible-playbook playbooks/sandbox-status.yml | sed -n '/"msg":\|msg:/,/PLAY RECAP/p' | grep -v "PLAY RECAP"
+
+echo "== cuda13-upgrade rollout -i inventory/sandbox"
+set +e
+$bin/cuda13-upgrade rollout -i inventory/sandbox --run-id "$run_id"
+rc=$?
+set -e
+
+echo "== The host after the upgrade"
+$bin/ansible-playbook playbooks/sandbox-status.yml -e status_venv="$([ "$expect" = kept ] && echo /opt/ml-env-cu130 || echo /opt/ml-env)" \
+  | sed -n '/torch (version/,/completion/p'
+
+status="$($bin/python -c 'import json,sys; print(json.load(open(sys.argv[1]))["status"])' "reports/$run_id/cuda13-sandbox-1/result.json" 2>/dev/null || echo none)"
+echo "== Outcome: $status (expected: $expect; cuda13-upgrade exit status $rc)"
+[ "$status" = "$expect" ]
