@@ -50,8 +50,8 @@ demo: image mirror
 	scripts/demo.sh $(SCENARIO)
 
 lint: setup
-	$(BIN)/ruff check src tests filter_plugins sandbox
-	$(BIN)/ruff format --check src tests filter_plugins sandbox
+	$(BIN)/ruff check src tests filter_plugins sandbox benchmarks molecule
+	$(BIN)/ruff format --check src tests filter_plugins sandbox benchmarks molecule
 
 unit: setup
 	$(BIN)/python -m pytest -q tests
@@ -67,6 +67,12 @@ molecule: image mirror
 	done
 
 test: lint unit molecule
+
+# Figures, not pass/fail: the gate's error rates by simulation, then the
+# upgrade's and rollback's wall times on a sandbox host (replaces the sandbox).
+benchmark: image mirror
+	$(BIN)/python benchmarks/gate_error_rates.py
+	$(BIN)/python benchmarks/sandbox_timings.py --rollback
 
 clean: sandbox-destroy
 	rm -rf .sandbox

@@ -164,9 +164,7 @@ RETURN = r"""
 
 
 def _type_error(name: str, what: str, expected: str, value: Any) -> AnsibleFilterError:
-    return AnsibleFilterError(
-        f"{name}: {what} must be {expected}, got {type(value).__name__}: {value!r}"
-    )
+    return AnsibleFilterError(f"{name}: {what} must be {expected}, got {type(value).__name__}: {value!r}")
 
 
 def _fail(name: str, exc: ValueError) -> AnsibleFilterError:
@@ -177,17 +175,13 @@ def _is_str_list(value: Any) -> bool:
     return isinstance(value, list | tuple) and all(isinstance(v, str) for v in value)
 
 
-def cuda13_parse_query_gpu(
-    text: Any, fields: Any, fmt: Any = "csv,noheader,nounits"
-) -> list[dict[str, Any]]:
+def cuda13_parse_query_gpu(text: Any, fields: Any, fmt: Any = "csv,noheader,nounits") -> list[dict[str, Any]]:
     """Filter: rows of ``nvidia-smi --query-gpu`` output (see nvidia_smi.parse_query_gpu)."""
     name = "cuda13_parse_query_gpu"
     if not isinstance(text, str):
         raise _type_error(name, "input", "the stdout text of nvidia-smi --query-gpu", text)
     if not (isinstance(fields, str) or _is_str_list(fields)):
-        raise _type_error(
-            name, "fields", "a list of field names or a comma-separated string", fields
-        )
+        raise _type_error(name, "fields", "a list of field names or a comma-separated string", fields)
     if not isinstance(fmt, str):
         raise _type_error(name, "fmt", "a --format string such as 'csv,noheader'", fmt)
     try:
@@ -204,9 +198,7 @@ def cuda13_gpu_inventory(
     if not isinstance(text, str):
         raise _type_error(name, "input", "the stdout text of nvidia-smi --query-gpu", text)
     if not (isinstance(fields, str) or _is_str_list(fields)):
-        raise _type_error(
-            name, "fields", "a list of field names or a comma-separated string", fields
-        )
+        raise _type_error(name, "fields", "a list of field names or a comma-separated string", fields)
     if not isinstance(fmt, str):
         raise _type_error(name, "fmt", "a --format string such as 'csv,noheader'", fmt)
     try:
@@ -245,13 +237,9 @@ def cuda13_driver_supports(
     """Filter: CompatResult as a dict (see versions.driver_supports)."""
     name = "cuda13_driver_supports"
     if not isinstance(driver_version, str):
-        raise _type_error(
-            name, "input (driver version)", "a string such as '590.48.01'", driver_version
-        )
+        raise _type_error(name, "input (driver version)", "a string such as '590.48.01'", driver_version)
     if not isinstance(toolkit_release, str):
-        raise _type_error(
-            name, "toolkit_release", "a quoted string such as '13.0'", toolkit_release
-        )
+        raise _type_error(name, "toolkit_release", "a quoted string such as '13.0'", toolkit_release)
     if not isinstance(jit, bool):
         raise _type_error(name, "jit", "true or false", jit)
     if min_driver_version is not None and not isinstance(min_driver_version, str):
@@ -310,8 +298,7 @@ def cuda13_stack_problems(dists: Any, default_labels: Any = None) -> list[str]:
     if not isinstance(dists, Mapping):
         raise _type_error(name, "input", "a dict of distribution name to version", dists)
     if default_labels is not None and not (
-        isinstance(default_labels, Mapping)
-        and all(isinstance(v, str) for v in default_labels.values())
+        isinstance(default_labels, Mapping) and all(isinstance(v, str) for v in default_labels.values())
     ):
         raise _type_error(
             name,
@@ -329,9 +316,7 @@ def cuda13_torch_cuda_arch_list(capabilities: Any) -> str:
     """Filter: ``"9.0;12.0"`` from ``["12.0", "9.0"]`` (see versions.torch_cuda_arch_list)."""
     name = "cuda13_torch_cuda_arch_list"
     if not _is_str_list(capabilities):
-        raise _type_error(
-            name, "input", "a list of compute capabilities such as ['12.0']", capabilities
-        )
+        raise _type_error(name, "input", "a list of compute capabilities such as ['12.0']", capabilities)
     try:
         return versions.torch_cuda_arch_list(capabilities)
     except ValueError as exc:

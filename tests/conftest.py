@@ -40,9 +40,7 @@ def mirror_url(sandbox_mirror, tmp_path_factory):
 def toolkits(sandbox_mirror, tmp_path_factory) -> dict[str, Path]:
     """CUDA homes of 12.8 and 13.0 unpacked from the mirror's .debs."""
     root = tmp_path_factory.mktemp("toolkits")
-    return {
-        v: testkit.extract_toolkit(sandbox_mirror.out, _RELEASES[v], root) for v in ("12.8", "13.0")
-    }
+    return {v: testkit.extract_toolkit(sandbox_mirror.out, _RELEASES[v], root) for v in ("12.8", "13.0")}
 
 
 @pytest.fixture(scope="session")

@@ -117,9 +117,7 @@ def bench(venv, url: str, *args: str, cwd=None) -> subprocess.CompletedProcess:
         "128",
         *args,
     ]
-    return subprocess.run(
-        cmd, env=testkit.clean_env(), cwd=cwd, capture_output=True, text=True, timeout=120
-    )
+    return subprocess.run(cmd, env=testkit.clean_env(), cwd=cwd, capture_output=True, text=True, timeout=120)
 
 
 def test_prints_the_result_block_and_appends_jsonl(venv_cu128, server, tmp_path):

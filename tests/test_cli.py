@@ -79,9 +79,7 @@ def test_parse_rollout(tmp_path, inventory, monkeypatch):
 
 
 def test_parse_reports_dir_from_option_or_environment(tmp_path, inventory, monkeypatch):
-    options = cli.parse_args(
-        ["preflight", "-i", str(inventory), "--reports-dir", "out"], cwd=tmp_path
-    )
+    options = cli.parse_args(["preflight", "-i", str(inventory), "--reports-dir", "out"], cwd=tmp_path)
     assert options.reports_dir == tmp_path / "out"
     monkeypatch.setenv("CUDA13_REPORTS_DIR", str(tmp_path / "env-reports"))
     options = cli.parse_args(["preflight", "-i", str(inventory), "--run-id", "r1"], cwd=tmp_path)
@@ -151,9 +149,7 @@ def test_usage_errors_name_the_option(tmp_path, inventory, monkeypatch, capsys, 
 
 def test_home_from_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDA13_UPGRADE_HOME", str(tmp_path))
-    with pytest.raises(
-        cli.UsageError, match=r"from CUDA13_UPGRADE_HOME\) is not a cuda13-upgrade checkout"
-    ):
+    with pytest.raises(cli.UsageError, match=r"from CUDA13_UPGRADE_HOME\) is not a cuda13-upgrade checkout"):
         cli.home_dir()
     (tmp_path / "ansible.cfg").write_text("[defaults]\n")
     assert cli.home_dir() == tmp_path
@@ -170,9 +166,7 @@ def test_a_playbook_the_checkout_lacks_is_a_clear_error(tmp_path, inventory, mon
     ):
         assert cli.main([command, "-i", str(inventory)]) == 2
         err = capsys.readouterr().err
-        assert (
-            f"'{command}' needs {playbook}, which this checkout ({home}) does not have yet" in err
-        )
+        assert f"'{command}' needs {playbook}, which this checkout ({home}) does not have yet" in err
 
 
 def test_runner_cmdline_and_envvars(tmp_path):
@@ -369,9 +363,7 @@ def test_progress_lines_per_host_and_step():
 # --- report ----------------------------------------------------------------------------
 
 
-def _write_run(
-    reports: Path, run_id: str, results: list[dict[str, Any]], record: dict | None = None
-) -> Path:
+def _write_run(reports: Path, run_id: str, results: list[dict[str, Any]], record: dict | None = None) -> Path:
     run = reports / run_id
     run.mkdir(parents=True)
     for result in results:
@@ -516,10 +508,7 @@ def test_preflight_through_ansible_runner(tmp_path, inventory, capsys):
     assert "node-b: Check the disk ... FAILED: only 3 GiB free on /opt, need 20 GiB" in lines
     assert not [line for line in lines if line.startswith("localhost:")]
     assert "| node-a | passed | - |" in lines
-    assert (
-        "| node-b | failed at Preflight (read-only) | only 3 GiB free on /opt, need 20 GiB |"
-        in lines
-    )
+    assert "| node-b | failed at Preflight (read-only) | only 3 GiB free on /opt, need 20 GiB |" in lines
     record = json.loads((reports / "pf1" / "run.json").read_text())
     assert record["hosts"] == ["node-a", "node-b"]
     assert record["runner_rc"] == 2

@@ -61,10 +61,7 @@ def test_context_has_the_containerfile_and_dependency_files(context):
     containerfile = (context / "Containerfile").read_text()
     assert 'ARG EE_BASE_IMAGE="quay.io/centos/centos:stream9"' in containerfile
     assert 'ARG PYCMD="/usr/bin/python3.11"' in containerfile
-    assert (
-        'ARG ANSIBLE_INSTALL_REFS="ansible-core>=2.19,<2.20 ansible-runner>=2.4,<3"'
-        in containerfile
-    )
+    assert 'ARG ANSIBLE_INSTALL_REFS="ansible-core>=2.19,<2.20 ansible-runner>=2.4,<3"' in containerfile
     assert "ansible-galaxy collection install" in containerfile
     for name in ("requirements.txt", "requirements.yml", "bindep.txt"):
         assert (context / "_build" / name).is_file(), name
@@ -89,9 +86,7 @@ def test_python_requirements_follow_pyproject(context):
         if line.strip() and not line.startswith("#")
     }
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    runtime = {
-        Requirement(r).name.lower(): str(Requirement(r).specifier) for r in project["dependencies"]
-    }
+    runtime = {Requirement(r).name.lower(): str(Requirement(r).specifier) for r in project["dependencies"]}
     runner = runtime.pop("ansible-runner")
     assert ee_reqs == runtime
     ee = yaml.safe_load(EE_FILE.read_text())

@@ -15,9 +15,7 @@ from ansible.errors import AnsibleFilterError
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
 
-_spec = importlib.util.spec_from_file_location(
-    "cuda13_filters", ROOT / "filter_plugins" / "cuda13.py"
-)
+_spec = importlib.util.spec_from_file_location("cuda13_filters", ROOT / "filter_plugins" / "cuda13.py")
 assert _spec is not None and _spec.loader is not None
 cuda13_filters = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(cuda13_filters)
@@ -58,9 +56,7 @@ def test_every_filter_is_documented():
 
 def test_parse_query_gpu():
     text = (FIXTURES / "nvidia-smi" / "query-csv-rtxpro6000-9gpu-580.65.06.txt").read_text()
-    rows = f("cuda13_parse_query_gpu")(
-        text, "index,name,compute_cap,memory.total,driver_version", "csv"
-    )
+    rows = f("cuda13_parse_query_gpu")(text, "index,name,compute_cap,memory.total,driver_version", "csv")
     assert len(rows) == 9
     assert rows[0]["memory.total"] == 97887
 
@@ -69,14 +65,12 @@ def test_parse_query_gpu_type_errors():
     with pytest.raises(AnsibleFilterError) as info:
         f("cuda13_parse_query_gpu")(None, ["index"])
     assert str(info.value) == (
-        "cuda13_parse_query_gpu: input must be the stdout text of nvidia-smi --query-gpu, "
-        "got NoneType: None"
+        "cuda13_parse_query_gpu: input must be the stdout text of nvidia-smi --query-gpu, got NoneType: None"
     )
     with pytest.raises(AnsibleFilterError) as info:
         f("cuda13_parse_query_gpu")("0\n", 5)
     assert str(info.value) == (
-        "cuda13_parse_query_gpu: fields must be a list of field names or a comma-separated "
-        "string, got int: 5"
+        "cuda13_parse_query_gpu: fields must be a list of field names or a comma-separated string, got int: 5"
     )
 
 
@@ -133,12 +127,9 @@ def test_parse_nvcc_version_errors():
     with pytest.raises(AnsibleFilterError) as info:
         f("cuda13_parse_nvcc_version")(["nvcc"])
     assert str(info.value) == (
-        "cuda13_parse_nvcc_version: input must be the stdout text of nvcc --version, "
-        "got list: ['nvcc']"
+        "cuda13_parse_nvcc_version: input must be the stdout text of nvcc --version, got list: ['nvcc']"
     )
-    with pytest.raises(
-        AnsibleFilterError, match="^cuda13_parse_nvcc_version: no 'Cuda compilation"
-    ):
+    with pytest.raises(AnsibleFilterError, match="^cuda13_parse_nvcc_version: no 'Cuda compilation"):
         f("cuda13_parse_nvcc_version")("nvcc: command not found")
 
 
@@ -162,8 +153,7 @@ def test_driver_supports_errors():
     with pytest.raises(AnsibleFilterError) as info:
         f("cuda13_driver_supports")("590.48.01", 13.0)
     assert str(info.value) == (
-        "cuda13_driver_supports: toolkit_release must be a quoted string such as '13.0', "
-        "got float: 13.0"
+        "cuda13_driver_supports: toolkit_release must be a quoted string such as '13.0', got float: 13.0"
     )
     with pytest.raises(AnsibleFilterError) as info:
         f("cuda13_driver_supports")("590.48.01", "13.0", "yes")
@@ -176,9 +166,7 @@ def test_driver_supports_errors():
     )
     with pytest.raises(AnsibleFilterError) as info:
         f("cuda13_driver_supports")("590.48.01", "13.4")
-    assert str(info.value).startswith(
-        "cuda13_driver_supports: CUDA 13.4 GA is not in the driver table"
-    )
+    assert str(info.value).startswith("cuda13_driver_supports: CUDA 13.4 GA is not in the driver table")
     assert "nvidia_driver_check_min_driver_version" in str(info.value)
 
 
@@ -237,9 +225,7 @@ def test_parse_pip_freeze_and_stack_problems():
         "13.0 (cu130); install the +cu130 wheel of sgl-kernel"
     ]
     assert (
-        f("cuda13_stack_problems")(
-            {"torch": "2.10.0+cu128", "sgl-kernel": "0.3.21"}, {"sgl-kernel": "cu128"}
-        )
+        f("cuda13_stack_problems")({"torch": "2.10.0+cu128", "sgl-kernel": "0.3.21"}, {"sgl-kernel": "cu128"})
         == []
     )
 
@@ -322,6 +308,5 @@ def test_filters_in_a_playbook_and_the_message_a_user_sees(tmp_path):
     failed = tasks[1]["hosts"]["localhost"]
     assert failed["failed"] is True
     assert failed["msg"].endswith(
-        "cuda13_driver_supports: toolkit_release must be a quoted string such as '13.0', "
-        "got float: 13.0"
+        "cuda13_driver_supports: toolkit_release must be a quoted string such as '13.0', got float: 13.0"
     )

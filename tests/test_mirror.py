@@ -38,9 +38,7 @@ def deb_field(deb: Path, name: str) -> str:
 
 def deb_file(deb: Path, member: str) -> bytes:
     tar = subprocess.run(["dpkg-deb", "--fsys-tarfile", str(deb)], capture_output=True, check=True)
-    out = subprocess.run(
-        ["tar", "-xO", f".{member}"], input=tar.stdout, capture_output=True, check=True
-    )
+    out = subprocess.run(["tar", "-xO", f".{member}"], input=tar.stdout, capture_output=True, check=True)
     return out.stdout
 
 
@@ -105,9 +103,7 @@ def test_nvcc_prints_the_release_text(sandbox_mirror, release, tmp_path):
     ]
     bad = subprocess.run(["sh", str(nvcc), "kernel.cu"], capture_output=True, text=True)
     assert bad.returncode == 1
-    assert bad.stderr == (
-        "nvcc fatal   : No input files specified; use option --help for more information\n"
-    )
+    assert bad.stderr == ("nvcc fatal   : No input files specified; use option --help for more information\n")
 
 
 def test_nvcc_text_of_13_0_is_the_real_one():
@@ -119,10 +115,7 @@ def test_nvcc_text_of_13_0_is_the_real_one():
 
 @pytest.mark.parametrize("release", catalog.CUDA_RELEASES, ids=lambda r: r.dotted)
 def test_config_common_registers_the_alternatives(sandbox_mirror, release, tmp_path):
-    deb = (
-        apt_dir(sandbox_mirror)
-        / f"cuda-toolkit-{release.dashed}-config-common_{release.cudart}_amd64.deb"
-    )
+    deb = apt_dir(sandbox_mirror) / f"cuda-toolkit-{release.dashed}-config-common_{release.cudart}_amd64.deb"
     subprocess.run(["dpkg-deb", "-e", str(deb), str(tmp_path / "DEBIAN")], check=True)
     postinst = (tmp_path / "DEBIAN" / "postinst").read_text()
     prerm = (tmp_path / "DEBIAN" / "prerm").read_text()
@@ -141,9 +134,7 @@ def test_config_common_registers_the_alternatives(sandbox_mirror, release, tmp_p
 def test_cudart_ships_libraries_links_and_version_json(sandbox_mirror):
     release = RELEASES["13.0"]
     deb = apt_dir(sandbox_mirror) / f"cuda-cudart-13-0_{release.cudart}_amd64.deb"
-    listing = subprocess.run(
-        ["dpkg-deb", "-c", str(deb)], capture_output=True, text=True, check=True
-    ).stdout
+    listing = subprocess.run(["dpkg-deb", "-c", str(deb)], capture_output=True, text=True, check=True).stdout
     lib = "./usr/local/cuda-13.0/targets/x86_64-linux/lib"
     assert f"{lib}/libcudart.so.13 -> libcudart.so.13.0.96" in listing
     assert f"{lib}/libcudart.so -> libcudart.so.13" in listing
@@ -245,16 +236,11 @@ def test_torch_wheel_metadata_and_record(sandbox_mirror, relpath, requires):
 
 def test_kernel_wheel_names_and_tags(sandbox_mirror):
     out = sandbox_mirror.out
+    assert (out / "sgl-whl/cu130/sgl_kernel-0.3.21+cu130-cp310-abi3-manylinux2014_x86_64.whl").is_file()
     assert (
-        out / "sgl-whl/cu130/sgl_kernel-0.3.21+cu130-cp310-abi3-manylinux2014_x86_64.whl"
+        out / "flashinfer-whl/cu130/flashinfer_jit_cache-0.6.1+cu130-cp39-abi3-manylinux_2_28_x86_64.whl"
     ).is_file()
-    assert (
-        out
-        / "flashinfer-whl/cu130/flashinfer_jit_cache-0.6.1+cu130-cp39-abi3-manylinux_2_28_x86_64.whl"
-    ).is_file()
-    metadata, wheel, _ = _wheel_metadata(
-        out / "pypi/packages/flashinfer_python-0.6.1-py3-none-any.whl"
-    )
+    metadata, wheel, _ = _wheel_metadata(out / "pypi/packages/flashinfer_python-0.6.1-py3-none-any.whl")
     assert "Name: flashinfer-python\nVersion: 0.6.1\n" in metadata
     assert "Root-Is-Purelib: true" in wheel
 
@@ -349,9 +335,7 @@ def test_torch_without_its_runtime_wheel_fails_like_the_real_one(mirror_url, tmp
         "torch==2.10.0+cu130",
     )
     env = testkit.clean_env(PYTHONPATH=str(target), SANDBOX_LD_SO_CONF_D=str(no_ld_conf))
-    proc = subprocess.run(
-        [sys.executable, "-c", "import torch"], env=env, capture_output=True, text=True
-    )
+    proc = subprocess.run([sys.executable, "-c", "import torch"], env=env, capture_output=True, text=True)
     assert proc.returncode != 0
     assert proc.stderr.strip().endswith(
         "OSError: libcudart.so.13: cannot open shared object file: No such file or directory"
@@ -363,9 +347,7 @@ def test_torch_without_its_runtime_wheel_fails_like_the_real_one(mirror_url, tmp
 
 def test_sglang_repo_clones_over_dumb_http(sandbox_mirror, mirror_url, tmp_path):
     tags = sandbox_mirror.manifest["git"]["sglang"]["tags"]
-    remote = testkit.run(
-        ["git", "ls-remote", f"{mirror_url}/git/sglang.git"], testkit.clean_env()
-    ).stdout
+    remote = testkit.run(["git", "ls-remote", f"{mirror_url}/git/sglang.git"], testkit.clean_env()).stdout
     assert f"{tags['v0.5.8']}\trefs/tags/v0.5.8^{{}}" in remote
     assert f"{tags['v0.5.9']}\trefs/heads/main" in remote
     clone = testkit.clone_sglang(mirror_url, "v0.5.8", tmp_path / "sglang")

@@ -107,9 +107,7 @@ def test_query_alias_and_na_memory_of_gb10():
 
 
 def test_query_nounits_and_not_supported():
-    rows = parse_query_gpu(
-        "0, 97887, 600.00, [Not Supported]\n", "index,memory.total,power.limit,fan.speed"
-    )
+    rows = parse_query_gpu("0, 97887, 600.00, [Not Supported]\n", "index,memory.total,power.limit,fan.speed")
     assert rows == [{"index": 0, "memory.total": 97887, "power.limit": 600.0, "fan.speed": None}]
 
 
@@ -153,9 +151,7 @@ def test_query_header_must_match_fields():
 
 
 def test_query_value_that_is_not_a_number():
-    with pytest.raises(
-        ParseError, match="value of memory.total is not a number of MiB: '0, lots MiB'"
-    ):
+    with pytest.raises(ParseError, match="value of memory.total is not a number of MiB: '0, lots MiB'"):
         parse_query_gpu("0, lots MiB\n", ["index", "memory.total"], "csv,noheader")
 
 
@@ -214,9 +210,7 @@ def test_inventory_refuses_two_driver_versions():
         "H200, GPU-0a1b2c3d-0000-4000-8000-000000000001, 590.48.01",
         "H200, GPU-0a1b2c3d-0000-4000-8000-000000000001, 580.95.05",
     )
-    with pytest.raises(
-        ParseError, match=r"different or no driver versions: \['580.95.05', '590.48.01'\]"
-    ):
+    with pytest.raises(ParseError, match=r"different or no driver versions: \['580.95.05', '590.48.01'\]"):
         GpuInventory.from_query(text, INVENTORY_FIELDS)
 
 

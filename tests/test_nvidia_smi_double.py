@@ -122,9 +122,7 @@ def test_inventory_query_in_every_format(name, fmt):
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_query_fields_with_units_in_every_format(fmt):
     fields = "index,power.limit,temperature.gpu,memory.used,memory.free,utilization.gpu,count"
-    rows = parse_query_gpu(
-        out(state_file("h200"), f"--query-gpu={fields}", f"--format={fmt}"), fields, fmt
-    )
+    rows = parse_query_gpu(out(state_file("h200"), f"--query-gpu={fields}", f"--format={fmt}"), fields, fmt)
     assert rows == [
         {
             "index": 0,
@@ -145,10 +143,7 @@ def test_query_header_is_the_real_one():
         "--format=csv",
     )
     assert text.splitlines()[0] == "name, driver_version, compute_cap, memory.total [MiB]"
-    assert (
-        text.splitlines()[1]
-        == "NVIDIA RTX PRO 6000 Blackwell Server Edition, 590.48.01, 12.0, 97887 MiB"
-    )
+    assert text.splitlines()[1] == "NVIDIA RTX PRO 6000 Blackwell Server Edition, 590.48.01, 12.0, 97887 MiB"
 
 
 def test_query_as_the_molecule_verifier_runs_it():
@@ -199,9 +194,7 @@ def test_table_reads_back(name):
     assert table["driver_version"] == state["driver_version"]
     assert table["cuda_version"] == state["cuda_version"]
     assert [g["bus_id"] for g in table["gpus"]] == [g["pci_bus_id"] for g in state["gpus"]]
-    assert [g["memory_total_mib"] for g in table["gpus"]] == [
-        g["memory_total_mib"] for g in state["gpus"]
-    ]
+    assert [g["memory_total_mib"] for g in table["gpus"]] == [g["memory_total_mib"] for g in state["gpus"]]
     for gpu, expected in zip(table["gpus"], state["gpus"], strict=True):
         shown = expected["name"] if len(expected["name"]) <= 27 else expected["name"][:24] + "..."
         assert gpu["name"] == shown
@@ -245,8 +238,7 @@ def test_topology_reads_back_as_pcie_only():
     assert topo["numa_affinity"] == {f"GPU{i}": "0" if i < 4 else "1" for i in range(8)}
     assert topo["cpu_affinity"]["GPU7"] == "48-95,144-191"
     assert topo["legend"]["NODE"] == (
-        "Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within "
-        "a NUMA node"
+        "Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within a NUMA node"
     )
 
 
@@ -297,9 +289,7 @@ def test_preflight_refuses_the_old_driver():
 def test_preflight_refuses_the_h200_of_the_mixed_host():
     report = evaluate(facts_of("mixed-gpus"))
     assert [(f["check"], f["value"]) for f in report.failures] == [("compute_capability", "9.0")]
-    assert report.failures[0]["message"].startswith(
-        "GPU 7 (NVIDIA H200) has compute capability 9.0"
-    )
+    assert report.failures[0]["message"].startswith("GPU 7 (NVIDIA H200) has compute capability 9.0")
     assert evaluate(facts_of("mixed-gpus"), {"allowed_compute_capabilities": ["9.0", "12.0"]}).ok
 
 
@@ -357,9 +347,7 @@ def test_no_supported_gpus(tmp_path):
 
 
 def test_unknown_field_prints_the_real_error():
-    result = run(
-        state_file("default"), "--query-gpu=driver_version,cuda_version", "--format=csv,noheader"
-    )
+    result = run(state_file("default"), "--query-gpu=driver_version,cuda_version", "--format=csv,noheader")
     assert (result.returncode, result.stdout) == (2, fixture_bytes("failure-invalid-field.txt"))
     foo = run(state_file("default"), "--query-gpu=foo", "--format=csv")
     assert (foo.returncode, foo.stdout) == (2, b'Field "foo" is not a valid field to query.\n\n')
@@ -458,13 +446,9 @@ def test_reproduces_a_real_580_server_edition_table(tmp_path):
 
 def test_reproduces_a_real_570_table_layout(tmp_path):
     state = load("h200")
-    state.update(
-        driver_version="570.124.06", cuda_version="12.8", timestamp="Mon Aug  3 11:55:12 2026"
-    )
+    state.update(driver_version="570.124.06", cuda_version="12.8", timestamp="Mon Aug  3 11:55:12 2026")
     state["gpus"][0]["memory_used_mib"] = 1
-    assert run(write_state(tmp_path, state)).stdout == fixture_bytes(
-        "table-570.124.06-h200-1gpu.txt"
-    )
+    assert run(write_state(tmp_path, state)).stdout == fixture_bytes("table-570.124.06-h200-1gpu.txt")
 
 
 def test_reproduces_a_real_590_table_with_processes(tmp_path):
@@ -488,9 +472,7 @@ def test_reproduces_a_real_590_table_with_processes(tmp_path):
     }
     produced = run(write_state(tmp_path, state)).stdout.decode()
     # the published sample starts at the box, without nvidia-smi's timestamp line
-    assert (
-        produced.split("\n", 1)[1] == (FIXTURES / "table-590.48.01-rtxpro6000-2gpu.txt").read_text()
-    )
+    assert produced.split("\n", 1)[1] == (FIXTURES / "table-590.48.01-rtxpro6000-2gpu.txt").read_text()
 
 
 def test_r610_header_wording(tmp_path):

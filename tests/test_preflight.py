@@ -80,9 +80,7 @@ def test_h200_is_refused_with_index_name_and_option():
 def test_allowing_9_0_passes_the_h200():
     gpus = [{"index": 0, "name": "NVIDIA H200", "compute_capability": "9.0"}]
     settings = {"allowed_compute_capabilities": ["9.0", "12.0"]}
-    assert evaluate(
-        host(gpus=gpus, driver_version="580.95.05", cuda_driver_version="13.0"), settings
-    ).ok
+    assert evaluate(host(gpus=gpus, driver_version="580.95.05", cuda_driver_version="13.0"), settings).ok
 
 
 def test_gpus_of_one_capability_are_reported_together():
@@ -169,9 +167,7 @@ def test_malformed_driver_fact():
     report = evaluate(host(driver_version="N/A"))
     (failure,) = failures(report, "driver")
     assert (failure["value"], failure["option"]) == ("N/A", None)
-    assert failure["message"].startswith(
-        "driver version is not of the form BRANCH.MINOR[.PATCH]: 'N/A'."
-    )
+    assert failure["message"].startswith("driver version is not of the form BRANCH.MINOR[.PATCH]: 'N/A'.")
 
 
 def test_missing_driver_fact():
@@ -231,9 +227,7 @@ def test_every_failure_is_reported_at_once():
 
 
 def test_option_names_can_be_renamed():
-    report = evaluate(
-        host(python_version="3.9.1"), {"option_names": {"min_python_version": "my_python"}}
-    )
+    report = evaluate(host(python_version="3.9.1"), {"option_names": {"min_python_version": "my_python"}})
     assert failures(report)[0]["option"] == "my_python"
 
 

@@ -32,8 +32,7 @@ def _phase(trials: dict[str, list[float]], server_args: dict[str, list[str]]) ->
             "server_args": server_args[name],
             "method": "builtin",
             "trials": [
-                {"tokens": 256, "ttft_ms": 41.0, "decode_tok_s": v, "output_tok_s": v * 0.95}
-                for v in values
+                {"tokens": 256, "ttft_ms": 41.0, "decode_tok_s": v, "output_tok_s": v * 0.95} for v in values
             ],
             "summary": throughput.summarize(values).__dict__,
         }
@@ -105,9 +104,7 @@ def kept(host: str) -> dict[str, Any]:
             "baseline": _phase({"plain": PLAIN_BEFORE, "eagle3": EAGLE_BEFORE}, ARGS),
         },
         decisions=decisions,
-        speculative={
-            "eagle3": throughput.speculative_gain(candidate["plain"], candidate["eagle3"])
-        },
+        speculative={"eagle3": throughput.speculative_gain(candidate["plain"], candidate["eagle3"])},
         reason="; ".join(d["reason"] for d in decisions.values()),
     )
 
@@ -313,9 +310,7 @@ def test_markdown_cells(run_dir):
     assert cells["gpu-node-02"]["plain after (tok/s)"] == "80.2 (-10.4%, regressed)"
     assert cells["gpu-node-02"]["rollback"] == "yes, 41.3 s, old throughput confirmed"
     assert cells["gpu-node-02"]["stack after"] == "torch 2.10.0+cu128, CUDA 12.8"
-    assert cells["gpu-node-02"]["reason"].startswith(
-        "plain: median 80.2 tok/s on the new stack vs 89.5"
-    )
+    assert cells["gpu-node-02"]["reason"].startswith("plain: median 80.2 tok/s on the new stack vs 89.5")
     assert cells["gpu-node-02"]["reason"].endswith("…")
 
     assert cells["gpu-node-03"]["plain after (tok/s)"] == "89.4 (rollback)"

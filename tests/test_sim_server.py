@@ -191,9 +191,7 @@ def test_eagle3_flags_pick_the_eagle3_rate(venv_cu128, scenario, no_ld_conf, tmp
 
 
 def test_cu130_stack_serves_at_the_cu130_rate(venv_cu130, scenario, no_ld_conf, tmp_path):
-    server = testkit.SimServer(
-        venv_cu130.python, server_env(venv_cu130, scenario, no_ld_conf), tmp_path
-    )
+    server = testkit.SimServer(venv_cu130.python, server_env(venv_cu130, scenario, no_ld_conf), tmp_path)
     try:
         info = get_json(server.url + "/get_server_info")
         assert info["simulation"]["rate_key"] == "cu130/plain"
@@ -212,9 +210,7 @@ def refused(python: Path, env: dict) -> subprocess.CompletedProcess:
     return proc
 
 
-def test_refuses_a_cu128_kernel_under_cu130_torch(
-    venv_cu130, toolkits, scenario, mirror_url, tmp_path
-):
+def test_refuses_a_cu128_kernel_under_cu130_torch(venv_cu130, toolkits, scenario, mirror_url, tmp_path):
     overlay = tmp_path / "overlay"
     testkit.pip(
         venv_cu130.python,
@@ -232,9 +228,7 @@ def test_refuses_a_cu128_kernel_under_cu130_torch(
     proc = refused(venv_cu130.python, env)
     assert "[sgl_kernel] CRITICAL: Could not load any common_ops library!" in proc.stderr
     assert "common_ops.abi3.so: undefined symbol: _ZN3c104cuda9SetDeviceEa" in proc.stderr
-    assert proc.stderr.strip().splitlines()[-1] == (
-        "- ModuleNotFoundError: No module named 'common_ops'"
-    )
+    assert proc.stderr.strip().splitlines()[-1] == ("- ModuleNotFoundError: No module named 'common_ops'")
 
     # Without a CUDA 12 runtime anywhere, the same wheel fails on its library instead.
     env = server_env(venv_cu130, scenario, tmp_path / "empty", PYTHONPATH=str(overlay))
@@ -262,9 +256,7 @@ def test_refuses_sglang_built_for_cuda12_with_only_a_cuda13_toolkit(
     )
 
 
-def test_refuses_a_jit_cache_of_another_flashinfer_version(
-    venv_cu128, scenario, no_ld_conf, tmp_path
-):
+def test_refuses_a_jit_cache_of_another_flashinfer_version(venv_cu128, scenario, no_ld_conf, tmp_path):
     fake = tmp_path / "overlay" / "flashinfer_jit_cache"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text(

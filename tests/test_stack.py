@@ -39,10 +39,7 @@ def test_service_exec_start_honours_a_dropin_reset():
         "\n# /etc/systemd/system/sglang.service.d/50-cuda13-upgrade.conf\n"
         "[Service]\nExecStart=\nExecStart=/opt/ml-env-cu130/bin/python -m sglang.launch_server --tp 8\n"
     )
-    assert (
-        stack.service_exec_start(text)
-        == "/opt/ml-env-cu130/bin/python -m sglang.launch_server --tp 8"
-    )
+    assert stack.service_exec_start(text) == "/opt/ml-env-cu130/bin/python -m sglang.launch_server --tp 8"
 
 
 def test_service_exec_start_without_one():
@@ -91,9 +88,7 @@ def test_build_manifest_from_raw_outputs():
     assert manifest["venv"]["pip_freeze"] == ["sgl-kernel==0.3.21+cu128", "torch==2.10.0+cu128"]
     assert manifest["cuda"]["alternatives"]["cuda"]["value"] == "/usr/local/cuda-12.8"
     assert manifest["cuda"]["alternatives"]["cuda-13"] is None
-    assert manifest["service"]["exec_start"].startswith(
-        "/opt/ml-env/bin/python -m sglang.launch_server"
-    )
+    assert manifest["service"]["exec_start"].startswith("/opt/ml-env/bin/python -m sglang.launch_server")
     with pytest.raises(ValueError, match="snapshot is missing pip_freeze"):
         stack.build_manifest({k: v for k, v in raw.items() if k != "pip_freeze"})
 
@@ -106,11 +101,7 @@ def test_freeze_difference():
 
 
 def test_parse_dpkg_query_keeps_installed_only():
-    text = (
-        "cuda-toolkit-12-8 12.8.1-1 ii \n"
-        "cuda-toolkit-13-0 13.0.2-1 rc \n"
-        "cuda-nvcc-12-8 12.8.93-1 ii \n"
-    )
+    text = "cuda-toolkit-12-8 12.8.1-1 ii \ncuda-toolkit-13-0 13.0.2-1 rc \ncuda-nvcc-12-8 12.8.93-1 ii \n"
     assert stack.parse_dpkg_query(text) == {
         "cuda-toolkit-12-8": "12.8.1-1",
         "cuda-nvcc-12-8": "12.8.93-1",

@@ -39,9 +39,7 @@ def test_parse_bench_serving_without_block_names_the_problem():
 
 def test_parse_bench_serving_with_garbled_number():
     text = "== Serving Benchmark Result ==\nOutput token throughput (tok/s):         n/a\n"
-    with pytest.raises(
-        ValueError, match=r"Output token throughput \(tok/s\): 'n/a' is not a number"
-    ):
+    with pytest.raises(ValueError, match=r"Output token throughput \(tok/s\): 'n/a' is not a number"):
         throughput.parse_bench_serving(text)
 
 
@@ -80,9 +78,7 @@ def test_summarize_refuses_bad_trials(bad):
 
 def test_field_report_numbers_keep_the_upgrade():
     # CUDA 12.8 EAGLE-3 54.1 tok/s -> CUDA 13 96.1 tok/s (the field report).
-    d = throughput.decide(
-        [54.0, 54.1, 54.3, 53.9, 54.2], [96.0, 96.1, 96.3, 95.8, 96.2], profile="eagle3"
-    )
+    d = throughput.decide([54.0, 54.1, 54.3, 53.9, 54.2], [96.0, 96.1, 96.3, 95.8, 96.2], profile="eagle3")
     assert d.verdict == "keep" and d.final
     assert d.change_pct == pytest.approx(77.6, abs=0.5)
     assert "eagle3" in d.reason

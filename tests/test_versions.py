@@ -175,9 +175,7 @@ def test_driver_supports_release_minimums(driver, release, ok, required):
 def test_too_old_driver_message_names_values_and_remedy():
     result = driver_supports("570.86.15", "13.0")
     assert not result.ok
-    assert result.message.startswith(
-        "driver 570.86.15 is older than 580.65.06, the minimum for CUDA 13.0 GA"
-    )
+    assert result.message.startswith("driver 570.86.15 is older than 580.65.06, the minimum for CUDA 13.0 GA")
     assert "upgrade the driver to 580.65.06 or newer" in result.message
     assert "minor version compatibility does not cover" in result.message
 
@@ -205,9 +203,7 @@ def test_unknown_release_names_the_override():
     with pytest.raises(UnknownReleaseError) as info:
         driver_supports("590.48.01", "13.4")
     message = str(info.value)
-    assert message.startswith(
-        "CUDA 13.4 GA is not in the driver table (it knows 12.0 to 13.3.1): '13.4'."
-    )
+    assert message.startswith("CUDA 13.4 GA is not in the driver table (it knows 12.0 to 13.3.1): '13.4'.")
     assert "Option: toolkit_release." in message
     assert f"set {MIN_DRIVER_OPTION} to it" in message
 
@@ -274,8 +270,7 @@ def test_driver_cuda_version_other_major_is_refused():
     result = driver_cuda_version_supports("12.8", "13.0", jit=False)
     assert not result.ok
     assert result.message == (
-        "the driver supports up to CUDA 12.8, older than 13.0; upgrade the driver or target an "
-        "older release"
+        "the driver supports up to CUDA 12.8, older than 13.0; upgrade the driver or target an older release"
     )
 
 

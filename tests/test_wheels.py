@@ -114,9 +114,9 @@ def test_parse_pip_freeze_editable_with_version_comment():
 
 
 def test_parse_pip_freeze_skips_options():
-    assert parse_pip_freeze(
-        "--extra-index-url https://download.pytorch.org/whl/cu130\nsix==1.17.0\n"
-    ) == {"six": "1.17.0"}
+    assert parse_pip_freeze("--extra-index-url https://download.pytorch.org/whl/cu130\nsix==1.17.0\n") == {
+        "six": "1.17.0"
+    }
 
 
 def test_parse_pip_freeze_quotes_a_bad_line():

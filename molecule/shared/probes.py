@@ -9,7 +9,9 @@ REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "src" / "cuda13_upgrade" / "hostscripts" / "completion_bench.py"
 
 
-def stream_decode(host, *, max_tokens: int = 128, trials: int = 2, url: str = "http://127.0.0.1:30000") -> dict:
+def stream_decode(
+    host, *, max_tokens: int = 128, trials: int = 2, url: str = "http://127.0.0.1:30000"
+) -> dict:
     """Run the streaming decode benchmark on ``host``; returns its JSON result."""
     script = BENCH.read_text(encoding="utf-8")
     cmd = (

@@ -610,9 +610,7 @@ def _run_hosts(run_dir: Path, run: RunResult, started: float) -> list[str]:
 
 def natural_key(name: str) -> list[Any]:
     """Sort key that orders the digits of host names as numbers."""
-    return [
-        (0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", name)
-    ]
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", name)]
 
 
 def run_command(options: Options, stream: TextIO | None = None) -> int:
@@ -721,8 +719,7 @@ def report_command(options: Options, stream: TextIO | None = None) -> int:
         latest = latest_run(options.reports_dir)
         if latest is None:
             raise UsageError(
-                f"no runs under {options.reports_dir} (--reports-dir); pass --run-id or "
-                "--reports-dir"
+                f"no runs under {options.reports_dir} (--reports-dir); pass --run-id or --reports-dir"
             )
         run_dir = latest
     record = report.load_run_record(run_dir)

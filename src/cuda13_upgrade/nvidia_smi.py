@@ -137,9 +137,7 @@ def parse_format(fmt: str) -> tuple[bool, bool]:
         raise ValueError(f"nvidia-smi format must be a string such as 'csv,noheader', got {fmt!r}")
     parts = [p.strip() for p in fmt.split(",") if p.strip()]
     if "csv" not in parts or any(p not in ("csv", "noheader", "nounits") for p in parts):
-        raise ValueError(
-            f"nvidia-smi format must be csv with optional noheader and nounits, got {fmt!r}"
-        )
+        raise ValueError(f"nvidia-smi format must be csv with optional noheader and nounits, got {fmt!r}")
     return "noheader" not in parts, "nounits" not in parts
 
 
@@ -225,8 +223,7 @@ def parse_query_gpu(
         raise ParseError(
             "nvidia-smi printed no GPU line",
             text,
-            remedy="check the command's return code and stderr (no GPU, or the driver "
-            "is not loaded)",
+            remedy="check the command's return code and stderr (no GPU, or the driver is not loaded)",
         )
     if header:
         got = [_canonical(re.sub(r"\s*\[[^\]]*\]$", "", h)) for h in lines[0].split(",")]
@@ -257,12 +254,7 @@ def parse_query_gpu(
                 option="fields",
                 remedy=hint or f"query exactly {','.join(names)} with --format={fmt}",
             )
-        rows.append(
-            {
-                name: _convert(name, raw, units, line)
-                for name, raw in zip(names, values, strict=True)
-            }
-        )
+        rows.append({name: _convert(name, raw, units, line) for name, raw in zip(names, values, strict=True)})
     return rows
 
 
@@ -571,9 +563,7 @@ def parse_list(text: str) -> list[dict[str, object]]:
             if mig and gpus:
                 devices = gpus[-1]["mig_devices"]
                 assert isinstance(devices, list)
-                devices.append(
-                    {"profile": mig.group(1), "device": int(mig.group(2)), "uuid": mig.group(3)}
-                )
+                devices.append({"profile": mig.group(1), "device": int(mig.group(2)), "uuid": mig.group(3)})
                 continue
             raise ParseError(
                 "nvidia-smi -L line is not 'GPU <n>: <name> (UUID: GPU-...)'",

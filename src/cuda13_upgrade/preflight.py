@@ -168,9 +168,7 @@ def _settings(settings: Mapping[str, Any] | None) -> tuple[dict[str, Any], dict[
         )
     try:
         merged["allowed_compute_capabilities"] = [
-            "{}.{}".format(
-                *parse_compute_capability(cc, option=names["allowed_compute_capabilities"])
-            )
+            "{}.{}".format(*parse_compute_capability(cc, option=names["allowed_compute_capabilities"]))
             for cc in allowed
         ]
     except Cuda13Error as exc:
@@ -184,9 +182,7 @@ def _settings(settings: Mapping[str, Any] | None) -> tuple[dict[str, Any], dict[
             remedy="set the number of GPUs each host has (e.g. 8), or null to accept any",
         )
     disk = merged["required_disk_gib"]
-    if disk is not None and (
-        isinstance(disk, bool) or not isinstance(disk, int | float) or disk < 0
-    ):
+    if disk is not None and (isinstance(disk, bool) or not isinstance(disk, int | float) or disk < 0):
         raise PreflightError(
             "required disk space must be a non-negative number of GiB or null",
             disk,
@@ -272,8 +268,7 @@ def _check_driver_cuda(report: PreflightReport, facts: Mapping[str, Any], s: dic
             "driver_cuda_version",
             cuda,
             n["toolkit_release"],
-            f"nvidia-smi reports the driver supports CUDA up to {cuda}, older than "
-            f"{s['toolkit_release']}",
+            f"nvidia-smi reports the driver supports CUDA up to {cuda}, older than {s['toolkit_release']}",
             f"upgrade the driver, or set {n['toolkit_release']} to {cuda} or older",
         )
 
@@ -345,11 +340,7 @@ def _check_gpus(report: PreflightReport, facts: Mapping[str, Any], s: dict, n: d
         )
     if not refused:
         found = sorted(
-            {
-                str(g.get("compute_capability", g.get("compute_cap")))
-                for g in gpus
-                if isinstance(g, Mapping)
-            }
+            {str(g.get("compute_capability", g.get("compute_cap"))) for g in gpus if isinstance(g, Mapping)}
         )
         report.pass_("compute_capability", found, f"all GPUs are in {allowed}")
 
@@ -375,8 +366,7 @@ def _check_disk(report: PreflightReport, facts: Mapping[str, Any], s: dict, n: d
             "disk",
             free,
             option,
-            f"{where} has {free / GIB:.1f} GiB free ({free} bytes), less than the "
-            f"{required} GiB required",
+            f"{where} has {free / GIB:.1f} GiB free ({free} bytes), less than the {required} GiB required",
             f"free space on {where}, or lower {option} if the new stack needs less",
         )
     else:
@@ -414,9 +404,7 @@ def _check_python(report: PreflightReport, facts: Mapping[str, Any], s: dict, n:
         report.pass_("python", found, f"Python {found} >= {minimum}")
 
 
-def evaluate(
-    facts: Mapping[str, Any], settings: Mapping[str, Any] | None = None
-) -> PreflightReport:
+def evaluate(facts: Mapping[str, Any], settings: Mapping[str, Any] | None = None) -> PreflightReport:
     """Run every preflight check on one host.
 
     Args:

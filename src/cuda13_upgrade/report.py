@@ -517,9 +517,7 @@ def fleet_summary(run_dir: str | Path, hosts: list[str] | None = None) -> dict[s
     run.mkdir(parents=True, exist_ok=True)
     md_path, json_path, png_path = run / "summary.md", run / "summary.json", run / "summary.png"
     md_path.write_text(markdown, encoding="utf-8")
-    json_path.write_text(
-        json.dumps({"run_id": run.name, "rows": rows}, indent=2) + "\n", encoding="utf-8"
-    )
+    json_path.write_text(json.dumps({"run_id": run.name, "rows": rows}, indent=2) + "\n", encoding="utf-8")
     summary: dict[str, Any] = {
         "run_id": run.name,
         "rows": rows,

@@ -119,18 +119,14 @@ def rewrite_exec_start(exec_start: str, old_venv: str, new_venv: str) -> str:
             f"cuda13_old_venv={old!r}: set cuda13_old_venv to the serving venv "
             f"(ExecStart={exec_start!r})"
         )
-    moved = [
-        new + arg[len(old) :] if arg == old or arg.startswith(old + "/") else arg for arg in argv
-    ]
+    moved = [new + arg[len(old) :] if arg == old or arg.startswith(old + "/") else arg for arg in argv]
     return prefixes + shlex.join(moved)
 
 
 def parse_pip_freeze_lines(text: str) -> list[str]:
     """``pip freeze`` output as a sorted list of requirement lines, comments dropped."""
     return sorted(
-        line.strip()
-        for line in text.splitlines()
-        if line.strip() and not line.lstrip().startswith("#")
+        line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")
     )
 
 

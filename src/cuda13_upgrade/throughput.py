@@ -119,9 +119,7 @@ def _change_se(baseline: list[float], candidate: list[float], old: Summary, new:
     pooled relative deviations of both sides from their own medians
     (1.4826 * MAD), which is steadier than two small-sample estimates.
     """
-    deviations = [v / old.median - 1.0 for v in baseline] + [
-        v / new.median - 1.0 for v in candidate
-    ]
+    deviations = [v / old.median - 1.0 for v in baseline] + [v / new.median - 1.0 for v in candidate]
     sigma = MAD_TO_SIGMA * statistics.median(abs(d) for d in deviations)
     return MEDIAN_SE_FACTOR * sigma * math.sqrt(1.0 / old.n + 1.0 / new.n)
 

@@ -172,9 +172,7 @@ def _require_str(value: object, what: str, option: str | None, example: str) -> 
     return value.strip()
 
 
-def parse_toolkit_version(
-    value: str, *, option: str | None = "toolkit_release"
-) -> tuple[int, int, int]:
+def parse_toolkit_version(value: str, *, option: str | None = "toolkit_release") -> tuple[int, int, int]:
     """Parse a toolkit release into ``(major, minor, update)``.
 
     Args:
@@ -237,9 +235,7 @@ def known_releases() -> list[str]:
     ]
 
 
-def parse_driver_version(
-    value: str, *, option: str | None = "driver_version"
-) -> tuple[int, int, int]:
+def parse_driver_version(value: str, *, option: str | None = "driver_version") -> tuple[int, int, int]:
     """Parse an NVIDIA Linux driver version for numeric comparison.
 
     Args:
@@ -326,9 +322,7 @@ def driver_supports(
         )
         if not ok:
             message += f"; upgrade the driver or lower {min_driver_option}"
-        return CompatResult(
-            ok, min_driver_version, "override", message, driver_version, toolkit_release
-        )
+        return CompatResult(ok, min_driver_version, "override", message, driver_version, toolkit_release)
 
     table_min = DRIVER_TABLE.get(release)
     if table_min is not None:
@@ -349,14 +343,11 @@ def driver_supports(
                 f"minor version compatibility does not cover; upgrade the driver to "
                 f"{table_min} or newer, or target a release this driver supports"
             )
-            return CompatResult(
-                False, table_min, "toolkit-driver", message, driver_version, toolkit_release
-            )
+            return CompatResult(False, table_min, "toolkit-driver", message, driver_version, toolkit_release)
 
     if jit:
         raise UnknownReleaseError(
-            f"{name} is not in the driver table (it knows {known_releases()[0]} to "
-            f"{known_releases()[-1]})",
+            f"{name} is not in the driver table (it knows {known_releases()[0]} to {known_releases()[-1]})",
             toolkit_release,
             option=release_option,
             remedy=f"look up the minimum Linux x86_64 driver for this release in the CUDA "
@@ -385,9 +376,7 @@ def driver_supports(
             f"driver {driver_version} is older than {mvc}, the minimum for CUDA "
             f"{release[0]}.x minor version compatibility ({_TABLE2}); upgrade the driver"
         )
-    return CompatResult(
-        ok, mvc, "minor-version-compatibility", message, driver_version, toolkit_release
-    )
+    return CompatResult(ok, mvc, "minor-version-compatibility", message, driver_version, toolkit_release)
 
 
 def driver_cuda_version_supports(
@@ -447,9 +436,7 @@ def driver_cuda_version_supports(
     )
 
 
-def parse_compute_capability(
-    value: str, *, option: str | None = "compute_capability"
-) -> tuple[int, int]:
+def parse_compute_capability(value: str, *, option: str | None = "compute_capability") -> tuple[int, int]:
     """Parse a compute capability: ``"12.0"`` -> ``(12, 0)``.
 
     Raises:

@@ -162,9 +162,7 @@ def parse_pip_freeze(text: str) -> dict[str, str | None]:
         ParseError: for a line of another shape, quoting it.
     """
     if not isinstance(text, str):
-        raise ParseError(
-            "pip freeze output must be text", text, option="text", remedy="pass its stdout"
-        )
+        raise ParseError("pip freeze output must be text", text, option="text", remedy="pass its stdout")
     dists: dict[str, str | None] = {}
     pending: tuple[str, str] | None = None
     for raw in text.splitlines():
@@ -186,11 +184,7 @@ def parse_pip_freeze(text: str) -> dict[str, str | None]:
                     raw,
                     remedy="pass the unmodified output of 'pip freeze'",
                 )
-            version = (
-                pending[1]
-                if pending and normalize_name(pending[0]) == normalize_name(name)
-                else None
-            )
+            version = pending[1] if pending and normalize_name(pending[0]) == normalize_name(name) else None
             dists[normalize_name(name)] = version
             pending = None
             continue
@@ -305,9 +299,7 @@ def check_stack_consistency(
                     )
                 elif dep_label != torch_label:
                     dep_cuda = (
-                        f"CUDA {cuda_tag_of_label(dep_label)}"
-                        if _LABEL_RE.match(dep_label)
-                        else "no CUDA"
+                        f"CUDA {cuda_tag_of_label(dep_label)}" if _LABEL_RE.match(dep_label) else "no CUDA"
                     )
                     problems.append(
                         f"{desc} is built for {dep_cuda} ({dep_label}) but {torch_desc} for "
@@ -334,7 +326,6 @@ def check_stack_consistency(
     if len(set(publics.values())) > 1:
         listed = ", ".join(f"{name} {present[name]}" for name in publics)
         problems.append(
-            f"flashinfer distributions differ in version ({listed}); install the same "
-            "version of each"
+            f"flashinfer distributions differ in version ({listed}); install the same version of each"
         )
     return problems

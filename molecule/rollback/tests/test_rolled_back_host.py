@@ -28,7 +28,11 @@ def test_old_venv_freeze_equals_the_snapshot(host):
 
 def test_alternatives_point_where_the_snapshot_says(host):
     snapshot = _snapshot(host)
-    assert host.check_output("readlink -f /usr/local/cuda") == snapshot["cuda"]["resolved"] == "/usr/local/cuda-12.8"
+    assert (
+        host.check_output("readlink -f /usr/local/cuda")
+        == snapshot["cuda"]["resolved"]
+        == "/usr/local/cuda-12.8"
+    )
     assert host.check_output("readlink -f /usr/local/cuda-12") == "/usr/local/cuda-12.8"
     assert "release 12.8" in host.check_output("/usr/local/cuda/bin/nvcc --version")
 

@@ -149,8 +149,7 @@ def release_packages(release: CudaRelease) -> list[DebPackage]:
         # is "disappeared" by dpkg when the toolkit's other packages unpack.
         files={
             f"usr/share/doc/cuda-toolkit-{d}-config-common/README": (
-                f"CUDA Toolkit {dot}: alternatives /usr/local/cuda and "
-                f"/usr/local/cuda-{major}.\n".encode(),
+                f"CUDA Toolkit {dot}: alternatives /usr/local/cuda and /usr/local/cuda-{major}.\n".encode(),
                 0o644,
             )
         },
@@ -302,9 +301,7 @@ def _release_file(repo: Path, names: list[str]) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
-def build_apt_repo(
-    repo: Path, releases: tuple[CudaRelease, ...], gpg: Gpg, fingerprint: str
-) -> list[Path]:
+def build_apt_repo(repo: Path, releases: tuple[CudaRelease, ...], gpg: Gpg, fingerprint: str) -> list[Path]:
     """Build the flat repository in ``repo`` (created); return the .deb files."""
     repo.mkdir(parents=True, exist_ok=True)
     debs: list[Path] = []

@@ -362,8 +362,7 @@ TORCH_BUILDS: tuple[TorchBuild, ...] = (
         index="whl/nightly/cu130",
         arch_list=("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_110", "sm_120"),
         requires=(
-            "cuda-toolkit[cublas,cudart,cupti,nvjitlink,nvrtc,nvtx]=="
-            f"{CUDA_TOOLKIT_WHEEL.version}; {_LINUX}",
+            f"cuda-toolkit[cublas,cudart,cupti,nvjitlink,nvrtc,nvtx]=={CUDA_TOOLKIT_WHEEL.version}; {_LINUX}",
             *_pins(tuple(w for w in NIGHTLY_CU130_WHEELS if w.name in _OWN_PINS_CU13)),
         ),
         cudart_soname="libcudart.so.13",

@@ -64,9 +64,7 @@ class Gpg:
         return self.run("--export", fpr)
 
     def clearsign(self, fpr: str, data: bytes) -> bytes:
-        return self.run(
-            "--local-user", fpr, "--digest-algo", "SHA512", "--clearsign", input_bytes=data
-        )
+        return self.run("--local-user", fpr, "--digest-algo", "SHA512", "--clearsign", input_bytes=data)
 
     def detach_sign(self, fpr: str, data: bytes) -> bytes:
         return self.run(

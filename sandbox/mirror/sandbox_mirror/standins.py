@@ -122,9 +122,7 @@ RUNPATH = {build.runpath!r}
 def nvidia_spec(wheel: NvidiaWheel) -> WheelSpec:
     """A CUDA runtime wheel holding placeholder libraries."""
     files = {
-        lib: _placeholder(
-            {"library": lib.rsplit("/", 1)[1], "from": f"{wheel.name} {wheel.version}"}
-        )
+        lib: _placeholder({"library": lib.rsplit("/", 1)[1], "from": f"{wheel.name} {wheel.version}"})
         for lib in wheel.libs
     }
     return WheelSpec(
@@ -256,9 +254,7 @@ def flashinfer_jit_cache_spec(build: KernelBuild) -> WheelSpec:
     """``flashinfer_jit_cache-0.6.1+cuXXX-cp39-abi3-manylinux_2_28_x86_64.whl``."""
     files = stub_files("flashinfer_jit_cache")
     files["flashinfer_jit_cache/_sandbox_build.py"] = _py(f'__version__ = "{build.version}"')
-    kernel = (
-        "flashinfer_jit_cache/jit_cache/batch_decode_with_kv_cache/batch_decode_with_kv_cache.so"
-    )
+    kernel = "flashinfer_jit_cache/jit_cache/batch_decode_with_kv_cache/batch_decode_with_kv_cache.so"
     files[kernel] = _placeholder({"needed": [build.cudart_soname]})
     return WheelSpec(
         name="flashinfer-jit-cache",
@@ -311,9 +307,7 @@ def build_indexes(root: Path, python_wheels: Iterable[Path] = ()) -> dict[str, l
             layout[index].append(_write(nvidia_spec(wheel), root / index))
     layout["whl/nightly/cu130"].append(_write(cuda_toolkit_spec(), root / "whl/nightly/cu130"))
     for build in SGL_KERNEL_BUILDS:
-        layout.setdefault(build.index, []).append(
-            _write(sgl_kernel_spec(build), root / build.index)
-        )
+        layout.setdefault(build.index, []).append(_write(sgl_kernel_spec(build), root / build.index))
     for build in FLASHINFER_JIT_CACHE_BUILDS:
         layout.setdefault(build.index, []).append(
             _write(flashinfer_jit_cache_spec(build), root / build.index)

@@ -43,12 +43,7 @@ def dist_name(name: str) -> str:
 def expand_tag(tag: str) -> list[str]:
     """``py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64`` -> one tag per platform."""
     pyvers, abis, plats = tag.split("-")
-    return [
-        f"{p}-{a}-{pl}"
-        for p in pyvers.split(".")
-        for a in abis.split(".")
-        for pl in plats.split(".")
-    ]
+    return [f"{p}-{a}-{pl}" for p in pyvers.split(".") for a in abis.split(".") for pl in plats.split(".")]
 
 
 def _record_hash(data: bytes) -> str:
@@ -110,9 +105,7 @@ def _wheel_text(spec: WheelSpec) -> str:
 def write_wheel(spec: WheelSpec, out_dir: Path) -> Path:
     """Write ``spec`` as ``out_dir/<filename>`` and return its path."""
     entries: list[tuple[str, bytes]] = sorted(spec.files.items())
-    top_level = sorted(
-        {p.split("/", 1)[0] if "/" in p else p.removesuffix(".py") for p, _ in entries}
-    )
+    top_level = sorted({p.split("/", 1)[0] if "/" in p else p.removesuffix(".py") for p, _ in entries})
     dist_info = spec.dist_info
     entries += [
         (f"{dist_info}/METADATA", _metadata_text(spec).encode()),
@@ -181,6 +174,4 @@ def write_index(index_dir: Path, files: Iterable[IndexedFile]) -> None:
             if item.requires_python:
                 attrs += f' data-requires-python="{html.escape(item.requires_python)}"'
             anchors.append(f"    <a {attrs}>{html.escape(item.path.name)}</a><br/>")
-        (project_dir / "index.html").write_text(
-            _page(f"Links for {project}", anchors), encoding="utf-8"
-        )
+        (project_dir / "index.html").write_text(_page(f"Links for {project}", anchors), encoding="utf-8")

@@ -115,9 +115,7 @@ def measure(
     }
 
 
-def bench_serving_trial(
-    python: str, url: str, *, max_tokens: int, prompt_len: int, prompts: int
-) -> dict:
+def bench_serving_trial(python: str, url: str, *, max_tokens: int, prompt_len: int, prompts: int) -> dict:
     """One trial with SGLang's own client, ``python -m sglang.bench_serving``.
 
     Runs it from the serving venv's ``python`` at concurrency 1 and returns

@@ -475,9 +475,7 @@ def benchmark(
 
     start = time.perf_counter()
     inputs = [
-        RequestFuncInput(
-            r.prompt, api_url, r.prompt_len, r.output_len, model_id, extra_request_body
-        )
+        RequestFuncInput(r.prompt, api_url, r.prompt_len, r.output_len, model_id, extra_request_body)
         for r in input_requests
     ]
     outputs = _run_all(func, inputs, request_rate, max_concurrency)
@@ -549,8 +547,7 @@ def benchmark(
     else:
         now = datetime.now().strftime("%m%d")
         output_file_name = (
-            f"{args.backend}_{now}_{args.num_prompts}_"
-            f"{args.random_input_len}_{args.random_output_len}.jsonl"
+            f"{args.backend}_{now}_{args.num_prompts}_{args.random_input_len}_{args.random_output_len}.jsonl"
         )
     details = {
         "input_lens": [o.prompt_len for o in outputs],

@@ -93,9 +93,7 @@ def get_device_capability(device: int | None = None) -> tuple[int, int]:
 def get_device_name(device: int | None = None) -> str:
     """Marketing name of the device."""
     _check_device(device)
-    return os.environ.get(
-        "SANDBOX_TORCH_DEVICE_NAME", "NVIDIA RTX PRO 6000 Blackwell Server Edition"
-    )
+    return os.environ.get("SANDBOX_TORCH_DEVICE_NAME", "NVIDIA RTX PRO 6000 Blackwell Server Edition")
 
 
 def get_device_properties(device: int | None = None) -> _CudaDeviceProperties:

@@ -338,9 +338,7 @@ class Handler(BaseHTTPRequestHandler):
                 for index, piece in self._tokens(n_tokens, prompt_tokens):
                     text += piece
                     done = index == n_tokens - 1
-                    self._event(
-                        json.dumps({"text": text, "meta_info": meta(index + 1, done), "index": 0})
-                    )
+                    self._event(json.dumps({"text": text, "meta_info": meta(index + 1, done), "index": 0}))
                 self._event("[DONE]")
                 self._end_stream()
             except (BrokenPipeError, ConnectionResetError):
@@ -367,14 +365,10 @@ def launch_server(server_args: ServerArgs) -> None:
         f"sgl-kernel {stack['sgl_kernel']}, flashinfer {stack['flashinfer_python']}"
     )
     time.sleep(float(scenario.get("startup_s", 0.0)))
-    log(
-        f"Load weight end. Simulated decode: {tag}/{profile} at {model.rate_tok_s} tok/s ({source})"
-    )
+    log(f"Load weight end. Simulated decode: {tag}/{profile} at {model.rate_tok_s} tok/s ({source})")
 
     httpd = SimHTTPServer((server_args.host, server_args.port), Handler)
-    httpd.state = SimState(
-        server_args, stack, scenario, source, tag, profile, model, int(time.time())
-    )
+    httpd.state = SimState(server_args, stack, scenario, source, tag, profile, model, int(time.time()))
     signal.signal(signal.SIGTERM, _terminate)
     host, port = httpd.server_address[:2]
     print(f"INFO:     Started server process [{os.getpid()}]", flush=True)

@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+"""Wall times of the upgrade on a sandbox host, measured side by side in one run.
+
+Replaces the sandbox hosts (``playbooks/sandbox.yml``) and prints:
+
+1. the upgrade's wall time (``upgrade-cuda13.yml``, default scenario);
+2. the idempotent re-run's wall time, as a ratio to a play that only gathers
+   facts on the same host;
+3. the service's unavailability during the upgrade, from a prober on the host
+   polling ``/health`` every 100 ms: every window, what caused it (a profile
+   restart of the throughput gate, or the switch to the new stack), the
+   longest, and the switch's window against one restart plus the health wait;
+4. with ``--rollback``: the regression scenario's rollback time (decision to
+   the old stack healthy, from the host's result) against rebuilding the old
+   environment from the snapshot's ``pip freeze`` into a fresh venv on the
+   same host, as a ratio.
+
+Usage: benchmarks/sandbox_timings.py [--rollback]   (run from the repository root
+after ``make setup``; it uses .venv/bin/ansible-playbook and podman)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = REPO / ".venv" / "bin"
+HOST = "cuda13-sandbox-1"
+ENV = {
+    **os.environ,
+    "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+    "CONTAINERS_CONF": str(REPO / "sandbox" / "containers.conf"),
+    "PATH": f"{BIN}:{os.environ['PATH']}",
+}
+
+PROBER = r"""
+import json, time, urllib.request
+out = open("/tmp/health-prober.log", "w", buffering=1)
+while True:
+    t = time.time()
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:30000/health", timeout=0.5) as r:
+            ok = r.status == 200
+    except Exception:
+        ok = False
+    stack = ""
+    if ok:
+        try:
+            with urllib.request.urlopen("http://127.0.0.1:30000/get_server_info", timeout=0.5) as r:
+                info = json.load(r)
+            stack = info.get("simulation", {}).get("rate_key", "?")
+        except Exception:
+            stack = "?"
+    out.write("%.3f %d %s\n" % (t, ok, stack))
+    time.sleep(max(0.0, 0.1 - (time.time() - t)))
+"""
+
+
+def run(argv: list[str], *, check: bool = True) -> float:
+    start = time.perf_counter()
+    proc = subprocess.run(argv, cwd=REPO, env=ENV, capture_output=True, text=True)
+    elapsed = time.perf_counter() - start
+    if check and proc.returncode != 0:
+        sys.exit(
+            f"{' '.join(argv)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-2000:]}"
+        )
+    return elapsed
+
+
+def playbook(*args: str, check: bool = True) -> float:
+    return run([str(BIN / "ansible-playbook"), *args], check=check)
+
+
+def podman(*args: str) -> str:
+    return subprocess.run(["podman", *args], env=ENV, capture_output=True, text=True, check=True).stdout
+
+
+def fresh_sandbox(scenario: str) -> None:
+    playbook("playbooks/sandbox.yml", "-e", "sandbox_state=absent")
+    playbook("playbooks/sandbox.yml", "-e", f"sandbox_host_scenario={scenario}")
+
+
+def windows(log: str) -> list[dict]:
+    """Unavailability windows from the prober's log: start, seconds, stack before/after."""
+    rows = []
+    for line in log.splitlines():
+        parts = line.split(" ")
+        if len(parts) >= 2:
+            rows.append((float(parts[0]), parts[1] == "1", parts[2] if len(parts) > 2 else ""))
+    out, down_since, last_stack = [], None, None
+    for t, ok, stack in rows:
+        if not ok and down_since is None:
+            down_since = t
+        elif ok and down_since is not None:
+            out.append(
+                {
+                    "start": down_since,
+                    "seconds": t - down_since,
+                    "before": last_stack,
+                    "after": stack,
+                }
+            )
+            down_since = None
+        if ok and stack:
+            last_stack = stack
+    return out
+
+
+def upgrade_figures() -> None:
+    fresh_sandbox("default")
+    podman("exec", "-d", HOST, "python3", "-c", PROBER)
+    time.sleep(1.0)
+    upgrade_s = playbook("upgrade-cuda13.yml", "-i", "inventory/sandbox")
+    time.sleep(0.5)
+    podman("exec", HOST, "pkill", "-f", "health-prober")
+    log = podman("exec", HOST, "cat", "/tmp/health-prober.log")
+    rerun_s = playbook("upgrade-cuda13.yml", "-i", "inventory/sandbox")
+    facts_s = run([str(BIN / "ansible"), HOST, "-i", "inventory/sandbox", "-m", "ansible.builtin.setup"])
+
+    print(f"upgrade (default scenario, plain + eagle3 profiles): {upgrade_s:7.1f} s")
+    print(f"idempotent re-run:                                   {rerun_s:7.1f} s")
+    print(f"facts-only play on the same host:                    {facts_s:7.1f} s")
+    print(f"re-run / facts-only:                                 {rerun_s / facts_s:7.1f} x")
+    ws = windows(log)
+    restarts = [w for w in ws if (w["before"] or "").split("/")[0] == (w["after"] or "").split("/")[0]]
+    switch = [w for w in ws if w not in restarts]
+    print(
+        f"unavailability windows during the upgrade: {len(ws)}, {sum(w['seconds'] for w in ws):.1f} s in all"
+    )
+    for w in ws:
+        kind = "switch" if w in switch else "profile restart"
+        print(f"  {w['seconds']:5.2f} s  {kind:15s}  {w['before']} -> {w['after']}")
+    if restarts and switch:
+        typical = sorted(w["seconds"] for w in restarts)[len(restarts) // 2]
+        print(
+            f"switch window {switch[0]['seconds']:.2f} s vs a profile restart (restart + health wait, "
+            f"median) {typical:.2f} s: ratio {switch[0]['seconds'] / typical:.2f}"
+        )
+
+
+def rollback_figures() -> None:
+    fresh_sandbox("regression")
+    playbook("upgrade-cuda13.yml", "-i", "inventory/sandbox", check=False)
+    result = json.loads(podman("exec", HOST, "cat", "/var/lib/cuda13-upgrade/result.json"))
+    if result.get("status") != "rolled_back":
+        sys.exit(f"expected a rollback, got {result.get('status')}: {result.get('reason')}")
+    rollback_s = float(result["rollback"]["seconds"])
+    snapshot = json.loads(podman("exec", HOST, "cat", "/var/lib/cuda13-upgrade/snapshots/pre-upgrade.json"))
+    freeze = "\n".join(line for line in snapshot["venv"]["pip_freeze"] if not line.startswith("-e ")) + "\n"
+    script = (
+        "set -e; python3 -m venv /tmp/rebuild; "
+        "/tmp/rebuild/bin/pip install --isolated -q -r /tmp/rebuild.txt "
+        "--index-url http://127.0.0.1:8080/whl/cu128 --extra-index-url http://127.0.0.1:8080/sgl-whl/cu128 "
+        "--extra-index-url http://127.0.0.1:8080/flashinfer-whl/cu128 --extra-index-url http://127.0.0.1:8080/pypi/simple; "
+        "/tmp/rebuild/bin/pip install --isolated -q --no-build-isolation --no-deps --no-index -e /opt/sglang/python"
+    )
+    subprocess.run(
+        ["podman", "exec", "-i", HOST, "sh", "-c", "rm -rf /tmp/rebuild; cat > /tmp/rebuild.txt"],
+        input=freeze,
+        env=ENV,
+        text=True,
+        check=True,
+    )
+    start = time.perf_counter()
+    subprocess.run(
+        ["podman", "exec", HOST, "sh", "-c", script],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    rebuild_s = time.perf_counter() - start
+    print(f"rollback (decision to old stack healthy):            {rollback_s:7.1f} s")
+    print(
+        f"rebuild of the old venv from the snapshot's freeze:  {rebuild_s:7.1f} s "
+        f"({len(snapshot['venv']['pip_freeze'])} requirements, stand-in wheels)"
+    )
+    print(f"rebuild / rollback:                                  {rebuild_s / rollback_s:7.1f} x")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rollback", action="store_true", help="also measure rollback against a rebuild")
+    args = parser.parse_args()
+    upgrade_figures()
+    if args.rollback:
+        rollback_figures()
+
+
+if __name__ == "__main__":
+    main()
