@@ -1,0 +1,38 @@
+#!/usr/bin/env python3
+"""Start the upgrade of one host and SIGKILL ansible-playbook right after the switch.
+
+Usage: kill_after_switch.py INVENTORY HOST. Polls the host (podman exec) for
+the switch drop-in; once it exists, waits a second (the service restarting on
+the new stack) and kills the whole process group, as a lost control node or
+an operator's kill -9 would. Prints what it saw; exit status 0 when the kill
+happened after the switch and before the run finished.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+inventory, host = sys.argv[1], sys.argv[2]
+project = os.environ["MOLECULE_PROJECT_DIRECTORY"]
+env = {**os.environ, "ANSIBLE_CONFIG": f"{project}/ansible.cfg"}
+proc = subprocess.Popen(
+    [f"{project}/.venv/bin/ansible-playbook", f"{project}/upgrade-cuda13.yml", "-i", inventory, "--limit", host],
+    env=env,
+    stdout=subprocess.DEVNULL,
+    stderr=subprocess.DEVNULL,
+    start_new_session=True,
+)
+dropin = "/etc/systemd/system/sglang.service.d/50-cuda13-upgrade.conf"
+deadline = time.monotonic() + 600
+while time.monotonic() < deadline and proc.poll() is None:
+    if subprocess.run(["podman", "exec", host, "test", "-f", dropin], check=False).returncode == 0:
+        time.sleep(1.0)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        print(f"killed ansible-playbook after the switch on {host}")
+        sys.exit(0)
+    time.sleep(0.2)
+print(f"the run ended (rc {proc.poll()}) before the switch was seen on {host}")
+sys.exit(1)

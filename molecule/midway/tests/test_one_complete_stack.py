@@ -1,0 +1,54 @@
+"""Whatever failed, each host serves on one complete stack."""
+
+import json
+
+import pytest
+from probes import pip_freeze, stream_decode
+
+
+def _serving(host):
+    pid = host.check_output("systemctl show -p MainPID --value sglang.service")
+    venv = host.file(f"/proc/{pid}/cmdline").content_string.split("\0")[0].rsplit("/bin/", 1)[0]
+    environ = host.file(f"/proc/{pid}/environ").content_string.split("\0")
+    cuda_home = next((e.split("=", 1)[1] for e in environ if e.startswith("CUDA_HOME=")), None)
+    return venv, cuda_home
+
+
+def _labels(host, venv):
+    dists = pip_freeze(host, venv)
+    return {dists["torch"].split("+")[1], dists["sgl-kernel"].split("+")[1], dists["flashinfer-jit-cache"].split("+")[1]}
+
+
+@pytest.mark.parametrize(
+    ("name", "step"), [("bad-wheel", "wheels"), ("bad-build", "switch")]
+)
+def test_failed_host_is_back_on_the_old_stack(hosts, name, step):
+    host = hosts[name]
+    result = json.loads(host.file("/var/lib/cuda13-upgrade/result.json").content_string)
+    assert result["status"] == "rolled_back"
+    assert result["failed_step"] == step
+    venv, cuda_home = _serving(host)
+    assert venv == "/opt/ml-env"
+    assert cuda_home == "/usr/local/cuda"
+    assert host.check_output("readlink -f /usr/local/cuda") == "/usr/local/cuda-12.8"
+    assert _labels(host, venv) == {"cu128"}
+    assert not host.file("/etc/systemd/system/sglang.service.d/50-cuda13-upgrade.conf").exists
+    assert stream_decode(host, max_tokens=32, trials=1)["trials"][0]["tokens"] == 32
+
+
+def test_bad_build_failure_names_the_missing_library(hosts):
+    result = json.loads(hosts["bad-build"].file("/var/lib/cuda13-upgrade/result.json").content_string)
+    assert "libcudart.so.12" in result["error"]
+
+
+def test_killed_host_ends_on_the_new_stack(hosts):
+    host = hosts["killed"]
+    result = json.loads(host.file("/var/lib/cuda13-upgrade/result.json").content_string)
+    assert result["status"] == "kept"
+    venv, cuda_home = _serving(host)
+    assert venv == "/opt/ml-env-cu130"
+    assert cuda_home == "/usr/local/cuda-13.0"
+    assert _labels(host, venv) == {"cu130"}
+    assert not host.file("/etc/systemd/system/sglang.service.d/60-cuda13-profile.conf").exists
+    assert not host.file("/var/lib/cuda13-upgrade/run.lock").exists
+    assert stream_decode(host, max_tokens=32, trials=1)["trials"][0]["tokens"] == 32
