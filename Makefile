@@ -52,6 +52,7 @@ demo: image mirror
 lint: setup
 	$(BIN)/ruff check src tests filter_plugins sandbox benchmarks molecule
 	$(BIN)/ruff format --check src tests filter_plugins sandbox benchmarks molecule
+	ANSIBLE_LINT_SKIP_UPDATE=1 $(BIN)/ansible-lint --offline -q
 
 unit: setup
 	$(BIN)/python -m pytest -q tests

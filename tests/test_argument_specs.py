@@ -27,7 +27,7 @@ ROLES = sorted(p.name for p in ROLES_DIR.iterdir() if (p / "defaults" / "main.ym
 
 # The shared role's variables are the package's own namespace (cuda13_*), read by every
 # other role; all other roles prefix theirs with the role's name.
-PREFIX = {"cuda13_common": "cuda13_"}
+PREFIX = {"cuda13": "cuda13_"}
 
 # Types of ansible-core's argument spec (module_utils/common/parameters.py DEFAULT_TYPE_VALIDATORS).
 TYPES = {"str", "list", "dict", "bool", "int", "float", "path", "raw", "jsonarg", "json", "bytes", "bits"}
@@ -127,10 +127,10 @@ def test_public_variables_start_with_the_role_name(role):
     assert not wrong, f"{role}: not prefixed with {prefix!r} (public) or '__' (internal): {wrong}"
 
 
-@pytest.mark.parametrize("role", [r for r in ROLES if "cuda13_common" in _dependencies(r)])
-def test_dependent_roles_leave_the_shared_options_to_cuda13_common(role):
-    shared = sorted(n for n in _options(role) if n.startswith(PREFIX["cuda13_common"]))
-    assert not shared, f"{role} repeats options of cuda13_common: {shared}"
+@pytest.mark.parametrize("role", [r for r in ROLES if "cuda13" in _dependencies(r)])
+def test_dependent_roles_leave_the_shared_options_to_cuda13(role):
+    shared = sorted(n for n in _options(role) if n.startswith(PREFIX["cuda13"]))
+    assert not shared, f"{role} repeats options of cuda13: {shared}"
 
 
 @pytest.mark.parametrize(
