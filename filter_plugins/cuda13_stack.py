@@ -39,6 +39,8 @@ DOCUMENTATION = r"""
     short_description: Problems of a venv from hostscripts/stack_probe.py's JSON.
   - name: cuda13_parse_table_header
     short_description: Driver version and CUDA Version from nvidia-smi's table header.
+  - name: cuda13_spec_without_defaults
+    short_description: A role's argument spec options without their defaults (validate provided values only).
   - name: cuda13_arch_list_missing
     short_description: Compute capabilities a build's arch list (torch.cuda.get_arch_list()) does not cover.
 """
@@ -91,6 +93,20 @@ def cuda13_arch_list_missing(arch_list, capabilities):
         raise AnsibleFilterError(str(exc)) from exc
 
 
+def cuda13_spec_without_defaults(options):
+    """A role's argument spec options without their defaults (recursively), to
+    validate only the values an inventory provides."""
+    if not isinstance(options, dict):
+        raise AnsibleFilterError(f"cuda13_spec_without_defaults expects a mapping of options, got {options!r}")
+    out = {}
+    for name, spec in options.items():
+        spec = {k: v for k, v in (spec or {}).items() if k != "default"}
+        if isinstance(spec.get("options"), dict):
+            spec["options"] = cuda13_spec_without_defaults(spec["options"])
+        out[name] = spec
+    return out
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -104,4 +120,5 @@ class FilterModule:
             "cuda13_probe_problems": _wrap(stack.probe_problems, dict),
             "cuda13_parse_table_header": _wrap(nvidia_smi.parse_table_header, str),
             "cuda13_arch_list_missing": cuda13_arch_list_missing,
+            "cuda13_spec_without_defaults": cuda13_spec_without_defaults,
         }

@@ -1,0 +1,54 @@
+"""playbooks/preflight.yml refuses bad inventory values of every step before any change."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _preflight(tmp_path, *extra):
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+    argv = [
+        str(Path(sys.executable).with_name("ansible-playbook")),
+        str(REPO / "playbooks" / "preflight.yml"),
+        "-i",
+        "localhost,",
+        "-c",
+        "local",
+        "-e",
+        "cuda13_target_hosts=all",
+        "-e",
+        f"cuda13_new_venv={tmp_path}/venv",
+        *extra,
+    ]
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "expected"),
+    [
+        ("verify_throughput_method", "carrier-pigeon", "carrier-pigeon"),
+        ("verify_throughput_min_trials", "many", "verify_throughput_min_trials"),
+        ("stack_switch_set_cuda_alternative", "perhaps", "stack_switch_set_cuda_alternative"),
+    ],
+)
+def test_bad_value_of_a_later_step_fails_in_the_preflight(tmp_path, option, value, expected):
+    proc = _preflight(tmp_path, "-e", f"{option}={value}")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert option in out and expected in out
+    # Refused by the validation, before the first read of the GPUs.
+    assert "Query the GPUs with nvidia-smi" not in out
+    assert not (tmp_path / "venv").exists()
+
+
+def test_missing_nvidia_smi_is_refused_with_the_remedy(tmp_path):
+    proc = _preflight(tmp_path, "-e", "nvidia_driver_check_nvidia_smi=/nonexistent/nvidia-smi")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "/nonexistent/nvidia-smi failed" in out
+    assert "Nothing on the host was changed" in out
