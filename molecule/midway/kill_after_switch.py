@@ -18,7 +18,14 @@ inventory, host = sys.argv[1], sys.argv[2]
 project = os.environ["MOLECULE_PROJECT_DIRECTORY"]
 env = {**os.environ, "ANSIBLE_CONFIG": f"{project}/ansible.cfg"}
 proc = subprocess.Popen(
-    [f"{project}/.venv/bin/ansible-playbook", f"{project}/upgrade-cuda13.yml", "-i", inventory, "--limit", host],
+    [
+        f"{project}/.venv/bin/ansible-playbook",
+        f"{project}/upgrade-cuda13.yml",
+        "-i",
+        inventory,
+        "--limit",
+        host,
+    ],
     env=env,
     stdout=subprocess.DEVNULL,
     stderr=subprocess.DEVNULL,

@@ -76,3 +76,17 @@ def test_result_records_the_kept_upgrade(host):
         eagle["candidate"]["eagle3"]["summary"]["median"] > eagle["candidate"]["plain"]["summary"]["median"]
     )
     assert not host.file("/var/lib/cuda13-upgrade/run.lock").exists
+
+
+def test_worker_was_drained_and_put_back_in_the_router(host):
+    workers = json.loads(
+        host.check_output(
+            "python3 -c \"import urllib.request as u; print(u.urlopen('http://127.0.0.1:30100/list_workers').read().decode())\""
+        )
+    )
+    assert workers["urls"] == ["http://127.0.0.1:30000"]
+    events = [
+        json.loads(line)["event"]
+        for line in host.file("/var/log/sglang-router-events.jsonl").content_string.splitlines()
+    ]
+    assert events == ["remove", "add"]

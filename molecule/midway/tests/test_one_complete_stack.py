@@ -16,12 +16,14 @@ def _serving(host):
 
 def _labels(host, venv):
     dists = pip_freeze(host, venv)
-    return {dists["torch"].split("+")[1], dists["sgl-kernel"].split("+")[1], dists["flashinfer-jit-cache"].split("+")[1]}
+    return {
+        dists["torch"].split("+")[1],
+        dists["sgl-kernel"].split("+")[1],
+        dists["flashinfer-jit-cache"].split("+")[1],
+    }
 
 
-@pytest.mark.parametrize(
-    ("name", "step"), [("bad-wheel", "wheels"), ("bad-build", "switch")]
-)
+@pytest.mark.parametrize(("name", "step"), [("bad-wheel", "wheels"), ("bad-build", "switch")])
 def test_failed_host_is_back_on_the_old_stack(hosts, name, step):
     host = hosts[name]
     result = json.loads(host.file("/var/lib/cuda13-upgrade/result.json").content_string)

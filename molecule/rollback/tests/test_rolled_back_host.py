@@ -56,3 +56,12 @@ def test_service_runs_from_the_old_venv_at_the_old_rate(host):
 def test_new_stack_kept_for_diagnosis_and_its_caches_cleared(host):
     assert host.file("/opt/ml-env-cu130/bin/python").exists
     assert not host.file("/var/cache/cuda13-upgrade/cu130").exists
+
+
+def test_worker_is_back_in_the_router_after_the_rollback(host):
+    events = [
+        json.loads(line)
+        for line in host.file("/var/log/sglang-router-events.jsonl").content_string.splitlines()
+    ]
+    assert [e["event"] for e in events] == ["remove", "add"]
+    assert events[-1]["workers"] == ["http://127.0.0.1:30000"]
