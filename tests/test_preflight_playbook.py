@@ -52,3 +52,35 @@ def test_missing_nvidia_smi_is_refused_with_the_remedy(tmp_path):
     assert proc.returncode != 0
     assert "/nonexistent/nvidia-smi failed" in out
     assert "Nothing on the host was changed" in out
+
+
+def test_one_refused_host_stops_the_run_after_every_host_was_checked(tmp_path):
+    inventory = tmp_path / "hosts.yml"
+    double = REPO / "sandbox" / "host" / "nvidia-smi"
+    inventory.write_text(
+        "all:\n"
+        "  children:\n"
+        "    blackwell:\n"
+        "      hosts:\n"
+        "        good-node:\n"
+        f"          nvidia_driver_check_nvidia_smi: {double}\n"
+        "        bad-node:\n"
+        "          nvidia_driver_check_nvidia_smi: /nonexistent/nvidia-smi\n"
+        "      vars:\n"
+        "        ansible_connection: local\n"
+        f"        ansible_python_interpreter: {sys.executable}\n"
+        "        nvidia_driver_check_required_disk_gib: 0.001\n"
+        f"        cuda13_new_venv: {tmp_path}/venv\n"
+    )
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+    proc = subprocess.run(
+        [str(Path(sys.executable).with_name("ansible-playbook")), str(REPO / "playbooks" / "preflight.yml"), "-i", str(inventory)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "The preflight refused 1 of 2 hosts (bad-node)" in out
+    assert "RTX PRO 6000" in out or "driver 590.48.01" in out  # the good host was fully checked
