@@ -18,7 +18,7 @@ import subprocess
 import sys
 import urllib.parse
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 import yaml
@@ -44,10 +44,10 @@ SANDBOX_VARS = _yaml(ROOT / "inventory" / "sandbox" / "group_vars" / "all" / "up
 SGLANG_BUILD_DEFAULTS = _yaml(ROOT / "roles" / "sglang_build" / "defaults" / "main.yml")
 
 
-@pytest.fixture
-def upstream(sandbox_mirror, tmp_path):
+@pytest.fixture(scope="module")
+def upstream(sandbox_mirror, tmp_path_factory):
     """The mirror served on a free loopback port, with its access log."""
-    log = tmp_path / "upstream.log"
+    log = tmp_path_factory.mktemp("upstream") / "access.log"
     server = testkit.MirrorServer(sandbox_mirror.out, log)
     yield server.url, log, sandbox_mirror.out
     server.close()
@@ -145,74 +145,101 @@ def _changed(output: str) -> dict[str, int]:
     return {m["host"]: int(m["changed"]) for m in _RECAP.finditer(output)}
 
 
-def test_each_wheel_is_fetched_once_for_the_fleet_and_copied_to_every_host(upstream, tmp_path):
-    url, log, mirror = upstream
-    playbook, inventory = _play(tmp_path, url, ["artifact_cache"]), _inventory(tmp_path, HOSTS)
-    # The default cache directory, under CUDA13_REPORTS_DIR.
-    cache = tmp_path / "reports" / "artifact-cache" / "cu130"
+class Rollout(NamedTuple):
+    """The same playbook run twice on both hosts, and what upstream sent after each run."""
 
-    first = _run(tmp_path, playbook, inventory)
+    root: Path
+    mirror: Path
+    runs: list[subprocess.CompletedProcess[str]]
+    gets: list[list[str]]
+    facts: list[dict[str, dict[str, Any]]]
+
+
+@pytest.fixture(scope="module")
+def rollout(upstream, tmp_path_factory) -> Rollout:
+    url, log, mirror = upstream
+    root = tmp_path_factory.mktemp("fleet")
+    playbook, inventory = _play(root, url, ["artifact_cache"]), _inventory(root, HOSTS)
+    runs, gets, facts = [], [], []
+    for _ in range(2):
+        runs.append(_run(root, playbook, inventory))
+        gets.append(_wheel_gets(log))
+        facts.append({host: _facts(root, host) for host in HOSTS if (root / f"facts-{host}.json").exists()})
+    return Rollout(root, mirror, runs, gets, facts)
+
+
+def test_the_first_run_fetches_each_wheel_once_for_the_fleet(rollout):
+    first = rollout.runs[0]
     output = first.stdout + first.stderr
     assert first.returncode == 0, output
-
-    gets = _wheel_gets(log)
+    gets = rollout.gets[0]
     assert gets and len(gets) == len(set(gets)), f"a wheel was fetched more than once: {gets}"
     fetched = sorted(Path(p).name for p in gets)
-    facts = {host: _facts(tmp_path, host) for host in HOSTS}
+    # The default cache directory, under CUDA13_REPORTS_DIR.
+    cache = rollout.root / "reports" / "artifact-cache" / "cu130"
+    facts = rollout.facts[0]
     # The same facts reach both hosts: one fetch for the fleet.
     fleet = [{k: v for k, v in facts[host].items() if k != "find_links"} for host in HOSTS]
     assert fleet[0] == fleet[1]
     fact = facts["host-a"]
     assert fact["fetched_files"] == fact["files"] == fetched == sorted(p.name for p in cache.glob("*.whl"))
-    assert fact["fetched_bytes"] == sum((mirror / p).stat().st_size for p in gets) > 0
+    assert fact["fetched_bytes"] == sum((rollout.mirror / p).stat().st_size for p in gets) > 0
     # The whole closure for the hosts' platform (cp311, manylinux_2_28): the pins, SGLang's
     # build requirement and torch's nvidia-* dependencies, which the pins do not name.
     distributions = {name.split("-")[0] for name in fetched}
-    assert {"torch", "sgl_kernel", "flashinfer_python", "flashinfer_cubin", "flashinfer_jit_cache", "wheel"} <= (
-        distributions
-    )
+    pinned = {"torch", "sgl_kernel", "flashinfer_python", "flashinfer_cubin", "flashinfer_jit_cache", "wheel"}
+    assert pinned <= distributions
     assert any(d.startswith("nvidia_") for d in distributions), distributions
-    assert [n for n in fetched if n.startswith("torch-")] == ["torch-2.10.0+cu130-cp311-cp311-manylinux_2_28_x86_64.whl"]
-    for host in HOSTS:
-        host_dir = tmp_path / host / "wheels"
-        assert facts[host]["find_links"] == str(host_dir)
-        assert sorted(p.name for p in host_dir.iterdir()) == fetched
-        match, mismatch, errors = filecmp.cmpfiles(cache, host_dir, fetched, shallow=False)
-        assert not mismatch and not errors
+    torch = [n for n in fetched if n.startswith("torch-")]
+    assert torch == ["torch-2.10.0+cu130-cp311-cp311-manylinux_2_28_x86_64.whl"]
     assert all(_changed(output)[host] > 0 for host in HOSTS), output
 
-    second = _run(tmp_path, playbook, inventory)
+
+def test_every_host_gets_a_copy_of_the_cache(rollout):
+    cache = rollout.root / "reports" / "artifact-cache" / "cu130"
+    wheels = sorted(p.name for p in cache.glob("*.whl"))
+    assert wheels
+    for host in HOSTS:
+        host_dir = rollout.root / host / "wheels"
+        assert rollout.facts[0][host]["find_links"] == str(host_dir)
+        assert sorted(p.name for p in host_dir.iterdir()) == wheels
+        _, mismatch, errors = filecmp.cmpfiles(cache, host_dir, wheels, shallow=False)
+        assert not mismatch and not errors
+
+
+def test_the_second_run_fetches_nothing_and_changes_nothing(rollout):
+    second = rollout.runs[1]
     output = second.stdout + second.stderr
     assert second.returncode == 0, output
-    assert _wheel_gets(log) == gets, "the second run fetched wheels again"
+    assert rollout.gets[1] == rollout.gets[0], "the second run fetched wheels again"
     for host in HOSTS:
-        again = _facts(tmp_path, host)
+        again = rollout.facts[1][host]
         assert again["fetched_bytes"] == 0
         assert again["fetched_files"] == []
-        assert again["files"] == fetched
+        assert again["files"] == rollout.facts[0][host]["files"]
     assert _changed(output) == {host: 0 for host in HOSTS}, output
 
 
-def test_cu130_wheels_installs_from_the_hosts_copy_alone(upstream, tmp_path):
+def test_cu130_wheels_installs_from_the_hosts_copy_alone(rollout, upstream):
     url, log, _ = upstream
+    root = rollout.root
     playbook = _play(
-        tmp_path,
+        root,
         url,
         ["artifact_cache", "cu130_wheels"],
         cu130_wheels_find_links="{{ artifact_cache_find_links }}",
         cu130_wheels_python=sys.executable,
     )
-    result = _run(tmp_path, playbook, _inventory(tmp_path, ("host-a",)))
+    before = _wheel_gets(log)
+    result = _run(root, playbook, _inventory(root, ("host-a",)))
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
-    # --no-index: the hosts' indexes (pointing nowhere) were not read, and upstream sent each
-    # wheel once, to the control node.
-    gets = _wheel_gets(log)
-    assert len(gets) == len(set(gets))
+    # --no-index: the hosts' indexes (pointing nowhere) were not read, and upstream sent nothing.
+    assert _wheel_gets(log) == before
     freeze = subprocess.run(
-        [str(tmp_path / "new-venv" / "bin" / "python"), "-m", "pip", "freeze", "--isolated"],
+        [str(root / "new-venv" / "bin" / "python"), "-m", "pip", "freeze", "--isolated"],
         env=testkit.clean_env(), capture_output=True, text=True, check=True,
     ).stdout.splitlines()  # fmt: skip
     for requirement in SANDBOX_VARS["cu130_wheels_requirements"]:
         assert requirement in freeze, freeze
-    assert not (tmp_path / "old-venv").exists()
+    assert not (root / "old-venv").exists()
