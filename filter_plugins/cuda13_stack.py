@@ -97,7 +97,9 @@ def cuda13_spec_without_defaults(options):
     """A role's argument spec options without their defaults (recursively), to
     validate only the values an inventory provides."""
     if not isinstance(options, dict):
-        raise AnsibleFilterError(f"cuda13_spec_without_defaults expects a mapping of options, got {options!r}")
+        raise AnsibleFilterError(
+            f"cuda13_spec_without_defaults expects a mapping of options, got {options!r}"
+        )
     out = {}
     for name, spec in options.items():
         spec = {k: v for k, v in (spec or {}).items() if k != "default"}

@@ -74,7 +74,12 @@ def test_one_refused_host_stops_the_run_after_every_host_was_checked(tmp_path):
     )
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
     proc = subprocess.run(
-        [str(Path(sys.executable).with_name("ansible-playbook")), str(REPO / "playbooks" / "preflight.yml"), "-i", str(inventory)],
+        [
+            str(Path(sys.executable).with_name("ansible-playbook")),
+            str(REPO / "playbooks" / "preflight.yml"),
+            "-i",
+            str(inventory),
+        ],
         env=env,
         capture_output=True,
         text=True,
