@@ -12,8 +12,10 @@ HOSTS ?= 1
 export CONTAINERS_CONF := $(CURDIR)/sandbox/containers.conf
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
+# The real PyPI CUDA 13 stack, downloaded once per machine (scripts/real-stack-cache.sh).
+export CUDA13_REAL_STACK_CACHE ?= /var/cache/cuda13-upgrade-ci/real-stack
 
-.PHONY: help setup system-packages venv image mirror sandbox sandbox-destroy demo test lint unit molecule benchmark clean
+.PHONY: help setup system-packages venv image mirror real-stack-cache sandbox sandbox-destroy demo test lint unit molecule benchmark clean
 
 help:
 	@echo "make demo       bring up a sandbox host and run the CUDA 13 upgrade against it"
@@ -40,6 +42,11 @@ image: setup
 mirror: setup
 	@$(PYTHON) sandbox/mirror/build.py --out .sandbox/mirror
 
+# The real stack's wheels in $(CUDA13_REAL_STACK_CACHE), outside the clone and
+# reused across runs and clones (4.3 GB from PyPI the first time).
+real-stack-cache:
+	@scripts/real-stack-cache.sh >/dev/null
+
 sandbox: image mirror
 	$(BIN)/ansible-playbook playbooks/sandbox.yml -e sandbox_count=$(HOSTS)
 
@@ -58,9 +65,9 @@ unit: setup
 	$(BIN)/python -m pytest -q tests
 
 # Scenarios, quickest first; MOLECULE_SCENARIOS="default" runs one.
-MOLECULE_SCENARIOS ?= sandbox preflight default rollback midway fleet
+MOLECULE_SCENARIOS ?= sandbox preflight default rollback midway fleet real-stack
 
-molecule: image mirror
+molecule: image mirror $(if $(filter real-stack,$(MOLECULE_SCENARIOS)),real-stack-cache)
 	@set -e; export SANDBOX_IMAGE="$$(sandbox/image/build-image.sh)"; \
 	for scenario in $(MOLECULE_SCENARIOS); do \
 	  echo "== molecule test -s $$scenario"; \

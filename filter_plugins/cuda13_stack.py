@@ -37,6 +37,12 @@ DOCUMENTATION = r"""
     short_description: Installed packages from dpkg-query output.
   - name: cuda13_probe_problems
     short_description: Problems of a venv from hostscripts/stack_probe.py's JSON.
+  - name: cuda13_stack_verdict
+    short_description: A venv's verdict (problems, remaining conditions, notes) from stack_probe.py's JSON.
+    options:
+      expected_cuda_major: {description: CUDA major torch.version.cuda must report, type: int, required: true}
+      driver_library_optional: {description: a host without libcuda.so.1 may pass, type: bool, default: false}
+      compute_capabilities: {description: capabilities the arch list must cover, type: list, default: []}
   - name: cuda13_parse_table_header
     short_description: Driver version and CUDA Version from nvidia-smi's table header.
   - name: cuda13_spec_without_defaults
@@ -93,6 +99,31 @@ def cuda13_arch_list_missing(arch_list, capabilities):
         raise AnsibleFilterError(str(exc)) from exc
 
 
+def cuda13_stack_verdict(
+    probe, expected_cuda_major, driver_library_optional=False, compute_capabilities=None
+):
+    if not isinstance(probe, dict):
+        raise AnsibleFilterError(f"cuda13_stack_verdict expects the probe's mapping, got {probe!r}")
+    if not isinstance(driver_library_optional, bool):
+        raise AnsibleFilterError(
+            "cuda13_stack_verdict: driver_library_optional must be a boolean, "
+            f"got {driver_library_optional!r}"
+        )
+    if compute_capabilities is not None and not isinstance(compute_capabilities, list):
+        raise AnsibleFilterError(
+            f"cuda13_stack_verdict: compute_capabilities must be a list, got {compute_capabilities!r}"
+        )
+    try:
+        return stack.stack_verdict(
+            probe,
+            int(expected_cuda_major),
+            driver_library_optional=driver_library_optional,
+            compute_capabilities=compute_capabilities,
+        )
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
 def cuda13_spec_without_defaults(options):
     """A role's argument spec options without their defaults (recursively), to
     validate only the values an inventory provides."""
@@ -120,6 +151,7 @@ class FilterModule:
             "cuda13_parse_dpkg_query": _wrap(stack.parse_dpkg_query, str),
             "cuda13_pip_freeze_lines": _wrap(stack.parse_pip_freeze_lines, str),
             "cuda13_probe_problems": _wrap(stack.probe_problems, dict),
+            "cuda13_stack_verdict": cuda13_stack_verdict,
             "cuda13_parse_table_header": _wrap(nvidia_smi.parse_table_header, str),
             "cuda13_arch_list_missing": cuda13_arch_list_missing,
             "cuda13_spec_without_defaults": cuda13_spec_without_defaults,

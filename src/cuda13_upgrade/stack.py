@@ -187,30 +187,186 @@ def parse_dpkg_query(text: str) -> dict[str, str]:
     return packages
 
 
-def probe_problems(probe: dict[str, Any], expected_cuda_major: int) -> list[str]:
-    """What is wrong with a venv, from ``hostscripts/stack_probe.py``'s JSON.
+#: The import module of each kernel distribution (sgl-kernel up to 0.3.21,
+#: sglang-kernel from 0.4.0 on; both install ``sgl_kernel``).
+KERNEL_MODULE = "sgl_kernel"
 
-    ``probe`` is the probe's output (``dists``, ``torch``, ``imports``);
-    ``expected_cuda_major`` the CUDA major ``torch.version.cuda`` must report
-    (13 for the cu130 stack). Returns human-readable problems, empty when the
-    stack is consistent: torch missing or on another CUDA major, local labels
-    that disagree (``cuda13_upgrade.wheels.check_stack_consistency``), and any
-    module that fails to import, with the exception's text.
+
+def _kernel_torch_pin(probe: dict[str, Any]) -> list[str]:
+    """Problems of the kernel wheel's own torch pin (its Requires-Dist) against the torch installed."""
+    from packaging.markers import InvalidMarker
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.version import InvalidVersion, Version
+
+    from cuda13_upgrade.wheels import KERNEL_DISTRIBUTIONS
+
+    dists = probe.get("dists") or {}
+    torch_version = dists.get("torch")
+    environment = probe.get("marker_environment") or None
+    problems = []
+    for kernel in KERNEL_DISTRIBUTIONS:
+        if kernel not in dists or not torch_version:
+            continue
+        for line in (probe.get("requires") or {}).get(kernel, []):
+            try:
+                req = Requirement(line)
+                if req.name.lower() != "torch" or not req.specifier:
+                    continue
+                if req.marker is not None and not req.marker.evaluate(environment or {}):
+                    continue
+                ok = req.specifier.contains(Version(torch_version), prereleases=True)
+            except (InvalidRequirement, InvalidMarker, InvalidVersion):
+                problems.append(
+                    f"{kernel} {dists[kernel]} declares a torch requirement that cannot be read: {line!r}"
+                )
+                continue
+            if not ok:
+                problems.append(
+                    f"{kernel} {dists[kernel]} is built for torch{req.specifier} (its Requires-Dist) "
+                    f"but torch {torch_version} is installed; install torch{req.specifier} or the "
+                    f"{kernel} release built for torch {torch_version}"
+                )
+    return problems
+
+
+def stack_verdict(
+    probe: dict[str, Any],
+    expected_cuda_major: int,
+    *,
+    driver_library_optional: bool = False,
+    compute_capabilities: list[str] | None = None,
+) -> dict[str, Any]:
+    """What is true of a venv's stack, from ``hostscripts/stack_probe.py``'s JSON.
+
+    Args:
+        probe: the probe's output (``dists``, ``requires``, ``needed``,
+            ``torch``, ``imports``, ``driver_library``, ``pip_check``).
+        expected_cuda_major: the CUDA major ``torch.version.cuda`` must report
+            (13 for the cu130 stack).
+        driver_library_optional: a host without the NVIDIA driver's
+            ``libcuda.so.1`` (a sandbox or build host) may pass: an import that
+            fails only for want of it is a remaining *condition*, not a problem.
+            On a serving host it is a problem (the default).
+        compute_capabilities: the GPUs' compute capabilities (``["12.0"]``)
+            that torch's arch list must cover.
+
+    Facts read (PyPI wheels have no local labels: ``pip freeze`` says
+    ``torch==2.14.1`` while ``torch.__version__`` says ``2.14.1+cu130``;
+    PyTorch's own index puts ``+cu130`` in the distribution version; both are
+    accepted): ``torch.version.cuda`` against ``expected_cuda_major``; the
+    labels, or else the CUDA major of the libraries each wheel's shared objects
+    load (ELF NEEDED), of torch, the kernel and flashinfer-jit-cache
+    (:func:`cuda13_upgrade.wheels.check_stack_consistency`); the kernel wheel's
+    torch pin (sglang-kernel 0.4.10 declares ``torch==2.14.1``); ``pip check``;
+    each import, classified (:func:`cuda13_upgrade.wheels.classify_import_failure`);
+    torch's arch list against ``compute_capabilities`` whenever torch reports
+    one (torch 2.14.1 does without a GPU).
+
+    Returns:
+        ``{"consistent": bool, "problems": [str], "conditions": [str],
+        "notes": [str], "torch": str|None, "cuda": str|None, "kernel": str|None,
+        "arch_list_covers": [str], "imports": {module: {"cause", "detail",
+        "remedy", "text"}}}``. ``consistent`` is true when ``problems`` is
+        empty; ``conditions`` are what the host still lacks (the driver library).
     """
-    from cuda13_upgrade.wheels import check_stack_consistency
+    from cuda13_upgrade.versions import arch_list_covers
+    from cuda13_upgrade.wheels import (
+        KERNEL_DISTRIBUTIONS,
+        check_stack_consistency,
+        classify_import_failure,
+        cuda_majors_of_needed,
+        local_label,
+    )
 
     problems: list[str] = []
+    conditions: list[str] = []
+    notes: list[str] = []
+    dists = probe.get("dists") or {}
+    needed = probe.get("needed") or {}
     torch = probe.get("torch") or {}
+    runtime_version = str(torch.get("version") or "")
     cuda = str(torch.get("cuda") or "")
+
+    if torch:
+        if cuda.split(".")[0] != str(expected_cuda_major):
+            problems.append(
+                f"torch {runtime_version} reports torch.version.cuda={cuda or None}, "
+                f"expected {expected_cuda_major}.x"
+            )
+    elif "torch" in dists:
+        majors = cuda_majors_of_needed(needed.get("torch", []))
+        built = f", and its libraries are a CUDA {'/'.join(map(str, sorted(majors)))} build" if majors else ""
+        problems.append(f"torch {dists['torch']} is installed but does not import{built}")
+    else:
+        problems.append("torch is not installed")
+
+    default_labels = {}
+    if "torch" in dists and not local_label(dists["torch"] or "0"):
+        runtime_label = local_label(runtime_version) if runtime_version else None
+        if runtime_label:
+            default_labels["torch"] = runtime_label
+    problems.extend(check_stack_consistency(dists, default_labels=default_labels, needed_libraries=needed))
+    problems.extend(_kernel_torch_pin(probe))
+
+    pip_check = probe.get("pip_check") or {}
+    if pip_check.get("rc") not in (0, None):
+        problems.append(f"pip check: {'; '.join(pip_check.get('output', '').splitlines())}")
+    elif pip_check and pip_check.get("rc") is None:
+        notes.append(f"pip check could not run: {pip_check.get('output')}")
+
+    imports = {}
+    driver_missing = probe.get("driver_library")
+    for module, text in sorted((probe.get("imports") or {}).items()):
+        if not text:
+            continue
+        found = classify_import_failure(text, expected_cuda_major)
+        imports[module] = {**found, "text": text}
+        if found["cause"] == "driver_library_missing" and driver_missing and driver_library_optional:
+            conditions.append(
+                f"import {module} needs the NVIDIA driver library {found['detail']}, which this "
+                f"host does not have ({driver_missing})"
+            )
+        else:
+            problems.append(
+                f"import {module} fails ({found['cause']}: {found['detail']}): {found['remedy']}. "
+                f"Its text: {text}"
+            )
+
+    covers: list[str] = []
+    capabilities = [str(c) for c in (compute_capabilities or [])]
+    arch_list = torch.get("arch_list") if torch else None
     if not torch:
-        problems.append("torch is not importable")
-    elif cuda.split(".")[0] != str(expected_cuda_major):
-        problems.append(
-            f"torch {torch.get('version')} reports torch.version.cuda={cuda or None}, "
-            f"expected {expected_cuda_major}.x"
-        )
-    problems.extend(check_stack_consistency(probe.get("dists") or {}))
-    for module, error in sorted((probe.get("imports") or {}).items()):
-        if error:
-            problems.append(f"import {module} fails: {error}")
-    return problems
+        notes.append("the arch-list check cannot run: torch does not import")
+    elif not arch_list:
+        why = torch.get("arch_list_error") or "torch.cuda.get_arch_list() is empty"
+        notes.append(f"the arch-list check cannot run: torch {runtime_version} reports no arch list ({why})")
+    elif not capabilities:
+        notes.append(f"the arch-list check has no compute capabilities to check ({' '.join(arch_list)})")
+    else:
+        missing = arch_list_covers(arch_list, capabilities)
+        if missing:
+            problems.append(
+                f"torch {runtime_version} has no kernels for compute capability {', '.join(missing)} "
+                f"(arch list {' '.join(arch_list)}): pick a torch build that lists them "
+                "(cu130_wheels_requirements / cu130_wheels_index_url)"
+            )
+        covers = sorted(set(capabilities) - set(missing))
+
+    kernel = next((f"{k} {dists[k]}" for k in KERNEL_DISTRIBUTIONS if k in dists), None)
+    return {
+        "consistent": not problems,
+        "problems": problems,
+        "conditions": conditions,
+        "notes": notes,
+        "torch": runtime_version or dists.get("torch"),
+        "cuda": cuda or None,
+        "kernel": kernel,
+        "kernel_module": KERNEL_MODULE,
+        "arch_list_covers": covers,
+        "imports": imports,
+    }
+
+
+def probe_problems(probe: dict[str, Any], expected_cuda_major: int) -> list[str]:
+    """The problems of :func:`stack_verdict` (a serving host: the driver library is required)."""
+    return stack_verdict(probe, expected_cuda_major)["problems"]

@@ -15,7 +15,7 @@ public version (flashinfer checks this at import and refuses mismatched caches).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from urllib.parse import unquote, urlparse
 
 from packaging.utils import (
@@ -31,8 +31,11 @@ from cuda13_upgrade.errors import Cuda13Error, ParseError
 
 __all__ = [
     "FLASHINFER_DISTRIBUTIONS",
+    "IMPORT_FAILURE_CAUSES",
     "KERNEL_DISTRIBUTIONS",
     "check_stack_consistency",
+    "classify_import_failure",
+    "cuda_majors_of_needed",
     "cuda_label",
     "cuda_tag_of_label",
     "local_label",
@@ -50,6 +53,11 @@ FLASHINFER_DISTRIBUTIONS: tuple[str, ...] = (
 )
 
 _LABEL_RE = re.compile(r"^cu(\d{2,3})$")
+#: CUDA libraries whose soname major is the CUDA major (libcudart.so.12 in CUDA
+#: 12.x, .so.13 in 13.x; CUDA Toolkit release notes, "CUDA Toolkit Major
+#: Component Versions"). cuFFT, cuSPARSE, cuRAND and cuSOLVER number theirs
+#: apart from the toolkit, so they say nothing about the CUDA major.
+_CUDA_LIBRARY_RE = re.compile(r"^lib(?:cudart|cublas|cublasLt|nvrtc|nvJitLink|cupti)\.so\.(\d+)$")
 _RELEASE_RE = re.compile(r"^(\d+)\.(\d)$")
 _NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
 _PINNED_RE = re.compile(rf"^(?P<name>{_NAME})(?:\[[^\]]*\])?\s*===?\s*(?P<version>\S+)$")
@@ -215,6 +223,7 @@ def check_stack_consistency(
     dists: Mapping[str, str | None],
     *,
     default_labels: Mapping[str, str] | None = None,
+    needed_libraries: Mapping[str, Iterable[str]] | None = None,
 ) -> list[str]:
     """List what is inconsistent in a serving stack's wheels.
 
@@ -222,18 +231,29 @@ def check_stack_consistency(
         dists: ``{distribution: version}`` as from :func:`parse_pip_freeze`
             (names are normalised here, so ``"SGL_Kernel"`` works too).
         default_labels: labels to assume for wheels that carry none, e.g.
-            ``{"sgl-kernel": "cu128"}`` for a PyPI build whose CUDA variant is
-            known from its index. Without it an unlabeled torch, sgl-kernel,
-            sglang-kernel or flashinfer-jit-cache is reported, because its CUDA
-            build cannot be checked.
+            ``{"torch": "cu130"}`` for a PyPI torch whose ``torch.__version__``
+            says ``2.14.1+cu130`` while its distribution version (and ``pip
+            freeze``) says ``2.14.1``.
+        needed_libraries: ``{distribution: [ELF NEEDED entries of its shared
+            objects]}`` (``hostscripts/stack_probe.py``). For a wheel without a
+            label, the CUDA major of the libraries it loads
+            (:func:`cuda_majors_of_needed`) is its CUDA build: PyPI's
+            sglang-kernel 0.4.10 carries no label and loads ``libcudart.so.13``.
+            A wheel listed here whose objects load no versioned CUDA library
+            (pure Python, such as flashinfer-python) has nothing to compare.
+            Without either, an unlabeled torch, sgl-kernel, sglang-kernel or
+            flashinfer-jit-cache is reported, because its CUDA build cannot be
+            checked.
 
     Checks:
-        * torch, sgl-kernel / sglang-kernel and flashinfer-jit-cache carry the
-          same CUDA label (one torch ABI, one CUDA runtime);
+        * torch, sgl-kernel / sglang-kernel and flashinfer-jit-cache are built
+          for the same CUDA release: equal labels where both carry one, else
+          the same CUDA major (label or loaded libraries);
         * sgl-kernel and sglang-kernel are not both installed (both ship the
           ``sgl_kernel`` module);
-        * flashinfer-python, flashinfer-cubin and flashinfer-jit-cache have equal
-          public versions (``0.5.3`` == ``0.5.3+cu130``).
+        * flashinfer-python, flashinfer-cubin and flashinfer-jit-cache, those of
+          them that are installed, have equal public versions (``0.5.3`` ==
+          ``0.5.3+cu130``; flashinfer-python alone is valid).
 
     Returns:
         Problems, one sentence each naming the distributions, versions and the
@@ -251,12 +271,17 @@ def check_stack_consistency(
         )
     d = {normalize_name(k): v for k, v in dists.items()}
     defaults = {normalize_name(k): v for k, v in (default_labels or {}).items()}
+    needed = {normalize_name(k): sorted(v) for k, v in (needed_libraries or {}).items()}
     problems: list[str] = []
 
     def label(name: str) -> str | None:
         version = d.get(name)
         found = local_label(version) if version else None
         return found or defaults.get(name)
+
+    def loads(name: str) -> str:
+        libs = [lib for lib in needed.get(name, []) if _CUDA_LIBRARY_RE.match(lib)]
+        return ", ".join(libs)
 
     kernels = [name for name in KERNEL_DISTRIBUTIONS if name in d]
     if len(kernels) == 2:
@@ -275,36 +300,74 @@ def check_stack_consistency(
     elif dependents:
         torch_desc = _describe("torch", d["torch"])
         torch_label = label("torch")
-        if torch_label is None:
-            problems.append(
-                f"{torch_desc} has no local version label (such as +cu130), so its CUDA build "
-                "cannot be checked; install torch from the PyTorch cuXYZ index or declare its "
-                "label in default_labels"
+        torch_majors = cuda_majors_of_needed(needed.get("torch", []))
+        if torch_label is None and len(torch_majors) != 1:
+            seen = (
+                f" and its libraries load {loads('torch') or 'no versioned CUDA library'}"
+                if "torch" in needed
+                else ""
             )
-        elif not _LABEL_RE.match(torch_label):
+            problems.append(
+                f"{torch_desc} has no local version label (such as +cu130){seen}, so its CUDA build "
+                "cannot be checked; install torch from the PyTorch cuXYZ index or declare its label "
+                "in default_labels"
+            )
+        elif torch_label is not None and not _LABEL_RE.match(torch_label):
             problems.append(
                 f"{torch_desc} is a '{torch_label}' build without CUDA; install torch from the "
                 "PyTorch cuXYZ index of the target CUDA release"
             )
         else:
-            torch_cuda = cuda_tag_of_label(torch_label)
+            if torch_label is not None:
+                torch_cuda = cuda_tag_of_label(torch_label)
+                torch_major = int(torch_cuda.split(".")[0])
+                torch_build = f"CUDA {torch_cuda} ({torch_label})"
+            else:
+                torch_major = next(iter(torch_majors))
+                torch_build = f"CUDA {torch_major} (it loads {loads('torch')})"
             for name in dependents:
                 desc = _describe(name, d[name])
                 dep_label = label(name)
-                if dep_label is None:
+                if dep_label is not None and torch_label is not None:
+                    if dep_label != torch_label:
+                        dep_cuda = (
+                            f"CUDA {cuda_tag_of_label(dep_label)}"
+                            if _LABEL_RE.match(dep_label)
+                            else "no CUDA"
+                        )
+                        problems.append(
+                            f"{desc} is built for {dep_cuda} ({dep_label}) but {torch_desc} for "
+                            f"{torch_build}; install the +{torch_label} wheel of {name}"
+                        )
+                    continue
+                if dep_label is not None:
+                    dep_majors = (
+                        {int(cuda_tag_of_label(dep_label).split(".")[0])}
+                        if _LABEL_RE.match(dep_label)
+                        else set()
+                    )
+                    dep_build = f"({dep_label})"
+                elif name in needed:
+                    dep_majors = cuda_majors_of_needed(needed[name])
+                    if not dep_majors:
+                        continue
+                    dep_build = f"(it loads {loads(name)})"
+                else:
+                    wanted = f"+{torch_label}" if torch_label else f"CUDA {torch_major}"
+                    against = torch_label or torch_build
                     problems.append(
                         f"{desc} has no local version label, so its CUDA build cannot be checked "
-                        f"against {torch_desc} ({torch_label}); install the +{torch_label} wheel "
-                        "of it or declare its label in default_labels"
+                        f"against {torch_desc} ({against}); install the {wanted} wheel of it or "
+                        "declare its label in default_labels"
                     )
-                elif dep_label != torch_label:
+                    continue
+                if dep_majors != {torch_major}:
                     dep_cuda = (
-                        f"CUDA {cuda_tag_of_label(dep_label)}" if _LABEL_RE.match(dep_label) else "no CUDA"
+                        "CUDA " + "/".join(str(m) for m in sorted(dep_majors)) if dep_majors else "no CUDA"
                     )
                     problems.append(
-                        f"{desc} is built for {dep_cuda} ({dep_label}) but {torch_desc} for "
-                        f"CUDA {torch_cuda} ({torch_label}); install the +{torch_label} wheel "
-                        f"of {name}"
+                        f"{desc} is built for {dep_cuda} {dep_build} but {torch_desc} for "
+                        f"{torch_build}; install the CUDA {torch_major} build of {name}"
                     )
 
     present = {name: d[name] for name in FLASHINFER_DISTRIBUTIONS if name in d}
@@ -329,3 +392,112 @@ def check_stack_consistency(
             f"flashinfer distributions differ in version ({listed}); install the same version of each"
         )
     return problems
+
+
+def cuda_majors_of_needed(needed: Iterable[str]) -> set[int]:
+    """The CUDA majors that ELF ``NEEDED`` entries name.
+
+    ``cuda_majors_of_needed(["libcuda.so.1", "libcudart.so.13", "libc.so.6"]) ==
+    {13}``. Only libraries whose soname major is the CUDA major count (cudart,
+    cuBLAS, cuBLASLt, NVRTC, nvJitLink, CUPTI); ``libcuda.so.1``, the driver's
+    library, has carried soname major 1 in every release. Returns an empty set
+    when none is named.
+    """
+    majors: set[int] = set()
+    for lib in needed:
+        match = _CUDA_LIBRARY_RE.match(str(lib))
+        if match:
+            majors.add(int(match.group(1)))
+    return majors
+
+
+#: Causes of a failed import, in the order they are looked for in its text.
+IMPORT_FAILURE_CAUSES: tuple[str, ...] = (
+    "driver_library_missing",
+    "cuda_runtime_other_major",
+    "torch_abi",
+    "driver_api_too_old",
+    "cuda_library_missing",
+    "other",
+)
+_DRIVER_LIBRARY_RE = re.compile(r"(libcuda\.so(?:\.1)?): cannot open shared object file")
+_CUDA_LIBRARY_MISSING_RE = re.compile(
+    r"(lib(?:cudart|cublas|cublasLt|nvrtc|nvJitLink|cupti)\.so\.(\d+)): cannot open shared object file"
+)
+# Itanium C++ ABI mangled names in PyTorch's namespaces c10, at, torch
+# (_ZN3c10..., _ZNK3c10... for const members, _ZN2at..., _ZN5torch...).
+_TORCH_SYMBOL_RE = re.compile(r"undefined symbol: (_ZN[KVr]*(?:3c10|2at|5torch)\w*)")
+# CUDA driver API entry points are C names cuXxx (CUDA Driver API reference).
+_DRIVER_SYMBOL_RE = re.compile(r"undefined symbol: (cu[A-Z]\w*)")
+
+
+def classify_import_failure(text: str, expected_cuda_major: int) -> dict[str, str]:
+    """Name the cause of a failed import from its whole text (traceback included).
+
+    Args:
+        text: what the import raised, all of it: the cause is often not on the
+            last line (sgl_kernel's loader ends with ``No module named
+            'common_ops'`` after listing the real error).
+        expected_cuda_major: the CUDA major of the stack (13 for cu130).
+
+    Returns:
+        ``{"cause", "detail", "remedy"}``; ``cause`` is one of
+        :data:`IMPORT_FAILURE_CAUSES`:
+
+        * ``driver_library_missing``: ``libcuda.so.1: cannot open shared object
+          file``, the NVIDIA driver's library is not visible (no driver, or a
+          container without it);
+        * ``cuda_runtime_other_major``: a CUDA library of another major is
+          wanted (``libcudart.so.12`` under a CUDA 13 stack): a wheel built for
+          the other CUDA;
+        * ``torch_abi``: ``undefined symbol: _ZN3c10...`` (or at::, torch::),
+          the extension was built against another torch;
+        * ``driver_api_too_old``: ``undefined symbol: cuGreenCtxStreamCreate``,
+          a driver API entry point the installed driver lacks;
+        * ``cuda_library_missing``: a CUDA library of the stack's own major is
+          not found (its nvidia-* wheel is missing);
+        * ``other``: none of these; ``detail`` is the last line.
+    """
+    text = str(text)
+    found = _DRIVER_LIBRARY_RE.search(text)
+    if found:
+        return {
+            "cause": "driver_library_missing",
+            "detail": found.group(1),
+            "remedy": "the NVIDIA driver's libcuda.so.1 is not visible: install the driver, or "
+            "make its library visible to this environment (ldconfig, the container runtime)",
+        }
+    for found in _CUDA_LIBRARY_MISSING_RE.finditer(text):
+        if int(found.group(2)) != expected_cuda_major:
+            return {
+                "cause": "cuda_runtime_other_major",
+                "detail": found.group(1),
+                "remedy": f"a wheel built for CUDA {found.group(2)} is installed in a CUDA "
+                f"{expected_cuda_major} stack: install its CUDA {expected_cuda_major} build",
+            }
+    found = _TORCH_SYMBOL_RE.search(text)
+    if found:
+        return {
+            "cause": "torch_abi",
+            "detail": found.group(1),
+            "remedy": "the extension was built against another torch: install the build of it "
+            "made for the installed torch, or the torch it pins",
+        }
+    found = _DRIVER_SYMBOL_RE.search(text)
+    if found:
+        return {
+            "cause": "driver_api_too_old",
+            "detail": found.group(1),
+            "remedy": "the NVIDIA driver is older than the kernel needs: upgrade the driver, "
+            "or install a kernel build made for this driver's CUDA release",
+        }
+    found = _CUDA_LIBRARY_MISSING_RE.search(text)
+    if found:
+        return {
+            "cause": "cuda_library_missing",
+            "detail": found.group(1),
+            "remedy": f"install the nvidia-* wheel that provides {found.group(1)} (pip check "
+            "lists what is missing)",
+        }
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return {"cause": "other", "detail": lines[-1] if lines else "", "remedy": "read the whole text"}

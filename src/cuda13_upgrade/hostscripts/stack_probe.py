@@ -6,65 +6,235 @@ stack_probe.py [MODULE ...]``), standard library only. The modules to import
 default to torch, sgl_kernel, flashinfer and sglang. Prints one JSON object::
 
     {"python": "3.11.2", "prefix": "/opt/ml-env-cu130",
-     "dists": {"torch": "2.10.0+cu130", ...},          # normalized name -> version
-     "torch": {"version": "2.10.0+cu130", "cuda": "13.0", "cuda_available": false,
-               "device_count": 0, "arch_list": ["sm_75", ...]} | null,
-     "imports": {"torch": null, "sgl_kernel": null, "flashinfer": "ImportError: ..."}}
+     "dists": {"torch": "2.14.1", ...},        # normalized name -> version (first on sys.path)
+     "shadowed": {"sglang-kernel": ["0.4.10"]}, # later copies of a distribution on sys.path
+     "requires": {"sglang-kernel": ["torch==2.14.1", ...], ...},   # Requires-Dist
+     "needed": {"sglang-kernel": ["libcuda.so.1", "libcudart.so.13", ...], ...},
+     "marker_environment": {...},               # PEP 508 marker values of this interpreter
+     "torch": {"version": "2.14.1+cu130", "cuda": "13.0", "cuda_available": false,
+               "device_count": 0, "arch_list": ["sm_75", ...] | null,
+               "arch_list_error": null | "RuntimeError: ..."} | null,
+     "imports": {"torch": null, "sgl_kernel": "Traceback ...ImportError: ..."},
+     "driver_library": null | "libcuda.so.1: cannot open shared object file: ...",
+     "pip_check": {"rc": 0, "output": "No broken requirements found."}}
 
-``imports`` maps each module to ``null`` when it imports, or the exception's
-last line when it does not (the text a server would die with). Exit status 0
-whenever the probe itself ran; the caller decides what the findings mean.
+``imports`` maps each module to ``null`` when it imports, or the whole
+traceback text (exception chain included) when it does not. ``needed`` lists,
+for each CUDA-carrying distribution, the union of the ELF ``DT_NEEDED``
+entries of the shared objects it installed (read from the files' dynamic
+sections; System V ABI, "Dynamic Section"). ``driver_library`` is null when
+``libcuda.so.1`` (the NVIDIA driver's CUDA library) loads, else the loader's
+error. Exit status 0 whenever the probe itself ran; the caller decides what the
+findings mean.
 """
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import importlib.metadata
 import json
+import os
 import platform
 import re
+import struct
+import subprocess
 import sys
 import traceback
 
 MODULES = ("torch", "sgl_kernel", "flashinfer", "sglang")
+#: Distributions whose shared objects are read (the CUDA-carrying part of the stack).
+CUDA_DISTRIBUTIONS = (
+    "torch",
+    "sgl-kernel",
+    "sglang-kernel",
+    "flashinfer-python",
+    "flashinfer-cubin",
+    "flashinfer-jit-cache",
+)
+_SHARED_OBJECT = re.compile(r"\.so(\.\d+)*$")
+_PT_LOAD, _PT_DYNAMIC = 1, 2
+_DT_NULL, _DT_NEEDED, _DT_STRTAB = 0, 1, 5
 
 
 def _normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def main() -> int:
-    dists = {}
+def elf_needed(path: str) -> list[str]:
+    """The ``DT_NEEDED`` entries of an ELF file, in order; [] when it is not ELF.
+
+    Reads the program headers, the ``PT_DYNAMIC`` segment and the string table
+    it points to (mapped to a file offset through the ``PT_LOAD`` segments).
+    """
+    with open(path, "rb") as f:
+        ident = f.read(16)
+        if len(ident) < 16 or ident[:4] != b"\x7fELF":
+            return []
+        is64, endian = ident[4] == 2, "<" if ident[5] == 1 else ">"
+        if is64:
+            f.seek(32)
+            (phoff,) = struct.unpack(endian + "Q", f.read(8))
+            f.seek(54)
+            phentsize, phnum = struct.unpack(endian + "HH", f.read(4))
+        else:
+            f.seek(28)
+            (phoff,) = struct.unpack(endian + "I", f.read(4))
+            f.seek(42)
+            phentsize, phnum = struct.unpack(endian + "HH", f.read(4))
+        loads, dynamic = [], None
+        for i in range(phnum):
+            f.seek(phoff + i * phentsize)
+            raw = f.read(phentsize)
+            if is64:
+                p_type, _flags, p_offset, p_vaddr, _paddr, p_filesz = struct.unpack(
+                    endian + "IIQQQQ", raw[:40]
+                )
+            else:
+                p_type, p_offset, p_vaddr, _paddr, p_filesz = struct.unpack(endian + "IIIII", raw[:20])
+            if p_type == _PT_LOAD:
+                loads.append((p_vaddr, p_offset, p_filesz))
+            elif p_type == _PT_DYNAMIC:
+                dynamic = (p_offset, p_filesz)
+        if dynamic is None:
+            return []
+        f.seek(dynamic[0])
+        data = f.read(dynamic[1])
+        entry, fmt = (16, endian + "qQ") if is64 else (8, endian + "iI")
+        needed_offsets, strtab = [], None
+        for pos in range(0, len(data) - entry + 1, entry):
+            tag, value = struct.unpack(fmt, data[pos : pos + entry])
+            if tag == _DT_NULL:
+                break
+            if tag == _DT_NEEDED:
+                needed_offsets.append(value)
+            elif tag == _DT_STRTAB:
+                strtab = value
+        if strtab is None:
+            return []
+        for vaddr, offset, filesz in loads:
+            if vaddr <= strtab < vaddr + filesz:
+                strtab = strtab - vaddr + offset
+                break
+        names = []
+        for off in needed_offsets:
+            f.seek(strtab + off)
+            raw = f.read(256)
+            names.append(raw.split(b"\0", 1)[0].decode("utf-8", "replace"))
+        return names
+
+
+def _marker_environment() -> dict[str, str]:
+    # The values of PEP 508's environment markers, as packaging.markers computes them.
+    impl = sys.implementation
+    version = f"{impl.version.major}.{impl.version.minor}.{impl.version.micro}"
+    if impl.version.releaselevel != "final":
+        version += impl.version.releaselevel[0] + str(impl.version.serial)
+    return {
+        "implementation_name": impl.name,
+        "implementation_version": version,
+        "os_name": os.name,
+        "platform_machine": platform.machine(),
+        "platform_release": platform.release(),
+        "platform_system": platform.system(),
+        "platform_version": platform.version(),
+        "python_full_version": platform.python_version(),
+        "platform_python_implementation": platform.python_implementation(),
+        "python_version": ".".join(platform.python_version_tuple()[:2]),
+        "sys_platform": sys.platform,
+    }
+
+
+def _distributions():
+    dists, shadowed = {}, {}
     for dist in importlib.metadata.distributions():
         name = dist.metadata.get("Name")
-        if name:
-            dists[_normalize(name)] = dist.version
+        if not name:
+            continue
+        key = _normalize(name)
+        if key in dists:
+            shadowed.setdefault(key, []).append(dist.version)
+            continue
+        dists[key] = dist
+    return dists, shadowed
+
+
+def _needed(dist) -> list[str]:
+    found: set[str] = set()
+    for file in dist.files or ():
+        if not _SHARED_OBJECT.search(file.name):
+            continue
+        path = str(file.locate())
+        try:
+            found.update(elf_needed(path))
+        except (OSError, struct.error):
+            continue
+    return sorted(found)
+
+
+def _torch_info() -> dict:
+    torch = sys.modules["torch"]
+    cuda = getattr(torch, "cuda", None)
+    available = bool(cuda and cuda.is_available())
+    arch_list, arch_error = None, None
+    try:
+        arch_list = list(cuda.get_arch_list()) if cuda else None
+    except Exception:  # noqa: BLE001 - the text is what is reported
+        arch_error = traceback.format_exc().strip().splitlines()[-1]
+    return {
+        "version": str(torch.__version__),
+        "cuda": getattr(getattr(torch, "version", None), "cuda", None),
+        "cuda_available": available,
+        "device_count": int(cuda.device_count()) if available else 0,
+        "arch_list": arch_list,
+        "arch_list_error": arch_error,
+    }
+
+
+def _driver_library() -> str | None:
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError as exc:
+        return str(exc)
+    return None
+
+
+def _pip_check() -> dict:
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "pip", "check", "--disable-pip-version-check"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"rc": None, "output": str(exc)}
+    return {"rc": done.returncode, "output": (done.stdout + done.stderr).strip()}
+
+
+def main() -> int:
+    dists, shadowed = _distributions()
     imports: dict[str, str | None] = {}
     for module in sys.argv[1:] or MODULES:
         try:
             importlib.import_module(module)
             imports[module] = None
-        except Exception:  # noqa: BLE001 - the text is what is reported
-            imports[module] = traceback.format_exc().strip().splitlines()[-1]
-    torch_info = None
-    if imports.get("torch") is None:
-        torch = sys.modules["torch"]
-        cuda = getattr(torch, "cuda", None)
-        available = bool(cuda and cuda.is_available())
-        torch_info = {
-            "version": str(torch.__version__),
-            "cuda": getattr(getattr(torch, "version", None), "cuda", None),
-            "cuda_available": available,
-            "device_count": int(cuda.device_count()) if available else 0,
-            "arch_list": list(cuda.get_arch_list()) if cuda else [],
-        }
+        except BaseException:  # noqa: BLE001 - a failed import may exit; the text is reported
+            imports[module] = traceback.format_exc().strip()
     json.dump(
         {
             "python": platform.python_version(),
             "prefix": sys.prefix,
-            "dists": dict(sorted(dists.items())),
-            "torch": torch_info,
+            "dists": {k: dists[k].version for k in sorted(dists)},
+            "shadowed": shadowed,
+            "requires": {k: list(dists[k].requires or []) for k in CUDA_DISTRIBUTIONS if k in dists},
+            "needed": {k: _needed(dists[k]) for k in CUDA_DISTRIBUTIONS if k in dists},
+            "marker_environment": _marker_environment(),
+            "torch": _torch_info() if imports.get("torch", "absent") is None else None,
             "imports": imports,
+            "driver_library": _driver_library(),
+            "pip_check": _pip_check(),
         },
         sys.stdout,
     )

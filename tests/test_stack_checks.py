@@ -1,0 +1,125 @@
+"""The new stack's checks on what real wheels carry (wheels.classify_import_failure,
+stack.stack_verdict, the probe's ELF reader), fed real texts and real probes."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cuda13_upgrade import stack, wheels
+from cuda13_upgrade.hostscripts import stack_probe
+
+FIXTURES = Path(__file__).parent / "fixtures"
+FAILURES = FIXTURES / "import_failures"
+
+
+@pytest.mark.parametrize(
+    ("fixture", "cause", "detail"),
+    [
+        ("sglang-4778-libcuda.txt", "driver_library_missing", "libcuda.so.1"),
+        ("sglang-13948-torch-abi.txt", "torch_abi", "_ZNK3c106SymInt6sym_neERKS0_"),
+        ("sglang-8131-green-ctx.txt", "driver_api_too_old", "cuGreenCtxStreamCreate"),
+        ("kaito-2086-libcudart13.txt", "cuda_library_missing", "libcudart.so.13"),
+    ],
+)
+def test_classify_import_failure_real_texts(fixture, cause, detail):
+    found = wheels.classify_import_failure((FAILURES / fixture).read_text(), 13)
+    assert (found["cause"], found["detail"]) == (cause, detail)
+    assert found["remedy"]
+
+
+def test_a_cuda_library_of_the_other_major_is_the_other_cuda_build():
+    # The same real text under a CUDA 12 stack: a CUDA 13 wheel in a CUDA 12 stack.
+    found = wheels.classify_import_failure((FAILURES / "kaito-2086-libcudart13.txt").read_text(), 12)
+    assert found["cause"] == "cuda_runtime_other_major"
+    assert "CUDA 13" in found["remedy"]
+
+
+def test_the_cause_is_found_above_the_last_line():
+    text = (FAILURES / "sglang-13948-torch-abi.txt").read_text()
+    assert text.strip().splitlines()[-1] == "- ModuleNotFoundError: No module named 'common_ops'"
+    assert wheels.classify_import_failure(text, 13)["cause"] == "torch_abi"
+
+
+def test_an_unknown_failure_keeps_its_last_line():
+    found = wheels.classify_import_failure("Traceback ...\nModuleNotFoundError: No module named 'x'\n", 13)
+    assert found == {
+        "cause": "other",
+        "detail": "ModuleNotFoundError: No module named 'x'",
+        "remedy": "read the whole text",
+    }
+
+
+def test_cuda_majors_of_needed_counts_only_libraries_versioned_with_cuda():
+    assert wheels.cuda_majors_of_needed(
+        ["libcuda.so.1", "libcudart.so.13", "libcufft.so.12", "libcurand.so.10", "libc.so.6"]
+    ) == {13}
+    assert wheels.cuda_majors_of_needed(["libcuda.so.1", "libstdc++.so.6"]) == set()
+
+
+def test_check_stack_consistency_reads_the_cuda_major_of_unlabeled_wheels():
+    dists = {"torch": "2.14.1", "sglang-kernel": "0.4.0", "flashinfer-python": "0.7.2"}
+    problems = wheels.check_stack_consistency(
+        dists,
+        default_labels={"torch": "cu130"},
+        needed_libraries={"sglang-kernel": ["libcuda.so.1", "libcudart.so.12"], "flashinfer-python": []},
+    )
+    assert problems == [
+        "sglang-kernel 0.4.0 is built for CUDA 12 (it loads libcudart.so.12) but torch 2.14.1 for "
+        "CUDA 13.0 (cu130); install the CUDA 13 build of sglang-kernel"
+    ]
+    assert (
+        wheels.check_stack_consistency(
+            dists,
+            default_labels={"torch": "cu130"},
+            needed_libraries={"sglang-kernel": ["libcuda.so.1", "libcudart.so.13"]},
+        )
+        == []
+    )
+
+
+def test_flashinfer_python_alone_is_valid_and_the_trio_must_agree():
+    assert wheels.check_stack_consistency({"flashinfer-python": "0.7.2"}) == []
+    assert wheels.check_stack_consistency({"flashinfer-python": "0.7.2", "flashinfer-cubin": "0.6.13"}) == [
+        "flashinfer distributions differ in version (flashinfer-python 0.7.2, flashinfer-cubin 0.6.13); "
+        "install the same version of each"
+    ]
+
+
+def _elf_needed_by_readelf(path):
+    out = subprocess.run(["readelf", "-d", path], capture_output=True, text=True, check=True).stdout
+    return [line.split("[", 1)[1].split("]", 1)[0] for line in out.splitlines() if "(NEEDED)" in line]
+
+
+@pytest.mark.skipif(shutil.which("readelf") is None, reason="binutils' readelf is not installed")
+def test_elf_needed_equals_readelf_on_real_shared_objects():
+    import _ctypes
+    import _ssl
+
+    for path in (_ctypes.__file__, _ssl.__file__, str(Path(sys.executable).resolve())):
+        assert stack_probe.elf_needed(path) == _elf_needed_by_readelf(path)
+        assert stack_probe.elf_needed(path)  # each one needs libc at least
+
+
+def test_elf_needed_of_a_file_that_is_not_elf(tmp_path):
+    (tmp_path / "x.so").write_text("not ELF")
+    assert stack_probe.elf_needed(str(tmp_path / "x.so")) == []
+
+
+def test_the_probe_runs_in_this_interpreter():
+    out = subprocess.run(
+        [sys.executable, stack_probe.__file__, "json", "no_such_module_here"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    probe = json.loads(out)
+    assert probe["imports"]["json"] is None
+    text = probe["imports"]["no_such_module_here"]
+    assert text.startswith("Traceback (most recent call last):")
+    assert text.endswith("ModuleNotFoundError: No module named 'no_such_module_here'")
+    assert probe["torch"] is None
+    assert probe["pip_check"]["rc"] in (0, 1)
