@@ -123,3 +123,80 @@ def test_the_probe_runs_in_this_interpreter():
     assert text.endswith("ModuleNotFoundError: No module named 'no_such_module_here'")
     assert probe["torch"] is None
     assert probe["pip_check"]["rc"] in (0, 1)
+
+
+PROBES = FIXTURES / "probes"
+
+
+def _probe(name):
+    return json.loads((PROBES / f"{name}.json").read_text())
+
+
+def test_real_stack_is_consistent_with_the_driver_library_the_one_remaining_condition():
+    verdict = stack.stack_verdict(
+        _probe("real-stack"), 13, driver_library_optional=True, compute_capabilities=["12.0"] * 8
+    )
+    assert verdict["problems"] == []
+    assert verdict["consistent"] is True
+    assert (verdict["torch"], verdict["cuda"], verdict["kernel"]) == (
+        "2.14.1+cu130",
+        "13.0",
+        "sglang-kernel 0.4.10",
+    )
+    assert verdict["arch_list_covers"] == ["12.0"]
+    assert len(verdict["conditions"]) == 1
+    assert verdict["conditions"][0].startswith(
+        "import sgl_kernel needs the NVIDIA driver library libcuda.so.1, which this host does not have"
+    )
+    assert verdict["imports"]["sgl_kernel"]["cause"] == "driver_library_missing"
+
+
+def test_real_stack_fails_where_the_driver_library_is_required():
+    verdict = stack.stack_verdict(_probe("real-stack"), 13, compute_capabilities=["12.0"])
+    assert verdict["consistent"] is False
+    assert verdict["conditions"] == []
+    (problem,) = verdict["problems"]
+    assert problem.startswith("import sgl_kernel fails (driver_library_missing: libcuda.so.1)")
+    # the whole text, not its last line
+    assert "Traceback (most recent call last):" in problem
+
+
+def test_real_pypi_torch_has_no_label_in_its_metadata_but_in_torch_version():
+    probe = _probe("real-stack")
+    assert probe["dists"]["torch"] == "2.14.1"
+    assert probe["torch"]["version"] == "2.14.1+cu130"
+    assert wheels.cuda_majors_of_needed(probe["needed"]["sglang-kernel"]) == {13}
+
+
+def test_a_real_stack_on_a_gpu_that_its_arch_list_lacks():
+    verdict = stack.stack_verdict(
+        _probe("real-stack"), 13, driver_library_optional=True, compute_capabilities=["12.0", "5.0"]
+    )
+    assert verdict["problems"][0].startswith("torch 2.14.1+cu130 has no kernels for compute capability 5.0")
+
+
+@pytest.mark.parametrize(
+    ("variant", "reasons"),
+    [
+        (
+            "torch-2.10.0",
+            [
+                "torch 2.10.0 is installed but does not import, and its libraries are a CUDA 12 build",
+                "sglang-kernel 0.4.10 is built for torch==2.14.1 (its Requires-Dist) but torch 2.10.0 is installed",
+            ],
+        ),
+        ("sglang-kernel-0.4.0", ["sglang-kernel 0.4.0 is built for CUDA 12"]),
+        (
+            "flashinfer-cubin-0.6.13",
+            ["flashinfer distributions differ in version (flashinfer-python 0.7.2, flashinfer-cubin 0.6.13)"],
+        ),
+    ],
+)
+def test_each_real_inconsistent_variant_is_caught_for_its_reason(variant, reasons):
+    verdict = stack.stack_verdict(
+        _probe(variant), 13, driver_library_optional=True, compute_capabilities=["12.0"]
+    )
+    assert verdict["consistent"] is False
+    text = "\n".join(verdict["problems"])
+    for reason in reasons:
+        assert reason in text

@@ -263,7 +263,7 @@ def stack_verdict(
     one (torch 2.14.1 does without a GPU).
 
     Returns:
-        ``{"consistent": bool, "problems": [str], "conditions": [str],
+        ``{"summary": str, "consistent": bool, "problems": [str], "conditions": [str],
         "notes": [str], "torch": str|None, "cuda": str|None, "kernel": str|None,
         "arch_list_covers": [str], "imports": {module: {"cause", "detail",
         "remedy", "text"}}}``. ``consistent`` is true when ``problems`` is
@@ -353,7 +353,17 @@ def stack_verdict(
         covers = sorted(set(capabilities) - set(missing))
 
     kernel = next((f"{k} {dists[k]}" for k in KERNEL_DISTRIBUTIONS if k in dists), None)
+    summary = "; ".join(
+        [
+            "consistent" if not problems else "INCONSISTENT",
+            f"torch {runtime_version or dists.get('torch')}, CUDA {cuda or None}, {kernel or 'no kernel'}",
+            f"arch list covers {', '.join(covers) or 'nothing checked'}",
+            *notes,
+            *(f"remaining condition: {line}" for line in conditions),
+        ]
+    )
     return {
+        "summary": summary,
         "consistent": not problems,
         "problems": problems,
         "conditions": conditions,
