@@ -100,6 +100,47 @@ def required_disk_gib() -> int:
     raise SystemExit("nvidia_driver_check_required_disk_gib not found in the role's defaults")
 
 
+def rebuild_from_freeze(work: Path, stack_pip: Path) -> tuple[float, int]:
+    """Seconds to rebuild a venv from ``stack_pip``'s venv's ``pip freeze``, offline from
+    the cache (``--no-deps``: the freeze is the whole closure), and the freeze's length."""
+    freeze = subprocess.run([str(stack_pip), "freeze"], capture_output=True, text=True, check=True).stdout
+    (work / "freeze.txt").write_text(freeze)
+    pip = venv(work / "rebuild")
+    seconds, _ = timed(
+        [
+            str(pip),
+            "--isolated",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-index",
+            "--find-links",
+            str(CACHE / "wheels"),
+            "-r",
+            str(work / "freeze.txt"),
+        ]
+    )
+    return seconds, len([x for x in freeze.splitlines() if x.strip()])
+
+
+def install_stack(work: Path) -> tuple[float, Path]:
+    """Seconds to install the real stack offline into a fresh venv, and that venv's pip."""
+    pip = venv(work / "stack")
+    seconds, _ = timed(
+        [
+            str(pip),
+            "--isolated",
+            "install",
+            "-q",
+            "--no-index",
+            "--find-links",
+            str(CACHE / "wheels"),
+            *REQUIREMENTS,
+        ]
+    )
+    return seconds, pip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-download", action="store_true", help="do not time a fresh download from PyPI")

@@ -13,7 +13,11 @@ Replaces the sandbox hosts (``playbooks/sandbox.yml``) and prints:
 4. with ``--rollback``: the regression scenario's rollback time (decision to
    the old stack healthy, from the host's result) against rebuilding the old
    environment from the snapshot's ``pip freeze`` into a fresh venv on the
-   same host, as a ratio.
+   same host, as a ratio; and, where the real PyPI stack is in
+   ``$CUDA13_REAL_STACK_CACHE`` (``make real-stack-cache``), rebuilding a venv
+   from the real stack's freeze (offline, from the cache, on this machine)
+   against the same rollback time: the stand-ins' rebuild says nothing about a
+   real host, where the rebuild reinstalls gigabytes.
 
 Usage: benchmarks/sandbox_timings.py [--rollback]   (run from the repository root
 after ``make setup``; it uses .venv/bin/ansible-playbook and podman)
@@ -26,6 +30,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -182,6 +187,19 @@ def rollback_figures() -> None:
         f"({len(snapshot['venv']['pip_freeze'])} requirements, stand-in wheels)"
     )
     print(f"rebuild / rollback:                                  {rebuild_s / rollback_s:7.1f} x")
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import real_stack
+
+    if not (real_stack.CACHE / "wheels").is_dir():
+        print(f"real wheels: not measured (no real stack in {real_stack.CACHE}; make real-stack-cache)")
+        return
+    with tempfile.TemporaryDirectory(prefix="real-stack-rebuild-") as work:
+        _, stack_pip = real_stack.install_stack(Path(work))
+        real_s, lines = real_stack.rebuild_from_freeze(Path(work), stack_pip)
+    print(
+        f"rebuild from the real stack's freeze:                {real_s:7.1f} s ({lines} requirements, real wheels)"
+    )
+    print(f"rebuild (real wheels) / rollback:                    {real_s / rollback_s:7.1f} x")
 
 
 def main() -> None:
