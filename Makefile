@@ -44,8 +44,8 @@ mirror: setup
 
 # The real stack's wheels in $(CUDA13_REAL_STACK_CACHE), outside the clone and
 # reused across runs and clones (4.3 GB from PyPI the first time).
-real-stack-cache:
-	@scripts/real-stack-cache.sh >/dev/null
+real-stack-cache: setup
+	@PYTHON=$(BIN)/python scripts/real-stack-cache.sh >/dev/null
 
 sandbox: image mirror
 	$(BIN)/ansible-playbook playbooks/sandbox.yml -e sandbox_count=$(HOSTS)

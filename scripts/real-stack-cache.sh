@@ -10,7 +10,7 @@
 set -euo pipefail
 
 CACHE="${CUDA13_REAL_STACK_CACHE:-/var/cache/cuda13-upgrade-ci/real-stack}"
-PYTHON="${PYTHON:-python3}"
+PYTHON="${PYTHON:-python3}"  # an interpreter with pip: Python 3.11 x86_64, as on the hosts
 SGLANG="${CUDA13_REAL_STACK_SGLANG:-sglang==0.5.23}"
 # Real inconsistent variants: torch 2.10.0 from PyPI is a CUDA 12.8 build;
 # sglang-kernel 0.4.0 is a CUDA 12 build; flashinfer-cubin at a version other
