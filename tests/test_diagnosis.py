@@ -21,13 +21,29 @@ def read(name: str) -> str:
     [
         ("torch-driver-too-old-warning.txt", "driver_too_old", "CUDA 11.0 (torch found version 11000)"),
         ("torch-driver-too-old-error.txt", "driver_too_old", "CUDA 11.4"),
-        ("torch-sm120-not-compatible.txt", "torch_arch_unsupported", "NVIDIA RTX PRO 6000 Blackwell Server Edition (sm_120)"),
+        (
+            "torch-sm120-not-compatible.txt",
+            "torch_arch_unsupported",
+            "NVIDIA RTX PRO 6000 Blackwell Server Edition (sm_120)",
+        ),
         ("torch-no-kernel-image.txt", "no_kernel_image", "no SASS"),
-        ("sgl-kernel-greenctx.txt", "driver_api_missing", "sgl_kernel (common_ops.abi3.so) calls the CUDA driver API cuGreenCtxStreamCreate"),
+        (
+            "sgl-kernel-greenctx.txt",
+            "driver_api_missing",
+            "sgl_kernel (common_ops.abi3.so) calls the CUDA driver API cuGreenCtxStreamCreate",
+        ),
         ("sgl-kernel-torch-abi.txt", "kernel_torch_abi", "common_ops.abi3.so was built for another torch"),
         ("sgl-kernel-libcuda.txt", "libcuda_missing", "libcuda.so.1"),
-        ("cuda13-extension-on-cuda12.txt", "cuda13_on_cuda12", "a CUDA 13 extension on a CUDA 12 stack: it links libcudart.so.13"),
-        ("sglang-libnvrtc-12.txt", "cuda12_on_cuda13", "a CUDA 12 extension in a CUDA 13 venv: it links libnvrtc.so.12"),
+        (
+            "cuda13-extension-on-cuda12.txt",
+            "cuda13_on_cuda12",
+            "a CUDA 13 extension on a CUDA 12 stack: it links libcudart.so.13",
+        ),
+        (
+            "sglang-libnvrtc-12.txt",
+            "cuda12_on_cuda13",
+            "a CUDA 12 extension in a CUDA 13 venv: it links libnvrtc.so.12",
+        ),
         ("cccl-headers-incompatible.txt", "cccl_headers_mismatch", "nvcc and the CUDA headers"),
         ("pip-no-space.txt", "no_space", "full"),
         ("apt-no-space.txt", "no_space", "full"),
@@ -74,7 +90,9 @@ def test_unknown_text_names_its_last_line() -> None:
     assert result.to_dict()["known"] is False
 
 
-@pytest.mark.parametrize(("value", "release"), [(12080, "12.8"), ("11040", "11.4"), (13000, "13.0"), (9010, "9.1")])
+@pytest.mark.parametrize(
+    ("value", "release"), [(12080, "12.8"), ("11040", "11.4"), (13000, "13.0"), (9010, "9.1")]
+)
 def test_cuda_version_from_int(value: int | str, release: str) -> None:
     assert cuda_version_from_int(value) == release
 

@@ -368,7 +368,9 @@ def test_version_info_of_the_r610_names():
 
 
 def test_version_info_of_a_failed_run():
-    with pytest.raises(ParseError, match="no 'DRIVER version : ...' or 'KMD version : ...' line.*\"NVIDIA-SMI has failed"):
+    with pytest.raises(
+        ParseError, match="no 'DRIVER version : ...' or 'KMD version : ...' line.*\"NVIDIA-SMI has failed"
+    ):
         parse_version_info(fixture("failure-no-driver.txt"))
 
 
@@ -497,7 +499,7 @@ def test_r610_version_reads_kmd_not_the_deprecation_text():
     # The R610 lines as quoted in the field report that found the fault (no full
     # capture of R610's --version was found published).
     text = (
-        'NVIDIA-SMI version  : 610.43.02\n'
+        "NVIDIA-SMI version  : 610.43.02\n"
         'DRIVER version      : Deprecated, see "KMD version" instead\n'
         "KMD version         : 610.43.02\n"
         "CUDA UMD version    : 13.3\n"
@@ -542,7 +544,12 @@ def test_compute_apps_empty_and_rows():
     assert parse_compute_apps("", rc=0) == []
     rows = parse_compute_apps("GPU-0a1b2c3d-0000-1111-2222-333344445555, 698976, python3, 1714\n")
     assert rows == [
-        {"gpu_uuid": "GPU-0a1b2c3d-0000-1111-2222-333344445555", "pid": 698976, "process_name": "python3", "used_memory": 1714}
+        {
+            "gpu_uuid": "GPU-0a1b2c3d-0000-1111-2222-333344445555",
+            "pid": 698976,
+            "process_name": "python3",
+            "used_memory": 1714,
+        }
     ]
     with pytest.raises(ParseError, match="driver_library_mismatch"):
         parse_compute_apps(fixture("failure-nvml-mismatch-550.txt"), rc=18)

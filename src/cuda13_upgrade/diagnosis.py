@@ -211,12 +211,18 @@ def _driver_too_old(m: re.Match[str], context: dict[str, str]) -> tuple[str, str
     )
 
 
+# The CUDA runtime libraries an extension links by major version (libcudart.so.13).
+_CUDA_LIBS = r"lib(?:cudart|nvrtc|cublas\w*|cusparse|cufft|curand|nvJitLink)"
+
 #: (kind, pattern, cause/remedy builder), most specific first.
 _RULES: tuple[_Rule, ...] = (
     ("no_space", re.compile(r"No space left on device|\[Errno 28\]"), _no_space),
     (
         "kernel_torch_abi",
-        re.compile(r"(?P<lib>[\w./<>-]*\.so)?:?\s*undefined symbol: (?P<sym>_ZN?K?(?:\d+c10|\d+at|\d+torch)\w*)"),
+        re.compile(
+            r"(?P<lib>[\w./<>-]*\.so)?:?\s*undefined symbol: "
+            r"(?P<sym>_ZN?K?(?:\d+c10|\d+at|\d+torch)\w*)"
+        ),
         _torch_abi,
     ),
     (
@@ -226,12 +232,12 @@ _RULES: tuple[_Rule, ...] = (
     ),
     (
         "cuda13_on_cuda12",
-        re.compile(r"(?P<so>lib(?:cudart|nvrtc|cublas\w*|cusparse|cufft|curand|nvJitLink)\.so\.13): cannot open shared object file"),
+        re.compile(rf"(?P<so>{_CUDA_LIBS}\.so\.13): cannot open shared object file"),
         _cuda13_on_12,
     ),
     (
         "cuda12_on_cuda13",
-        re.compile(r"(?P<so>lib(?:cudart|nvrtc|cublas\w*|cusparse|cufft|curand|nvJitLink)\.so\.12): cannot open shared object file"),
+        re.compile(rf"(?P<so>{_CUDA_LIBS}\.so\.12): cannot open shared object file"),
         _cuda12_on_13,
     ),
     ("libcuda_missing", re.compile(r"libcuda\.so\.1: cannot open shared object file"), _libcuda),
@@ -248,7 +254,11 @@ _RULES: tuple[_Rule, ...] = (
         ),
         _torch_arch,
     ),
-    ("no_kernel_image", re.compile(r"no kernel image is available for execution on the device"), _no_kernel_image),
+    (
+        "no_kernel_image",
+        re.compile(r"no kernel image is available for execution on the device"),
+        _no_kernel_image,
+    ),
     (
         "driver_too_old",
         re.compile(r"The NVIDIA driver on your system is too old \(found version (?P<found>\d+)\)"),
@@ -309,7 +319,13 @@ def diagnose(
     )
 
 
-def diagnose_nvidia_smi(rc: int, stdout: str = "", stderr: str = "", *, module_version: str | None = None) -> Diagnosis:
+def diagnose_nvidia_smi(
+    rc: int,
+    stdout: str = "",
+    stderr: str = "",
+    *,
+    module_version: str | None = None,
+) -> Diagnosis:
     """Diagnose a failed nvidia-smi run (kind ``nvidia_smi_<code>``).
 
     Args:
@@ -326,7 +342,9 @@ def diagnose_nvidia_smi(rc: int, stdout: str = "", stderr: str = "", *, module_v
         ``"nvidia_smi_ok"`` when rc is 0 and no failure text is present.
     """
     failure = classify_failure(rc, stdout, stderr)
-    cause = f"nvidia-smi failed (rc {rc}, {failure.code}): {failure.detail}" if failure.code != "ok" else "nvidia-smi ran"
+    cause = "nvidia-smi ran"
+    if failure.code != "ok":
+        cause = f"nvidia-smi failed (rc {rc}, {failure.code}): {failure.detail}"
     if failure.code == "driver_library_mismatch" and module_version:
         cause += f"; the loaded kernel module is {module_version}"
     return Diagnosis(f"nvidia_smi_{failure.code}", cause, failure.remedy, failure.detail, "nvidia-smi")

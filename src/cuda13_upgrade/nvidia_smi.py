@@ -185,7 +185,8 @@ def _convert(field_name: str, raw: str, units: bool, line: str) -> object:
             f"nvidia-smi value of {field_name} does not have the shape of one",
             line,
             option="fields",
-            remedy=_failure_hint(line) or "check the command's return code and that the fields and "
+            remedy=_failure_hint(line)
+            or "check the command's return code and that the fields and "
             "--format given here match the command run",
         )
     if canonical in _INTEGERS:
@@ -678,7 +679,8 @@ def parse_version_info(text: str) -> dict[str, str]:
 
 
 _PROC_VERSION_RE = re.compile(
-    r"^NVRM version: NVIDIA UNIX (?:(?P<open>Open )?Kernel Module for (?P<arch>\S+)|(?P<arch2>\S+) Kernel Module)"
+    r"^NVRM version: NVIDIA UNIX "
+    r"(?:(?P<open>Open )?Kernel Module for (?P<arch>\S+)|(?P<arch2>\S+) Kernel Module)"
     r"\s+(?P<version>\d+\.\d+(?:\.\d+)?)\b"
 )
 
