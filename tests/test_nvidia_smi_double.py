@@ -288,9 +288,16 @@ def test_preflight_refuses_the_old_driver():
 
 def test_preflight_refuses_the_h200_of_the_mixed_host():
     report = evaluate(facts_of("mixed-gpus"))
-    assert [(f["check"], f["value"]) for f in report.failures] == [("compute_capability", "9.0")]
+    assert [(f["check"], f["value"]) for f in report.failures] == [
+        ("compute_capability", "9.0"),
+        ("gpu_models", ["NVIDIA H200", "NVIDIA RTX PRO 6000 Blackwell Server Edition"]),
+    ]
     assert report.failures[0]["message"].startswith("GPU 7 (NVIDIA H200) has compute capability 9.0")
-    assert evaluate(facts_of("mixed-gpus"), {"allowed_compute_capabilities": ["9.0", "12.0"]}).ok
+    assert not evaluate(facts_of("mixed-gpus"), {"allowed_compute_capabilities": ["9.0", "12.0"]}).ok
+    assert evaluate(
+        facts_of("mixed-gpus"),
+        {"allowed_compute_capabilities": ["9.0", "12.0"], "allow_mixed_gpu_models": True},
+    ).ok
 
 
 def test_preflight_refuses_the_h200_host():
