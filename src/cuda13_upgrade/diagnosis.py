@@ -29,6 +29,8 @@ kind                        text it is recognised by
 ``libcuda_missing``         ``libcuda.so.1: cannot open shared object file``
 ``cccl_headers_mismatch``   CCCL's ``CUDA compiler and (CUDA) toolkit headers are
                             incompatible``
+``flashinfer_jit_cache_mismatch``  flashinfer's ``flashinfer-jit-cache version (X) does
+                            not match flashinfer version (Y)`` (also ``-cubin``)
 ``torch_arch_unsupported``  torch's ``with CUDA capability sm_XY is not compatible
                             with the current PyTorch installation``
 ``no_kernel_image``         ``no kernel image is available for execution on the device``
@@ -188,6 +190,15 @@ def _torch_arch(m: re.Match[str], context: dict[str, str]) -> tuple[str, str]:
     )
 
 
+def _jit_cache(m: re.Match[str], context: dict[str, str]) -> tuple[str, str]:
+    return (
+        f"{m.group('dist')} {m.group('cache')} and flashinfer {m.group('fi')} are different "
+        "versions: its precompiled kernels were built for another flashinfer",
+        f"install {m.group('dist')} at the version of flashinfer-python ({m.group('fi')}, with "
+        "the stack's CUDA label), from the same index",
+    )
+
+
 def _no_kernel_image(m: re.Match[str], context: dict[str, str]) -> tuple[str, str]:
     return (
         "a CUDA kernel was launched on a GPU architecture the build has no code for "
@@ -253,6 +264,15 @@ _RULES: tuple[_Rule, ...] = (
             r"PyTorch installation"
         ),
         _torch_arch,
+    ),
+    (
+        "flashinfer_jit_cache_mismatch",
+        re.compile(
+            r"(?P<dist>flashinfer-(?:jit-cache|cubin)) version \((?P<cache>[^)]+)\) does not match "
+            r"flashinfer version "
+            r"\((?P<fi>[^)]+)\)"
+        ),
+        _jit_cache,
     ),
     (
         "no_kernel_image",
