@@ -195,8 +195,11 @@ def probe_problems(probe: dict[str, Any], expected_cuda_major: int) -> list[str]
     (13 for the cu130 stack). Returns human-readable problems, empty when the
     stack is consistent: torch missing or on another CUDA major, local labels
     that disagree (``cuda13_upgrade.wheels.check_stack_consistency``), and any
-    module that fails to import, with the exception's text.
+    module that fails to import, with the exception's text, and CUDA component
+    wheels on another release than each other or torch's CUDA
+    (:func:`cuda13_upgrade.components.cuda_component_skew`).
     """
+    from cuda13_upgrade.components import cuda_component_skew
     from cuda13_upgrade.wheels import check_stack_consistency
 
     problems: list[str] = []
@@ -210,6 +213,7 @@ def probe_problems(probe: dict[str, Any], expected_cuda_major: int) -> list[str]
             f"expected {expected_cuda_major}.x"
         )
     problems.extend(check_stack_consistency(probe.get("dists") or {}))
+    problems.extend(cuda_component_skew(probe.get("dists") or {}, torch_cuda=cuda or None))
     for module, error in sorted((probe.get("imports") or {}).items()):
         if error:
             problems.append(f"import {module} fails: {error}")
