@@ -415,9 +415,62 @@ def test_topology_row_too_short():
     with pytest.raises(ParseError) as info:
         parse_topology("\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tSYS\t0-3\nGPU1\tSYS\n")
     assert str(info.value) == (
-        "nvidia-smi topo -m row does not have a cell for each of 2 devices: 'GPU1\\tSYS'. "
+        "nvidia-smi topo -m row GPU1 has 1 link cells for 2 devices (column GPU1): 'GPU1\\tSYS'. "
         "Fix: pass the unmodified output of 'nvidia-smi topo -m'."
     )
+
+
+def test_topology_with_fourteen_nics():
+    topo = parse_topology(fixture("topo-8gpu-14nic-excerpt.txt"))
+    assert topo["devices"][-4:] == ["NIC10", "NIC11", "NIC12", "NIC13"]
+    assert topo["links"]["GPU0"]["NIC0"] == "PIX"
+    assert topo["links"]["GPU3"]["NIC7"] == "PIX"
+    assert topo["links"]["GPU0"]["NIC13"] == "SYS"
+    assert topo["cpu_affinity"]["GPU2"] == "0-47,96-143"
+    assert topo["numa_affinity"]["GPU2"] == "0"
+
+
+def _merge(text: str, row: str, column: int, sep: str = "") -> str:
+    """The row with the separator before link cell ``column`` (0-based) removed, as
+    nvidia-smi prints a cell that runs into the next with many NICs."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith(row + " "):
+            cells = line.split()
+            cells[column + 1 : column + 3] = [cells[column + 1] + sep + cells[column + 2]]
+            line = "    ".join(cells)
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+@pytest.mark.parametrize(("row", "column"), [("GPU0", 8), ("GPU1", 0), ("GPU2", 18), ("NIC0", 3)])
+def test_merged_cells_are_split_back(row, column):
+    real = (
+        fixture("topo-575.51.03-4gpu-4nic.txt")
+        if row == "NIC0" or column < 8
+        else fixture("topo-8gpu-14nic-excerpt.txt")
+    )
+    merged = _merge(real, row, column)
+    assert merged != real
+    assert parse_topology(merged) == parse_topology(real)
+
+
+def test_a_lost_cell_is_refused_never_shifted():
+    real = fixture("topo-575.51.03-4gpu-4nic.txt")
+    lines = real.splitlines()
+    cells = lines[1].split()
+    del cells[3]  # GPU0 loses its GPU2 cell: the old reading shifted NIC0's value into GPU2
+    lines[1] = "    ".join(cells)
+    with pytest.raises(ParseError, match=r"row GPU0, column NIC3: cell '0-31' is not a link value"):
+        parse_topology("\n".join(lines) + "\n")
+
+
+def test_a_cell_that_is_no_link_value_is_refused_naming_row_and_column():
+    real = fixture("topo-575.51.03-4gpu-4nic.txt").replace(
+        "GPU1    NODE     X      SYS", "GPU1    NODE     X      S?S", 1
+    )
+    with pytest.raises(ParseError, match=r"row GPU1, column GPU2: cell 'S\?S'"):
+        parse_topology(real)
 
 
 # --- failures ----------------------------------------------------------------------------

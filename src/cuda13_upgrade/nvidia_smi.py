@@ -759,12 +759,35 @@ def parse_compute_apps(text: str, rc: int | None = None) -> list[dict[str, objec
 _TOPO_TRAILING = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 
 
+_TOPO_DEVICE_RE = re.compile(r"(?:GPU|NIC)\d+")
+_TOPO_LINKS = ("X", "SYS", "NODE", "PHB", "PXB", "PIX", "SOC")
+_TOPO_TRAILING_SHAPES = {
+    "CPU Affinity": re.compile(r"^(?:[\d,-]+|N/A)$"),
+    "NUMA Affinity": re.compile(r"^(?:[\d,-]+|N/A)$"),
+    "GPU NUMA ID": re.compile(r"^(?:\d+|N/A)$"),
+}
+
+
+def _split_cells(token: str, vocabulary: re.Pattern[str]) -> list[str] | None:
+    """``"PXBNODE"`` -> ``["PXB", "NODE"]``; None when ``token`` is not made of link values."""
+    if vocabulary.fullmatch(token):
+        return [token]
+    parts = re.findall(vocabulary.pattern, token)
+    return parts if parts and "".join(parts) == token else None
+
+
 def parse_topology(text: str) -> dict[str, object]:
     """Parse ``nvidia-smi topo -m``.
 
     The real output underlines its header with ANSI escapes (even when stdout is
-    not a terminal) and pads cells with tabs that do not line up with the header;
-    cells are therefore read by whitespace.
+    not a terminal) and separates cells with tabs that do not line up with the
+    header. With ten or more NICs a cell can lose its separator and run into the
+    next (``PXBNODE``, ``SYSSYS``, ``NODEX``): each row is read as nvidia-smi
+    writes it, one cell per column in the header's order, and a cell made of
+    several link values (the legend's, ``X`` and ``NV#``) is split back into
+    them. A cell that is not a link value, a row with too few or too many link
+    cells, or a GPU row whose affinity cell has the wrong shape is refused,
+    naming the row and the column: a value is never shifted into another column.
 
     Returns:
         ``{"devices": ["GPU0", ..., "NIC0"], "links": {"GPU0": {"GPU1": "NODE",
@@ -774,11 +797,12 @@ def parse_topology(text: str) -> dict[str, object]:
         "mlx5_0"}}``. The diagonal is ``"X"``.
 
     Raises:
-        ParseError: no header naming GPU0, or a row with too few cells (quoted).
+        ParseError: no header naming GPU0, or a row that cannot be read cell by
+            cell (row and column named, the line quoted).
     """
     lines = [_ANSI_RE.sub("", line) for line in text.splitlines()] if isinstance(text, str) else []
     header_index = next(
-        (i for i, line in enumerate(lines) if line.split() and line.split()[0] == "GPU0"),
+        (i for i, line in enumerate(lines) if line.split() and line.split()[0].startswith("GPU0")),
         None,
     )
     if header_index is None:
@@ -791,8 +815,32 @@ def parse_topology(text: str) -> dict[str, object]:
     header = lines[header_index]
     trailing = [name for name in _TOPO_TRAILING if name in header]
     for name in trailing:
-        header = header.replace(name, "")
-    devices = header.split()
+        header = header.replace(name, " ")
+    devices: list[str] = []
+    for token in header.split():
+        names = _TOPO_DEVICE_RE.findall(token)
+        if not names or "".join(names) != token:
+            raise ParseError(
+                f"nvidia-smi topo -m header cell {token!r} is not a device name",
+                lines[header_index],
+                remedy="pass the unmodified output of 'nvidia-smi topo -m'",
+            )
+        devices.extend(names)
+    legend_keys = set(_TOPO_LINKS)
+    in_legend = False
+    for line in lines[header_index + 1 :]:
+        stripped = line.strip()
+        if stripped == "Legend:":
+            in_legend = True
+        elif stripped == "NIC Legend:":
+            in_legend = False
+        elif in_legend and "=" in stripped:
+            key = stripped.partition("=")[0].strip()
+            if key and key != "NV#":
+                legend_keys.add(key)
+    vocabulary = re.compile(
+        "|".join(sorted((re.escape(k) for k in legend_keys), key=len, reverse=True)) + r"|NV\d+"
+    )
     links: dict[str, dict[str, str]] = {}
     affinity: dict[str, dict[str, str]] = {name: {} for name in _TOPO_TRAILING}
     legend: dict[str, str] = {}
@@ -816,18 +864,46 @@ def parse_topology(text: str) -> dict[str, object]:
             key, _, value = stripped.partition(":")
             nics[key.strip()] = value.strip()
             continue
-        cells = stripped.split()
-        if cells[0] not in devices or len(cells) < len(devices) + 1:
+        tokens = stripped.split()
+        name = tokens[0]
+        if name not in devices:
             raise ParseError(
-                f"nvidia-smi topo -m row does not have a cell for each of {len(devices)} devices",
+                "nvidia-smi topo -m row does not start with a device of the header",
                 line,
                 remedy="pass the unmodified output of 'nvidia-smi topo -m'",
             )
-        name = cells[0]
-        links[name] = dict(zip(devices, cells[1 : len(devices) + 1], strict=True))
-        rest = cells[len(devices) + 1 :]
-        for column, value in zip(trailing, rest, strict=False):
-            affinity[column][name] = value
+        cells: list[str] = []
+        position = 1
+        while len(cells) < len(devices) and position < len(tokens):
+            parts = _split_cells(tokens[position], vocabulary)
+            if parts is None:
+                raise ParseError(
+                    f"nvidia-smi topo -m row {name}, column {devices[len(cells)]}: cell "
+                    f"{tokens[position]!r} is not a link value ({', '.join(sorted(legend_keys))}, NV#)",
+                    line,
+                    remedy="pass the unmodified output of 'nvidia-smi topo -m'",
+                )
+            cells.extend(parts)
+            position += 1
+        if len(cells) != len(devices):
+            column = devices[min(len(cells), len(devices) - 1)]
+            raise ParseError(
+                f"nvidia-smi topo -m row {name} has {len(cells)} link cells for {len(devices)} "
+                f"devices (column {column})",
+                line,
+                remedy="pass the unmodified output of 'nvidia-smi topo -m'",
+            )
+        links[name] = dict(zip(devices, cells, strict=True))
+        rest = tokens[position:]
+        if name.startswith("GPU") and rest:
+            for column, value in zip(trailing, rest, strict=False):
+                if not _TOPO_TRAILING_SHAPES[column].match(value):
+                    raise ParseError(
+                        f"nvidia-smi topo -m row {name}, column {column}: {value!r} is not an affinity",
+                        line,
+                        remedy="pass the unmodified output of 'nvidia-smi topo -m'",
+                    )
+                affinity[column][name] = value
     return {
         "devices": devices,
         "links": links,
