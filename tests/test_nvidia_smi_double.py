@@ -587,3 +587,40 @@ def test_compute_apps_of_the_double(tmp_path):
     ]
     header = out(path, "--query-compute-apps=pid,used_memory", "--format=csv")
     assert header.splitlines()[0] == "pid, used_gpu_memory [MiB]"
+
+
+def _double_module():
+    import importlib.machinery
+    import importlib.util
+
+    loader = importlib.machinery.SourceFileLoader("nvidia_smi_double", str(DOUBLE))
+    spec = importlib.util.spec_from_loader("nvidia_smi_double", loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    ("fixture", "proc"),
+    [
+        (
+            "table-610.43.02-rtxpro6000-mig-excerpt.txt",
+            {
+                "gpu": 3,
+                "gi": "6",
+                "ci": "0",
+                "pid": 698976,
+                "type": "C",
+                "name": "python3",
+                "used_memory_mib": 1714,
+            },
+        ),
+        (
+            "table-590.48.01-rtxpro6000-2gpu.txt",
+            {"gpu": 0, "pid": 315292, "type": "G", "name": "/usr/lib/xorg/Xorg", "used_memory_mib": 4},
+        ),
+    ],
+)
+def test_process_rows_are_the_captures_byte_for_byte(fixture, proc):
+    row = _double_module()._process_row(proc)
+    assert row in (FIXTURES / fixture).read_text(encoding="utf-8").splitlines()
