@@ -139,9 +139,7 @@ def test_query_of_a_failed_run_explains_the_failure():
     with pytest.raises(ParseError) as info:
         parse_query_gpu(fixture("failure-no-driver.txt"), ["index", "name"], "csv")
     message = str(info.value)
-    assert message.startswith(
-        'nvidia-smi CSV header does not name the queried fields: "NVIDIA-SMI has failed'
-    )
+    assert message.startswith('nvidia-smi failed (rc unknown, driver_not_loaded): "NVIDIA-SMI has failed')
     assert "the NVIDIA kernel module is not loaded" in message
 
 
@@ -370,7 +368,9 @@ def test_version_info_of_the_r610_names():
 
 
 def test_version_info_of_a_failed_run():
-    with pytest.raises(ParseError, match="no 'DRIVER version : ...' line.*\"NVIDIA-SMI has failed"):
+    with pytest.raises(
+        ParseError, match="no 'DRIVER version : ...' or 'KMD version : ...' line.*\"NVIDIA-SMI has failed"
+    ):
         parse_version_info(fixture("failure-no-driver.txt"))
 
 
@@ -415,9 +415,62 @@ def test_topology_row_too_short():
     with pytest.raises(ParseError) as info:
         parse_topology("\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tSYS\t0-3\nGPU1\tSYS\n")
     assert str(info.value) == (
-        "nvidia-smi topo -m row does not have a cell for each of 2 devices: 'GPU1\\tSYS'. "
+        "nvidia-smi topo -m row GPU1 has 1 link cells for 2 devices (column GPU1): 'GPU1\\tSYS'. "
         "Fix: pass the unmodified output of 'nvidia-smi topo -m'."
     )
+
+
+def test_topology_with_fourteen_nics():
+    topo = parse_topology(fixture("topo-8gpu-14nic-excerpt.txt"))
+    assert topo["devices"][-4:] == ["NIC10", "NIC11", "NIC12", "NIC13"]
+    assert topo["links"]["GPU0"]["NIC0"] == "PIX"
+    assert topo["links"]["GPU3"]["NIC7"] == "PIX"
+    assert topo["links"]["GPU0"]["NIC13"] == "SYS"
+    assert topo["cpu_affinity"]["GPU2"] == "0-47,96-143"
+    assert topo["numa_affinity"]["GPU2"] == "0"
+
+
+def _merge(text: str, row: str, column: int, sep: str = "") -> str:
+    """The row with the separator before link cell ``column`` (0-based) removed, as
+    nvidia-smi prints a cell that runs into the next with many NICs."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith(row + " "):
+            cells = line.split()
+            cells[column + 1 : column + 3] = [cells[column + 1] + sep + cells[column + 2]]
+            line = "    ".join(cells)
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+@pytest.mark.parametrize(("row", "column"), [("GPU0", 8), ("GPU1", 0), ("GPU2", 18), ("NIC0", 3)])
+def test_merged_cells_are_split_back(row, column):
+    real = (
+        fixture("topo-575.51.03-4gpu-4nic.txt")
+        if row == "NIC0" or column < 8
+        else fixture("topo-8gpu-14nic-excerpt.txt")
+    )
+    merged = _merge(real, row, column)
+    assert merged != real
+    assert parse_topology(merged) == parse_topology(real)
+
+
+def test_a_lost_cell_is_refused_never_shifted():
+    real = fixture("topo-575.51.03-4gpu-4nic.txt")
+    lines = real.splitlines()
+    cells = lines[1].split()
+    del cells[3]  # GPU0 loses its GPU2 cell: the old reading shifted NIC0's value into GPU2
+    lines[1] = "    ".join(cells)
+    with pytest.raises(ParseError, match=r"row GPU0, column NIC3: cell '0-31' is not a link value"):
+        parse_topology("\n".join(lines) + "\n")
+
+
+def test_a_cell_that_is_no_link_value_is_refused_naming_row_and_column():
+    real = fixture("topo-575.51.03-4gpu-4nic.txt").replace(
+        "GPU1    NODE     X      SYS", "GPU1    NODE     X      S?S", 1
+    )
+    with pytest.raises(ParseError, match=r"row GPU1, column GPU2: cell 'S\?S'"):
+        parse_topology(real)
 
 
 # --- failures ----------------------------------------------------------------------------
@@ -465,3 +518,91 @@ def test_classify_by_return_code_when_the_text_is_unknown():
 def test_classify_success():
     failure = classify_failure(0, fixture("list-rtxpro6000-server-8gpu.txt"), "")
     assert failure.to_dict() == {"code": "ok", "remedy": "", "detail": "", "rc": 0}
+
+
+# --- values are never error texts ---------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["failure-nvml-mismatch-535.txt", "failure-nvml-mismatch-550.txt"])
+def test_one_field_query_never_returns_the_mismatch_text_as_the_driver(name):
+    # The preflight's own remedy suggests this one-field query; its single value
+    # per line used to come back as driver_version.
+    with pytest.raises(ParseError) as info:
+        parse_query_gpu(fixture(name), ["driver_version"], "csv,noheader")
+    assert "driver_library_mismatch" in str(info.value)
+    assert "reboot" in str(info.value)
+
+
+def test_non_zero_rc_is_refused_even_with_plausible_output():
+    with pytest.raises(ParseError, match=r"rc 6"):
+        parse_query_gpu("590.48.01\n", ["driver_version"], "csv,noheader", rc=6)
+
+
+def test_a_value_of_the_wrong_shape_is_refused():
+    with pytest.raises(ParseError, match="driver_version does not have the shape of one"):
+        parse_query_gpu("Deprecated\n", ["driver_version"], "csv,noheader")
+    with pytest.raises(ParseError, match="compute_cap does not have the shape"):
+        parse_query_gpu("sm_120\n", ["compute_cap"], "csv,noheader")
+
+
+# --- R610 --version, /proc/driver/nvidia/version, WSL, compute apps -----------
+
+
+def test_r610_version_reads_kmd_not_the_deprecation_text():
+    # The R610 lines as quoted in the field report that found the fault (no full
+    # capture of R610's --version was found published).
+    text = (
+        "NVIDIA-SMI version  : 610.43.02\n"
+        'DRIVER version      : Deprecated, see "KMD version" instead\n'
+        "KMD version         : 610.43.02\n"
+        "CUDA UMD version    : 13.3\n"
+    )
+    info = parse_version_info(text)
+    assert info["driver_version"] == "610.43.02"
+    assert info["cuda_version"] == "13.3"
+
+
+def test_deprecation_text_alone_is_not_a_driver_version():
+    with pytest.raises(ParseError, match="KMD version"):
+        parse_version_info('DRIVER version      : Deprecated, see "KMD version" instead\n')
+
+
+def test_proc_driver_version_gives_the_loaded_module():
+    from cuda13_upgrade.nvidia_smi import parse_proc_driver_version
+
+    info = parse_proc_driver_version(fixture("proc-driver-version-580.95.05.txt"))
+    assert info == {
+        "module_version": "580.95.05",
+        "open": True,
+        "arch": "x86_64",
+        "gcc": "gcc version 11.4.0 (Ubuntu 11.4.0-1ubuntu1~22.04.2)",
+    }
+    with pytest.raises(ParseError, match="lsmod"):
+        parse_proc_driver_version("")
+
+
+def test_wsl_header_is_recognised_by_its_split_version():
+    from cuda13_upgrade.nvidia_smi import is_wsl_header
+
+    wsl = parse_table_header(fixture("table-wsl-570.124.06-572.70-excerpt.txt"))
+    assert wsl["nvidia_smi_version"] == "570.124.06" and wsl["driver_version"] == "572.70"
+    assert is_wsl_header(wsl)
+    assert not is_wsl_header(parse_table_header(fixture("table-590.48.01-rtxpro6000-2gpu.txt")))
+    assert not is_wsl_header(parse_table_header(fixture("table-610.43.02-rtxpro6000-mig-excerpt.txt")))
+
+
+def test_compute_apps_empty_and_rows():
+    from cuda13_upgrade.nvidia_smi import parse_compute_apps
+
+    assert parse_compute_apps("", rc=0) == []
+    rows = parse_compute_apps("GPU-0a1b2c3d-0000-1111-2222-333344445555, 698976, python3, 1714\n")
+    assert rows == [
+        {
+            "gpu_uuid": "GPU-0a1b2c3d-0000-1111-2222-333344445555",
+            "pid": 698976,
+            "process_name": "python3",
+            "used_memory": 1714,
+        }
+    ]
+    with pytest.raises(ParseError, match="driver_library_mismatch"):
+        parse_compute_apps(fixture("failure-nvml-mismatch-550.txt"), rc=18)

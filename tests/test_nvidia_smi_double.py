@@ -18,9 +18,12 @@ from pathlib import Path
 import pytest
 
 from cuda13_upgrade.nvidia_smi import (
+    COMPUTE_APPS_FIELDS,
     INVENTORY_FIELDS,
     GpuInventory,
     classify_failure,
+    is_wsl_header,
+    parse_compute_apps,
     parse_list,
     parse_query_gpu,
     parse_table,
@@ -34,7 +37,7 @@ DOUBLE = ROOT / "sandbox" / "host" / "nvidia-smi"
 STATES = ROOT / "sandbox" / "host" / "nvidia-smi-states"
 FIXTURES = ROOT / "tests" / "fixtures" / "nvidia-smi"
 
-HEALTHY = ["default", "driver-too-old", "mixed-gpus", "h200"]
+HEALTHY = ["default", "driver-too-old", "mixed-gpus", "h200", "mixed-models", "wsl"]
 FORMATS = ["csv", "csv,noheader", "csv,noheader,nounits"]
 
 
@@ -270,7 +273,15 @@ def facts_of(name: str) -> dict:
     return {
         "driver_version": inventory["driver_version"],
         "cuda_driver_version": header["cuda_version"],
+        "nvidia_smi_version": header["nvidia_smi_version"],
         "gpus": inventory["gpus"],
+        "compute_apps": parse_compute_apps(
+            out(
+                state_file(name),
+                f"--query-compute-apps={','.join(COMPUTE_APPS_FIELDS)}",
+                "--format=csv,noheader,nounits",
+            )
+        ),
         "disk_free_bytes": 500 * GIB,
         "python_version": "3.11.2",
     }
@@ -288,9 +299,16 @@ def test_preflight_refuses_the_old_driver():
 
 def test_preflight_refuses_the_h200_of_the_mixed_host():
     report = evaluate(facts_of("mixed-gpus"))
-    assert [(f["check"], f["value"]) for f in report.failures] == [("compute_capability", "9.0")]
+    assert [(f["check"], f["value"]) for f in report.failures] == [
+        ("compute_capability", "9.0"),
+        ("gpu_models", ["NVIDIA H200", "NVIDIA RTX PRO 6000 Blackwell Server Edition"]),
+    ]
     assert report.failures[0]["message"].startswith("GPU 7 (NVIDIA H200) has compute capability 9.0")
-    assert evaluate(facts_of("mixed-gpus"), {"allowed_compute_capabilities": ["9.0", "12.0"]}).ok
+    assert not evaluate(facts_of("mixed-gpus"), {"allowed_compute_capabilities": ["9.0", "12.0"]}).ok
+    assert evaluate(
+        facts_of("mixed-gpus"),
+        {"allowed_compute_capabilities": ["9.0", "12.0"], "allow_mixed_gpu_models": True},
+    ).ok
 
 
 def test_preflight_refuses_the_h200_host():
@@ -481,3 +499,128 @@ def test_r610_header_wording(tmp_path):
     lines = out(write_state(tmp_path, state)).splitlines()
     real = (FIXTURES / "table-610.43.02-rtxpro6000-mig-excerpt.txt").read_text().splitlines()
     assert lines[1:4] == real[1:4]
+
+
+# --- WSL, mixed models, compute apps -----------------------------------------
+
+
+def test_wsl_table_is_the_real_capture_byte_for_byte():
+    assert (
+        run(state_file("wsl")).stdout == (FIXTURES / "table-wsl-570.124.06-572.70-excerpt.txt").read_bytes()
+    )
+    assert (STATES / "wsl-table.txt").read_bytes() == (
+        FIXTURES / "table-wsl-570.124.06-572.70-excerpt.txt"
+    ).read_bytes()
+
+
+def test_wsl_header_without_replay_has_the_real_layout(tmp_path):
+    state = load("wsl")
+    state.pop("replay")
+    header_line = next(
+        line for line in out(write_state(tmp_path, state)).splitlines() if "NVIDIA-SMI" in line
+    )
+    real = next(
+        line
+        for line in (FIXTURES / "table-wsl-570.124.06-572.70-excerpt.txt").read_text().splitlines()
+        if "NVIDIA-SMI" in line
+    )
+    assert header_line == real
+
+
+def test_preflight_refuses_the_wsl_host():
+    facts = facts_of("wsl")
+    assert is_wsl_header(
+        {"nvidia_smi_version": facts["nvidia_smi_version"], "driver_version": facts["driver_version"]}
+    )
+    report = evaluate(facts)
+    assert "wsl" in [f["check"] for f in report.failures]
+    wsl = next(f for f in report.failures if f["check"] == "wsl")
+    assert "nvidia-smi 570.124.06 reports the driver as 572.70" in wsl["message"]
+
+
+def test_preflight_flags_the_mixed_models_host():
+    facts = facts_of("mixed-models")
+    names = {g["name"] for g in facts["gpus"]}
+    assert names == {
+        "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+        "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition",
+    }
+    # The table cuts both names to the same text; the full query does not.
+    assert {g["name"] for g in parse_table(out(state_file("mixed-models")))["gpus"]} == {
+        "NVIDIA RTX PRO 6000 Blac..."
+    }
+    report = evaluate(facts)
+    assert [f["check"] for f in report.failures] == ["gpu_models"]
+    assert (
+        "GPU 2, 3: NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition" in report.failures[0]["message"]
+    )
+    assert evaluate(facts, {"allow_mixed_gpu_models": True}).ok
+
+
+def test_compute_apps_of_the_double(tmp_path):
+    assert (
+        out(
+            state_file("default"),
+            "--query-compute-apps=gpu_uuid,pid,process_name,used_memory",
+            "--format=csv,noheader,nounits",
+        )
+        == ""
+    )
+    state = load("default")
+    state["processes"] = [{"gpu": 1, "pid": 698976, "type": "C", "name": "python3", "used_memory_mib": 1714}]
+    path = tmp_path / "busy.json"
+    path.write_text(json.dumps(state))
+    rows = parse_compute_apps(
+        out(
+            path,
+            "--query-compute-apps=gpu_uuid,pid,process_name,used_memory",
+            "--format=csv,noheader,nounits",
+        )
+    )
+    assert rows == [
+        {
+            "gpu_uuid": facts_of("default")["gpus"][1]["uuid"],
+            "pid": 698976,
+            "process_name": "python3",
+            "used_memory": 1714,
+        }
+    ]
+    header = out(path, "--query-compute-apps=pid,used_memory", "--format=csv")
+    assert header.splitlines()[0] == "pid, used_gpu_memory [MiB]"
+
+
+def _double_module():
+    import importlib.machinery
+    import importlib.util
+
+    loader = importlib.machinery.SourceFileLoader("nvidia_smi_double", str(DOUBLE))
+    spec = importlib.util.spec_from_loader("nvidia_smi_double", loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    ("fixture", "proc"),
+    [
+        (
+            "table-610.43.02-rtxpro6000-mig-excerpt.txt",
+            {
+                "gpu": 3,
+                "gi": "6",
+                "ci": "0",
+                "pid": 698976,
+                "type": "C",
+                "name": "python3",
+                "used_memory_mib": 1714,
+            },
+        ),
+        (
+            "table-590.48.01-rtxpro6000-2gpu.txt",
+            {"gpu": 0, "pid": 315292, "type": "G", "name": "/usr/lib/xorg/Xorg", "used_memory_mib": 4},
+        ),
+    ],
+)
+def test_process_rows_are_the_captures_byte_for_byte(fixture, proc):
+    row = _double_module()._process_row(proc)
+    assert row in (FIXTURES / fixture).read_text(encoding="utf-8").splitlines()

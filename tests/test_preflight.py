@@ -37,19 +37,15 @@ def test_the_target_host_passes():
         "driver_cuda_version",
         "gpu_count",
         "compute_capability",
+        "gpu_models",
         "disk",
         "python",
     ]
 
 
 def test_defaults():
-    assert DEFAULT_SETTINGS["allowed_compute_capabilities"] == [
-        "10.0",
-        "10.3",
-        "11.0",
-        "12.0",
-        "12.1",
-    ]
+    # None: the host platform's list (versions.default_allowed_compute_capabilities).
+    assert DEFAULT_SETTINGS["allowed_compute_capabilities"] is None
     assert DEFAULT_SETTINGS["min_python_version"] == "3.10"
     assert OPTION_NAMES["allowed_compute_capabilities"] == (
         "nvidia_driver_check_allowed_compute_capabilities"
@@ -59,7 +55,7 @@ def test_defaults():
 def test_h200_is_refused_with_index_name_and_option():
     gpus = [{"index": i, "name": BLACKWELL, "compute_cap": "12.0"} for i in range(7)]
     gpus.append({"index": 7, "name": "NVIDIA H200", "compute_cap": "9.0"})
-    report = evaluate(host(gpus=gpus))
+    report = evaluate(host(gpus=gpus), {"allow_mixed_gpu_models": True})
     assert not report.ok
     assert failures(report) == [
         {
@@ -68,7 +64,7 @@ def test_h200_is_refused_with_index_name_and_option():
             "option": "nvidia_driver_check_allowed_compute_capabilities",
             "message": (
                 "GPU 7 (NVIDIA H200) has compute capability 9.0, which is not in the allowed list "
-                "['10.0', '10.3', '11.0', '12.0', '12.1']: '9.0'. Option: "
+                "['10.0', '10.3', '12.0']: '9.0'. Option: "
                 "nvidia_driver_check_allowed_compute_capabilities. Fix: add '9.0' to "
                 "nvidia_driver_check_allowed_compute_capabilities if the CUDA 13 stack is meant to "
                 "run on it, or leave this host out of the upgrade."
@@ -235,7 +231,7 @@ def test_option_names_can_be_renamed():
     ("settings", "message"),
     [
         ({"toolkit_release": 13.0}, "CUDA toolkit release must be a string, got float: 13.0. Option: cuda13_toolkit_release."),
-        ({"allowed_compute_capabilities": "12.0"}, "allowed compute capabilities must be a non-empty list: '12.0'. Option: nvidia_driver_check_allowed_compute_capabilities."),
+        ({"allowed_compute_capabilities": "12.0"}, "allowed compute capabilities must be a list: '12.0'. Option: nvidia_driver_check_allowed_compute_capabilities."),
         ({"allowed_compute_capabilities": ["sm_120"]}, "compute capability is not of the form MAJOR.MINOR: 'sm_120'. Option: nvidia_driver_check_allowed_compute_capabilities."),
         ({"expected_gpu_count": 0}, "expected GPU count must be a positive integer or null: 0. Option: nvidia_driver_check_expected_gpu_count."),
         ({"required_disk_gib": -1}, "required disk space must be a non-negative number of GiB or null: -1. Option: preflight_required_disk_gib."),
@@ -253,3 +249,93 @@ def test_bad_settings_raise_with_the_option(settings, message):
 def test_facts_must_be_a_mapping():
     with pytest.raises(PreflightError, match="preflight facts must be a mapping: 'facts'"):
         evaluate("facts")  # type: ignore[arg-type]
+
+
+# --- fleet host checks: WSL, mixed models, busy GPUs, the CUDA 13 floor --------
+
+MAXQ = "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition"
+
+
+def test_wsl_split_version_is_refused_unless_allowed():
+    # tests/fixtures/nvidia-smi/table-wsl-570.124.06-572.70-excerpt.txt: Linux
+    # user-space 570.124.06 on the Windows driver 572.70.
+    facts = host(nvidia_smi_version="570.124.06", driver_version="572.70", cuda_driver_version=None)
+    report = evaluate(facts, {"min_driver_version": "570.124.06"})
+    [failure] = failures(report, "wsl")
+    assert failure["option"] == "nvidia_driver_check_allow_wsl"
+    assert "nvidia-smi 570.124.06 reports the driver as 572.70" in failure["message"]
+    assert "Windows NVIDIA driver" in failure["message"]
+    assert evaluate(facts, {"min_driver_version": "570.124.06", "allow_wsl": True}).ok
+
+
+def test_wsl_kernel_is_refused():
+    report = evaluate(host(kernel_release="5.15.153.1-microsoft-standard-WSL2"))
+    assert "the kernel is 5.15.153.1-microsoft-standard-WSL2" in failures(report, "wsl")[0]["message"]
+    assert evaluate(host(kernel_release="6.1.0-28-amd64", nvidia_smi_version="590.48.01")).ok
+
+
+def test_mixed_models_are_flagged_naming_the_gpus():
+    gpus = [{"index": i, "name": BLACKWELL, "compute_capability": "12.0"} for i in range(4)]
+    gpus += [{"index": i, "name": MAXQ, "compute_capability": "12.0"} for i in range(4, 8)]
+    report = evaluate(host(gpus=gpus))
+    [failure] = failures(report)
+    assert failure["check"] == "gpu_models"
+    assert failure["option"] == "nvidia_driver_check_allow_mixed_gpu_models"
+    assert f"GPU 4, 5, 6, 7: {MAXQ}; GPU 0, 1, 2, 3: {BLACKWELL}" in failure["message"]
+    assert evaluate(host(gpus=gpus), {"allow_mixed_gpu_models": True}).ok
+
+
+def test_gpus_used_by_other_processes_are_reported():
+    gpus = [
+        {
+            "index": i,
+            "name": BLACKWELL,
+            "compute_capability": "12.0",
+            "uuid": f"GPU-{i:08d}-0000-0000-0000-000000000000",
+        }
+        for i in range(2)
+    ]
+    apps = [
+        {
+            "gpu_uuid": gpus[0]["uuid"],
+            "pid": 100,
+            "process_name": "/opt/ml-env/bin/python",
+            "used_memory": 90000,
+        },
+        {"gpu_uuid": gpus[1]["uuid"], "pid": 698976, "process_name": "python3", "used_memory": 1714},
+    ]
+    report = evaluate(host(gpus=gpus, compute_apps=apps, service_pids=[100]))
+    [failure] = failures(report)
+    assert failure["check"] == "gpu_processes"
+    assert failure["value"] == [698976]
+    assert f"GPU 1 ({BLACKWELL}): pid 698976 python3 (1714 MiB)" in failure["message"]
+    assert evaluate(host(gpus=gpus, compute_apps=apps, service_pids=[100]), {"allow_busy_gpus": True}).ok
+    assert evaluate(host(gpus=gpus, compute_apps=apps[:1], service_pids=[100])).ok
+    assert evaluate(host(gpus=gpus, compute_apps=[])).ok
+
+
+def test_no_allowed_list_lifts_the_cuda13_floor():
+    with pytest.raises(PreflightError, match=r"below 7\.5.*\['7\.0'\]. Option: nvidia_driver_check_allowed"):
+        evaluate(host(), {"allowed_compute_capabilities": ["7.0", "12.0"]})
+    v100 = [{"index": 0, "name": "Tesla V100-SXM2-16GB", "compute_capability": "7.0"}]
+    [failure] = failures(evaluate(host(gpus=v100)), "compute_capability")
+    assert "below 7.5, the oldest CUDA 13.0 supports" in failure["message"]
+    assert failure["option"] is None
+    # CUDA 12 keeps Volta.
+    assert evaluate(
+        host(gpus=v100, cuda_driver_version=None),
+        {"toolkit_release": "12.8", "allowed_compute_capabilities": ["7.0"]},
+    ).ok
+
+
+def test_default_allowed_list_follows_the_platform():
+    gb10 = [{"index": 0, "name": "NVIDIA GB10", "compute_capability": "12.1"}]
+    assert failures(evaluate(host(gpus=gb10, architecture="x86_64")), "compute_capability")
+    assert evaluate(host(gpus=gb10, architecture="aarch64")).ok
+
+
+def test_allow_options_must_be_booleans():
+    with pytest.raises(
+        PreflightError, match="allow_wsl must be true or false: 'yes'. Option: nvidia_driver_check_allow_wsl"
+    ):
+        evaluate(host(), {"allow_wsl": "yes"})

@@ -89,3 +89,56 @@ def test_one_refused_host_stops_the_run_after_every_host_was_checked(tmp_path):
     assert proc.returncode != 0
     assert "The preflight refused 1 of 2 hosts (bad-node)" in out
     assert "RTX PRO 6000" in out or "driver 590.48.01" in out  # the good host was fully checked
+
+
+def _preflight_with_state(tmp_path, state, *extra):
+    """The preflight playbook on localhost with the nvidia-smi double in ``state``."""
+    double = REPO / "sandbox" / "host" / "nvidia-smi"
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+        "ANSIBLE_NOCOLOR": "1",
+        "NVIDIA_SMI_DOUBLE_STATE": str(REPO / "sandbox" / "host" / "nvidia-smi-states" / f"{state}.json"),
+    }
+    argv = [
+        str(Path(sys.executable).with_name("ansible-playbook")),
+        str(REPO / "playbooks" / "preflight.yml"),
+        "-i",
+        "localhost,",
+        "-c",
+        "local",
+        "-e",
+        "cuda13_target_hosts=all",
+        "-e",
+        f"cuda13_new_venv={tmp_path}/venv",
+        "-e",
+        f"nvidia_driver_check_nvidia_smi={double}",
+        "-e",
+        '{"nvidia_driver_check_required_disk_gib": 0.001}',
+        "-e",
+        f"ansible_python_interpreter={sys.executable}",
+        *extra,
+    ]
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=180)
+
+
+def test_wsl_host_is_refused_by_the_playbook(tmp_path):
+    proc = _preflight_with_state(tmp_path, "wsl")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "this is a WSL host" in out
+    assert "nvidia-smi 570.124.06 reports the driver as 572.70" in out
+    assert "nvidia_driver_check_allow_wsl" in out
+    assert not (tmp_path / "venv").exists()
+
+
+def test_mixed_models_are_flagged_by_the_playbook_and_allowed_by_the_option(tmp_path):
+    proc = _preflight_with_state(tmp_path, "mixed-models")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "GPU 2, 3: NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition" in out
+    assert "nvidia_driver_check_allow_mixed_gpu_models" in out
+    proc = _preflight_with_state(
+        tmp_path, "mixed-models", "-e", "nvidia_driver_check_allow_mixed_gpu_models=true"
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -55,6 +55,7 @@ def _result(host: str, **over: Any) -> dict[str, Any]:
         "failed_step": None,
         "failed_task": None,
         "error": None,
+        "diagnosis": None,
         "target": {
             "toolkit_release": "13.0",
             "toolkit_package_version": "13.0.2-1",
@@ -443,3 +444,19 @@ def test_the_filter_still_writes_the_summary(run_dir):
     summary = module.FilterModule().filters()["cuda13_fleet_summary"](str(run_dir), HOSTS)
     assert summary["markdown"].startswith(f"# cuda13-upgrade run {RUN_ID}")
     assert (run_dir / "summary.png").exists()
+
+
+def test_a_diagnosed_failure_shows_its_cause_and_remedy():
+    # The journal of a server that did not start on the new stack (real text:
+    # tests/fixtures/failures/sglang-libnvrtc-12.txt), as rescue-host.yml records it.
+    from cuda13_upgrade.diagnosis import diagnose
+
+    journal = (ROOT / "tests" / "fixtures" / "failures" / "sglang-libnvrtc-12.txt").read_text()
+    result = rolled_back_at_switch("h")
+    result["diagnosis"] = diagnose(journal, source="switch").to_dict()
+    [row] = report.summary_rows([result])
+    assert row["diagnosis"]["kind"] == "cuda12_on_cuda13"
+    markdown = report.render_markdown(RUN_ID, [row])
+    assert "a CUDA 12 extension in a CUDA 13 venv: it links libnvrtc.so.12" in markdown
+    assert "Fix: install the +cu130 build of that package" in markdown
+    assert report.summary_rows([rolled_back_at_switch("h")])[0]["diagnosis"] is None

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from sandbox_mirror import testkit
 
+from cuda13_upgrade.diagnosis import diagnose
+
 FAST = {
     "rates_tok_s": {
         "cu128": {"plain": 1000.0, "eagle3": 600.0},
@@ -229,6 +231,8 @@ def test_refuses_a_cu128_kernel_under_cu130_torch(venv_cu130, toolkits, scenario
     assert "[sgl_kernel] CRITICAL: Could not load any common_ops library!" in proc.stderr
     assert "common_ops.abi3.so: undefined symbol: _ZN3c104cuda9SetDeviceEa" in proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == ("- ModuleNotFoundError: No module named 'common_ops'")
+    # The server's journal is diagnosed (cuda13_upgrade.diagnosis), as the switch's health wait does.
+    assert diagnose(proc.stderr, context={"torch_version": "2.10.0+cu130"}).kind == "kernel_torch_abi"
 
     # Without a CUDA 12 runtime anywhere, the same wheel fails on its library instead.
     env = server_env(venv_cu130, scenario, tmp_path / "empty", PYTHONPATH=str(overlay))
@@ -237,6 +241,7 @@ def test_refuses_a_cu128_kernel_under_cu130_torch(venv_cu130, toolkits, scenario
         "- ImportError: libcudart.so.12: cannot open shared object file: No such file or directory"
         in proc.stderr
     )
+    assert diagnose(proc.stderr).kind == "cuda12_on_cuda13"
 
 
 def test_refuses_sglang_built_for_cuda12_with_only_a_cuda13_toolkit(
@@ -254,6 +259,7 @@ def test_refuses_sglang_built_for_cuda12_with_only_a_cuda13_toolkit(
     assert proc.stderr.strip().splitlines()[-1] == (
         "OSError: libcudart.so.12: cannot open shared object file: No such file or directory"
     )
+    assert diagnose(proc.stderr).kind == "cuda12_on_cuda13"
 
 
 def test_refuses_a_jit_cache_of_another_flashinfer_version(venv_cu128, scenario, no_ld_conf, tmp_path):
@@ -269,6 +275,7 @@ def test_refuses_a_jit_cache_of_another_flashinfer_version(venv_cu128, scenario,
         "version (0.6.1). Please install the same version of both packages. "
         "Set FLASHINFER_DISABLE_VERSION_CHECK=1 to bypass this check."
     )
+    assert diagnose(proc.stderr).kind == "flashinfer_jit_cache_mismatch"
 
 
 def test_refuses_a_cu128_jit_cache_without_a_cuda12_runtime(

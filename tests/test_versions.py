@@ -341,3 +341,62 @@ def test_torch_cuda_arch_list_rejects_bad_input():
         torch_cuda_arch_list("12.0")
     with pytest.raises(ValueError, match="'sm_120'"):
         torch_cuda_arch_list(["sm_120"])
+
+
+# --- NVIDIA's newest releases and numbering ------------------------------------
+
+
+def test_newest_updates_are_known():
+    from cuda13_upgrade.versions import driver_supports
+
+    # 13.0 Update 3 (cuda-toolkit-13-0 13.0.3-1) and 13.1 Update 2 used to raise "unknown release".
+    assert driver_supports("580.126.20", "13.0.3").ok
+    assert not driver_supports("580.95.05", "13.0.3").ok
+    assert driver_supports("590.48.01", "13.1.2").ok
+    assert not driver_supports("590.44.01", "13.1.2").ok
+
+
+@pytest.mark.parametrize(
+    ("package", "version", "name"),
+    [
+        ("13.0.3-1", (13, 0, 3), "CUDA 13.0 Update 3"),
+        ("13.1.2-1", (13, 1, 2), "CUDA 13.1 Update 2"),
+        ("13.4.1-1", (13, 4, 0), "CUDA 13.4 GA"),
+        ("13.4.2-1", (13, 4, 1), "CUDA 13.4 Update 1"),
+        ("1:13.0.2-1", (13, 0, 2), "CUDA 13.0 Update 2"),
+    ],
+)
+def test_package_version_to_release_follows_nvidias_numbering(package, version, name):
+    from cuda13_upgrade.versions import release_name, release_string, toolkit_version_from_package
+
+    assert toolkit_version_from_package(package) == version
+    assert release_name(version) == name
+    assert release_string(version) == package.split(":")[-1].rsplit("-", 1)[0]
+
+
+def test_build_numbered_release_without_build_is_refused():
+    from cuda13_upgrade.versions import parse_toolkit_version
+
+    with pytest.raises(Cuda13Error, match=r"count from 13\.4\.1 \(GA\)"):
+        parse_toolkit_version("13.4.0")
+    assert parse_toolkit_version("13.4") == (13, 4, 0)
+
+
+def test_13_4_has_no_table_row_and_asks_for_the_minimum():
+    from cuda13_upgrade.errors import UnknownReleaseError
+    from cuda13_upgrade.versions import driver_supports
+
+    with pytest.raises(UnknownReleaseError, match="CUDA 13.4 GA is not in the driver table"):
+        driver_supports("610.43.02", "13.4.1")
+    assert driver_supports("610.43.02", "13.4.1", min_driver_version="610.43.02").ok
+
+
+def test_cuda13_floor_and_platform_lists():
+    from cuda13_upgrade.versions import default_allowed_compute_capabilities, min_compute_capability
+
+    assert min_compute_capability("13.0.2") == "7.5"
+    assert min_compute_capability("12.8") == "5.0"
+    assert default_allowed_compute_capabilities("x86_64") == ["10.0", "10.3", "12.0"]
+    assert default_allowed_compute_capabilities("aarch64") == ["10.0", "10.3", "11.0", "12.0", "12.1"]
+    assert default_allowed_compute_capabilities("arm64") == default_allowed_compute_capabilities("aarch64")
+    assert default_allowed_compute_capabilities(None) == ["10.0", "10.3", "12.0"]

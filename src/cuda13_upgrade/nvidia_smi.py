@@ -26,12 +26,16 @@ from dataclasses import asdict, dataclass, field
 from cuda13_upgrade.errors import ParseError
 
 __all__ = [
+    "COMPUTE_APPS_FIELDS",
     "INVENTORY_FIELDS",
     "NOT_AVAILABLE",
     "Gpu",
     "GpuInventory",
     "NvidiaSmiFailure",
     "classify_failure",
+    "is_wsl_header",
+    "parse_compute_apps",
+    "parse_proc_driver_version",
     "parse_format",
     "parse_list",
     "parse_query_gpu",
@@ -95,7 +99,19 @@ _UNITS: dict[str, tuple[str, type]] = {
     "clocks.max.sm": ("MHz", int),
     "clocks.max.mem": ("MHz", int),
 }
-_INTEGERS = {"index", "count", "temperature.gpu", "temperature.memory", "pcie.link.gen.max"}
+_INTEGERS = {"index", "count", "pid", "temperature.gpu", "temperature.memory", "pcie.link.gen.max"}
+_UNITS["used_memory"] = ("MiB", int)
+
+# The shape each of these fields has in every real output; anything else (an
+# error text printed in place of the value, e.g. "Failed to initialize NVML:
+# Driver/library version mismatch" for a one-field query) is refused.
+_SHAPES: dict[str, re.Pattern[str]] = {
+    "driver_version": re.compile(r"^\d+\.\d+(?:\.\d+)?$"),
+    "compute_cap": re.compile(r"^\d{1,2}\.\d$"),
+    "uuid": re.compile(r"^(?:GPU|MIG)-[0-9A-Fa-f-]+$"),
+    "pci.bus_id": re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$"),
+    "vbios_version": re.compile(r"^[0-9A-Fa-f.]+$"),
+}
 
 _ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -163,6 +179,16 @@ def _convert(field_name: str, raw: str, units: bool, line: str) -> object:
                 option="fields",
                 remedy="check that the fields and --format given here match the command run",
             ) from None  # the message names the value already
+    shape = _SHAPES.get(canonical)
+    if shape is not None and not shape.match(value):
+        raise ParseError(
+            f"nvidia-smi value of {field_name} does not have the shape of one",
+            line,
+            option="fields",
+            remedy=_failure_hint(line)
+            or "check the command's return code and that the fields and "
+            "--format given here match the command run",
+        )
     if canonical in _INTEGERS:
         try:
             return int(value)
@@ -180,6 +206,9 @@ def parse_query_gpu(
     text: str,
     fields: Sequence[str] | str,
     fmt: str = "csv,noheader,nounits",
+    *,
+    rc: int | None = None,
+    allow_empty: bool = False,
 ) -> list[dict[str, object]]:
     """Parse ``nvidia-smi --query-gpu=<fields> --format=<fmt>`` output.
 
@@ -190,6 +219,15 @@ def parse_query_gpu(
             "compute_cap", "memory.total"]``.
         fmt: the ``--format`` value used: ``csv``, ``csv,noheader`` or
             ``csv,noheader,nounits``.
+        rc: the command's return code when known; non-zero is refused.
+        allow_empty: an output without lines is an empty list (for
+            ``--query-compute-apps``, which prints nothing when no process
+            uses a GPU) instead of an error.
+
+    A value is never an error text: ``driver_version``, ``compute_cap``,
+    ``uuid`` and ``pci.bus_id`` must have their real shape, and an output
+    holding a known nvidia-smi failure text (NVML mismatch, driver not
+    loaded, ...) is refused whatever its shape.
 
     Returns:
         One dict per GPU line, keyed by the field names as given. Values:
@@ -218,7 +256,16 @@ def parse_query_gpu(
             option="text",
             remedy="pass the command's stdout",
         )
+    failure = classify_failure(rc or 0, text, "")
+    if failure.code not in ("ok", "unknown") or (rc not in (None, 0)):
+        raise ParseError(
+            f"nvidia-smi failed (rc {rc if rc is not None else 'unknown'}, {failure.code})",
+            failure.detail or _first_line(text),
+            remedy=failure.remedy,
+        )
     lines = [line for line in text.splitlines() if line.strip()]
+    if not lines and allow_empty:
+        return []
     if not lines:
         raise ParseError(
             "nvidia-smi printed no GPU line",
@@ -589,25 +636,41 @@ def parse_version_info(text: str) -> dict[str, str]:
         DRIVER version      : 590.48.01
         CUDA Version        : 13.1
 
+    From R610 the driver's line is deprecated in favour of ``KMD version``
+    (``DRIVER version : Deprecated, see "KMD version" instead``) and the CUDA
+    line reads ``CUDA UMD version``; a value that is not a version is never
+    returned as one.
+
     Returns:
         Every ``key : value`` line with the key lower-cased and spaces replaced
         by ``_`` (``nvidia-smi_version``, ``nvml_version``, ``driver_version``,
-        ``cuda_version``), plus ``driver_version`` / ``cuda_version`` filled from
-        the R610 names ``KMD version`` / ``CUDA UMD version`` when those are used.
+        ``cuda_version``), with ``driver_version`` / ``cuda_version`` taken from
+        ``KMD version`` / ``CUDA UMD version`` when those are given or the
+        older line's value is not a version.
 
     Raises:
-        ParseError: no ``DRIVER``/``KMD`` version line (the first line is quoted).
+        ParseError: no ``DRIVER``/``KMD`` line holding a driver version (the
+            first line is quoted).
     """
     info: dict[str, str] = {}
     for line in text.splitlines() if isinstance(text, str) else []:
         key, sep, value = line.partition(":")
         if sep and key.strip() and value.strip():
             info[re.sub(r"\s+", "_", key.strip().lower())] = value.strip()
-    info.setdefault("driver_version", info.get("kmd_version", ""))
-    info.setdefault("cuda_version", info.get("cuda_umd_version", ""))
+    version = _SHAPES["driver_version"]
+    release = re.compile(r"^\d+\.\d+$")
+    if info.get("kmd_version") and version.match(info["kmd_version"]):
+        info["driver_version"] = info["kmd_version"]
+    elif not version.match(info.get("driver_version", "")):
+        info["driver_version"] = ""
+    if info.get("cuda_umd_version") and release.match(info["cuda_umd_version"]):
+        info["cuda_version"] = info["cuda_umd_version"]
+    elif not release.match(info.get("cuda_version", "")):
+        info["cuda_version"] = ""
     if not info["driver_version"]:
         raise ParseError(
-            "no 'DRIVER version : ...' line in nvidia-smi --version output",
+            "no 'DRIVER version : ...' or 'KMD version : ...' line with a driver version in "
+            "nvidia-smi --version output",
             _first_line(text) if isinstance(text, str) else text,
             remedy=(_failure_hint(text) if isinstance(text, str) else None)
             or "pass the output of 'nvidia-smi --version'",
@@ -615,15 +678,116 @@ def parse_version_info(text: str) -> dict[str, str]:
     return info
 
 
+_PROC_VERSION_RE = re.compile(
+    r"^NVRM version: NVIDIA UNIX "
+    r"(?:(?P<open>Open )?Kernel Module for (?P<arch>\S+)|(?P<arch2>\S+) Kernel Module)"
+    r"\s+(?P<version>\d+\.\d+(?:\.\d+)?)\b"
+)
+
+
+def parse_proc_driver_version(text: str) -> dict[str, object]:
+    """Read ``/proc/driver/nvidia/version``: the *loaded* kernel module's version.
+
+    Input (R580, open kernel module)::
+
+        NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build  (...)  <date>
+        GCC version:  gcc version 11.4.0 (Ubuntu 11.4.0-1ubuntu1~22.04.2)
+
+    The proprietary module writes ``NVIDIA UNIX x86_64 Kernel Module``. When
+    nvidia-smi fails with "Driver/library version mismatch", this is the
+    version that is running, and the user-space library's is the one in the
+    error's neighbourhood (the driver package).
+
+    Returns:
+        ``{"module_version": "580.95.05", "open": True, "arch": "x86_64",
+        "gcc": "gcc version 11.4.0 (...)"}`` (``gcc`` is ``None`` without a
+        GCC line).
+
+    Raises:
+        ParseError: no ``NVRM version`` line (the first line is quoted).
+    """
+    lines = text.splitlines() if isinstance(text, str) else []
+    for line in lines:
+        match = _PROC_VERSION_RE.match(line.strip())
+        if match:
+            gcc = next((ln.partition(":")[2].strip() for ln in lines if ln.startswith("GCC version:")), None)
+            return {
+                "module_version": match.group("version"),
+                "open": bool(match.group("open")),
+                "arch": match.group("arch") or match.group("arch2"),
+                "gcc": gcc or None,
+            }
+    raise ParseError(
+        "no 'NVRM version: NVIDIA UNIX ... Kernel Module <version>' line in /proc/driver/nvidia/version",
+        _first_line(text) if isinstance(text, str) else text,
+        remedy="the nvidia kernel module is not loaded (the file exists only while it is): "
+        "check 'lsmod | grep nvidia'",
+    )
+
+
+def is_wsl_header(header: dict[str, str | None]) -> bool:
+    """Whether a table header is WSL's: nvidia-smi's version differs from the driver's.
+
+    Under WSL 2 the Linux user-space (``NVIDIA-SMI 570.124.06``) talks to the
+    Windows driver (``Driver Version: 572.70``), so the two versions differ; on
+    a Linux host they are one driver's and equal (a mismatch makes nvidia-smi
+    fail instead). ``header`` is :func:`parse_table_header`'s result.
+    """
+    smi = header.get("nvidia_smi_version")
+    driver = header.get("driver_version")
+    return bool(smi and driver and smi != driver)
+
+
+COMPUTE_APPS_FIELDS: tuple[str, ...] = ("gpu_uuid", "pid", "process_name", "used_memory")
+
+
+def parse_compute_apps(text: str, rc: int | None = None) -> list[dict[str, object]]:
+    """Parse ``nvidia-smi --query-compute-apps=gpu_uuid,pid,process_name,used_memory
+    --format=csv,noheader,nounits``.
+
+    Returns:
+        One dict per process using a GPU: ``gpu_uuid`` (``"GPU-..."``), ``pid``
+        (int), ``process_name`` (str), ``used_memory`` (MiB, int or ``None``);
+        an empty list when nvidia-smi printed nothing (no process).
+
+    Raises:
+        ParseError: as :func:`parse_query_gpu` (a failure text, a non-zero rc).
+    """
+    return parse_query_gpu(text, list(COMPUTE_APPS_FIELDS), "csv,noheader,nounits", rc=rc, allow_empty=True)
+
+
 _TOPO_TRAILING = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
+
+
+_TOPO_DEVICE_RE = re.compile(r"(?:GPU|NIC)\d+")
+_TOPO_LINKS = ("X", "SYS", "NODE", "PHB", "PXB", "PIX", "SOC")
+_TOPO_TRAILING_SHAPES = {
+    "CPU Affinity": re.compile(r"^(?:[\d,-]+|N/A)$"),
+    "NUMA Affinity": re.compile(r"^(?:[\d,-]+|N/A)$"),
+    "GPU NUMA ID": re.compile(r"^(?:\d+|N/A)$"),
+}
+
+
+def _split_cells(token: str, vocabulary: re.Pattern[str]) -> list[str] | None:
+    """``"PXBNODE"`` -> ``["PXB", "NODE"]``; None when ``token`` is not made of link values."""
+    if vocabulary.fullmatch(token):
+        return [token]
+    parts = re.findall(vocabulary.pattern, token)
+    return parts if parts and "".join(parts) == token else None
 
 
 def parse_topology(text: str) -> dict[str, object]:
     """Parse ``nvidia-smi topo -m``.
 
     The real output underlines its header with ANSI escapes (even when stdout is
-    not a terminal) and pads cells with tabs that do not line up with the header;
-    cells are therefore read by whitespace.
+    not a terminal) and separates cells with tabs that do not line up with the
+    header. With ten or more NICs a cell can lose its separator and run into the
+    next (``PXBNODE``, ``SYSSYS``, ``NODEX``): each row is read as nvidia-smi
+    writes it, one cell per column in the header's order, and a cell made of
+    several link values (the legend's, ``X`` and ``NV#``) is split back into
+    them. A cell that is not a link value, a row with too few or too many link
+    cells, or a GPU row whose affinity cell has the wrong shape is refused,
+    naming the row and the column: a value is never shifted into another column.
 
     Returns:
         ``{"devices": ["GPU0", ..., "NIC0"], "links": {"GPU0": {"GPU1": "NODE",
@@ -633,11 +797,12 @@ def parse_topology(text: str) -> dict[str, object]:
         "mlx5_0"}}``. The diagonal is ``"X"``.
 
     Raises:
-        ParseError: no header naming GPU0, or a row with too few cells (quoted).
+        ParseError: no header naming GPU0, or a row that cannot be read cell by
+            cell (row and column named, the line quoted).
     """
     lines = [_ANSI_RE.sub("", line) for line in text.splitlines()] if isinstance(text, str) else []
     header_index = next(
-        (i for i, line in enumerate(lines) if line.split() and line.split()[0] == "GPU0"),
+        (i for i, line in enumerate(lines) if line.split() and line.split()[0].startswith("GPU0")),
         None,
     )
     if header_index is None:
@@ -650,8 +815,32 @@ def parse_topology(text: str) -> dict[str, object]:
     header = lines[header_index]
     trailing = [name for name in _TOPO_TRAILING if name in header]
     for name in trailing:
-        header = header.replace(name, "")
-    devices = header.split()
+        header = header.replace(name, " ")
+    devices: list[str] = []
+    for token in header.split():
+        names = _TOPO_DEVICE_RE.findall(token)
+        if not names or "".join(names) != token:
+            raise ParseError(
+                f"nvidia-smi topo -m header cell {token!r} is not a device name",
+                lines[header_index],
+                remedy="pass the unmodified output of 'nvidia-smi topo -m'",
+            )
+        devices.extend(names)
+    legend_keys = set(_TOPO_LINKS)
+    in_legend = False
+    for line in lines[header_index + 1 :]:
+        stripped = line.strip()
+        if stripped == "Legend:":
+            in_legend = True
+        elif stripped == "NIC Legend:":
+            in_legend = False
+        elif in_legend and "=" in stripped:
+            key = stripped.partition("=")[0].strip()
+            if key and key != "NV#":
+                legend_keys.add(key)
+    vocabulary = re.compile(
+        "|".join(sorted((re.escape(k) for k in legend_keys), key=len, reverse=True)) + r"|NV\d+"
+    )
     links: dict[str, dict[str, str]] = {}
     affinity: dict[str, dict[str, str]] = {name: {} for name in _TOPO_TRAILING}
     legend: dict[str, str] = {}
@@ -675,18 +864,46 @@ def parse_topology(text: str) -> dict[str, object]:
             key, _, value = stripped.partition(":")
             nics[key.strip()] = value.strip()
             continue
-        cells = stripped.split()
-        if cells[0] not in devices or len(cells) < len(devices) + 1:
+        tokens = stripped.split()
+        name = tokens[0]
+        if name not in devices:
             raise ParseError(
-                f"nvidia-smi topo -m row does not have a cell for each of {len(devices)} devices",
+                "nvidia-smi topo -m row does not start with a device of the header",
                 line,
                 remedy="pass the unmodified output of 'nvidia-smi topo -m'",
             )
-        name = cells[0]
-        links[name] = dict(zip(devices, cells[1 : len(devices) + 1], strict=True))
-        rest = cells[len(devices) + 1 :]
-        for column, value in zip(trailing, rest, strict=False):
-            affinity[column][name] = value
+        cells: list[str] = []
+        position = 1
+        while len(cells) < len(devices) and position < len(tokens):
+            parts = _split_cells(tokens[position], vocabulary)
+            if parts is None:
+                raise ParseError(
+                    f"nvidia-smi topo -m row {name}, column {devices[len(cells)]}: cell "
+                    f"{tokens[position]!r} is not a link value ({', '.join(sorted(legend_keys))}, NV#)",
+                    line,
+                    remedy="pass the unmodified output of 'nvidia-smi topo -m'",
+                )
+            cells.extend(parts)
+            position += 1
+        if len(cells) != len(devices):
+            column = devices[min(len(cells), len(devices) - 1)]
+            raise ParseError(
+                f"nvidia-smi topo -m row {name} has {len(cells)} link cells for {len(devices)} "
+                f"devices (column {column})",
+                line,
+                remedy="pass the unmodified output of 'nvidia-smi topo -m'",
+            )
+        links[name] = dict(zip(devices, cells, strict=True))
+        rest = tokens[position:]
+        if name.startswith("GPU") and rest:
+            for column, value in zip(trailing, rest, strict=False):
+                if not _TOPO_TRAILING_SHAPES[column].match(value):
+                    raise ParseError(
+                        f"nvidia-smi topo -m row {name}, column {column}: {value!r} is not an affinity",
+                        line,
+                        remedy="pass the unmodified output of 'nvidia-smi topo -m'",
+                    )
+                affinity[column][name] = value
     return {
         "devices": devices,
         "links": links,

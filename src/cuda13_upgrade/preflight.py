@@ -17,6 +17,12 @@ Facts (what the host is), a dict::
       "disk_free_bytes": 214748364800,      # free bytes where the new stack goes
       "disk_path": "/opt",                  # optional, for messages
       "python_version": "3.11.2",           # the host Python that builds the new venv
+      "architecture": "x86_64",             # optional: uname -m (picks the default allowed list)
+      "kernel_release": "6.1.0-28-amd64",   # optional: uname -r (WSL's ends in -microsoft-standard-WSL2)
+      "nvidia_smi_version": "590.48.01",    # optional: NVIDIA-SMI of the table header (WSL: differs)
+      "compute_apps": [                     # optional: nvidia-smi --query-compute-apps rows
+        {"gpu_uuid": "GPU-...", "pid": 4242, "process_name": "python3", "used_memory": 1714}],
+      "service_pids": [4242],               # optional: the serving unit's processes (not "other")
     }
 
 Settings (what the inventory asks for), a dict; every key is optional and
@@ -28,7 +34,13 @@ key                                   meaning
 ``toolkit_release``                   target release, ``"13.0"`` or ``"13.0.2"``
 ``jit``                               the stack JIT-compiles PTX (flashinfer, Triton)
 ``min_driver_version``                explicit minimum driver, overrides the table
-``allowed_compute_capabilities``      GPUs allowed (default: Blackwell)
+``allowed_compute_capabilities``      GPUs allowed (default ``None``: the host
+                                      platform's list, see
+                                      :func:`versions.default_allowed_compute_capabilities`);
+                                      never below the release's floor (CUDA 13: 7.5)
+``allow_wsl``                         accept a WSL host (Windows driver)
+``allow_mixed_gpu_models``            accept more than one GPU model on a host
+``allow_busy_gpus``                   accept GPUs used by processes other than the service
 ``expected_gpu_count``                ``None`` = any number (but never zero)
 ``required_disk_gib``                 free space needed, GiB (2**30 bytes); ``None`` skips
 ``min_python_version``                minimum host Python, ``"3.10"``; ``None`` skips
@@ -46,10 +58,11 @@ from packaging.version import InvalidVersion, Version
 
 from cuda13_upgrade.errors import Cuda13Error, PreflightError, format_message
 from cuda13_upgrade.versions import (
-    BLACKWELL_COMPUTE_CAPABILITIES,
     MIN_DRIVER_OPTION,
+    default_allowed_compute_capabilities,
     driver_cuda_version_supports,
     driver_supports,
+    min_compute_capability,
     parse_compute_capability,
     parse_toolkit_version,
 )
@@ -64,10 +77,13 @@ DEFAULT_SETTINGS: dict[str, Any] = {
     "toolkit_release": "13.0",
     "jit": True,
     "min_driver_version": None,
-    "allowed_compute_capabilities": list(BLACKWELL_COMPUTE_CAPABILITIES),
+    "allowed_compute_capabilities": None,
     "expected_gpu_count": None,
     "required_disk_gib": 27,  # benchmarks/real_stack.py: the real stack, its cache copy, toolkit, SGLang
     "min_python_version": "3.10",
+    "allow_wsl": False,
+    "allow_mixed_gpu_models": False,
+    "allow_busy_gpus": False,
 }
 
 #: The Ansible variable behind each setting, quoted in messages.
@@ -79,6 +95,9 @@ OPTION_NAMES: dict[str, str] = {
     "expected_gpu_count": "nvidia_driver_check_expected_gpu_count",
     "required_disk_gib": "preflight_required_disk_gib",
     "min_python_version": "preflight_min_python_version",
+    "allow_wsl": "nvidia_driver_check_allow_wsl",
+    "allow_mixed_gpu_models": "nvidia_driver_check_allow_mixed_gpu_models",
+    "allow_busy_gpus": "nvidia_driver_check_allow_busy_gpus",
 }
 
 
@@ -89,7 +108,8 @@ class PreflightReport:
     Attributes:
         failures: one dict per failed check: ``check`` (``"driver"``,
             ``"driver_cuda_version"``, ``"gpu_count"``, ``"compute_capability"``,
-            ``"disk"``, ``"python"``), ``value`` (the offending value),
+            ``"wsl"``, ``"gpu_models"``, ``"gpu_processes"``, ``"disk"``, ``"python"``),
+            ``value`` (the offending value),
             ``option`` (the Ansible variable to change, or ``None`` when only the
             host can be fixed) and ``message`` (value, option and remedy).
         passed: one dict per passed check: ``check``, ``value``, ``message``.
@@ -158,21 +178,47 @@ def _settings(settings: Mapping[str, Any] | None) -> tuple[dict[str, Any], dict[
             option=names["jit"],
             remedy="set it to true when the stack JIT-compiles PTX (SGLang with flashinfer does)",
         )
+    for key in ("allow_wsl", "allow_mixed_gpu_models", "allow_busy_gpus"):
+        if not isinstance(merged[key], bool):
+            raise PreflightError(
+                f"{key} must be true or false",
+                merged[key],
+                option=names[key],
+                remedy="set it to true to accept such hosts, false (the default) to refuse them",
+            )
     allowed = merged["allowed_compute_capabilities"]
-    if isinstance(allowed, str) or not isinstance(allowed, list | tuple) or not allowed:
+    if allowed is None or (isinstance(allowed, list | tuple) and not allowed):
+        merged["allowed_compute_capabilities"] = None
+    elif isinstance(allowed, str) or not isinstance(allowed, list | tuple):
         raise PreflightError(
-            "allowed compute capabilities must be a non-empty list",
+            "allowed compute capabilities must be a list",
             allowed,
             option=names["allowed_compute_capabilities"],
-            remedy="list them as strings, e.g. ['12.0'] or the Blackwell default",
+            remedy="list them as strings, e.g. ['12.0'], or leave it empty for the platform's default",
         )
-    try:
-        merged["allowed_compute_capabilities"] = [
-            "{}.{}".format(*parse_compute_capability(cc, option=names["allowed_compute_capabilities"]))
-            for cc in allowed
-        ]
-    except Cuda13Error as exc:
-        raise PreflightError(exc.problem, exc.value, option=exc.option, remedy=exc.remedy) from exc
+    else:
+        try:
+            merged["allowed_compute_capabilities"] = [
+                "{}.{}".format(*parse_compute_capability(cc, option=names["allowed_compute_capabilities"]))
+                for cc in allowed
+            ]
+        except Cuda13Error as exc:
+            raise PreflightError(exc.problem, exc.value, option=exc.option, remedy=exc.remedy) from exc
+        floor = min_compute_capability(merged["toolkit_release"], option=names["toolkit_release"])
+        if floor is not None:
+            below = [
+                cc
+                for cc in merged["allowed_compute_capabilities"]
+                if parse_compute_capability(cc, option=None) < parse_compute_capability(floor, option=None)
+            ]
+            if below:
+                raise PreflightError(
+                    f"CUDA {merged['toolkit_release']} does not support compute capability below "
+                    f"{floor} (CUDA 13 removed Maxwell, Pascal and Volta), yet the allowed list holds",
+                    below,
+                    option=names["allowed_compute_capabilities"],
+                    remedy=f"remove {below} from the list; hosts with such GPUs stay on CUDA 12",
+                )
     count = merged["expected_gpu_count"]
     if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
         raise PreflightError(
@@ -308,7 +354,11 @@ def _check_gpus(report: PreflightReport, facts: Mapping[str, Any], s: dict, n: d
         report.pass_("gpu_count", len(gpus), f"{len(gpus)} GPUs")
 
     allowed = s["allowed_compute_capabilities"]
+    if allowed is None:
+        allowed = default_allowed_compute_capabilities(facts.get("architecture"))
+    floor = min_compute_capability(s["toolkit_release"], option=None)
     refused: dict[str, list[str]] = {}
+    below_floor: dict[str, list[str]] = {}
     option = n["allowed_compute_capabilities"]
     for position, gpu in enumerate(gpus):
         gpu = gpu if isinstance(gpu, Mapping) else {}
@@ -326,8 +376,21 @@ def _check_gpus(report: PreflightReport, facts: Mapping[str, Any], s: dict, n: d
                 "query compute_cap with nvidia-smi (driver R510 or newer) and pass it",
             )
             continue
-        if cc_norm not in allowed:
+        if floor is not None and parse_compute_capability(cc_norm, option=None) < parse_compute_capability(
+            floor, option=None
+        ):
+            below_floor.setdefault(cc_norm, []).append(f"{index} ({name})")
+        elif cc_norm not in allowed:
             refused.setdefault(cc_norm, []).append(f"{index} ({name})")
+    for cc_norm, which in sorted(below_floor.items()):
+        report.fail(
+            "compute_capability",
+            cc_norm,
+            None,
+            f"GPU {', '.join(which)} has compute capability {cc_norm}, below {floor}, the oldest "
+            f"CUDA {s['toolkit_release']} supports (CUDA 13 removed Maxwell, Pascal and Volta)",
+            "leave this host on its CUDA 12 stack; no allowed list lifts this floor",
+        )
     for cc_norm, which in sorted(refused.items()):
         report.fail(
             "compute_capability",
@@ -338,11 +401,112 @@ def _check_gpus(report: PreflightReport, facts: Mapping[str, Any], s: dict, n: d
             f"add '{cc_norm}' to {option} if the CUDA 13 stack is meant to run on it, "
             "or leave this host out of the upgrade",
         )
-    if not refused:
+    if not refused and not below_floor:
         found = sorted(
             {str(g.get("compute_capability", g.get("compute_cap"))) for g in gpus if isinstance(g, Mapping)}
         )
         report.pass_("compute_capability", found, f"all GPUs are in {allowed}")
+
+
+def _gpu_label(gpus: list[Any]) -> dict[str, str]:
+    """``{uuid: "0 (NVIDIA RTX PRO 6000 ...)"}`` for the GPUs that have a uuid."""
+    labels = {}
+    for position, gpu in enumerate(gpus):
+        if isinstance(gpu, Mapping) and gpu.get("uuid"):
+            labels[str(gpu["uuid"])] = f"{gpu.get('index', position)} ({gpu.get('name') or 'unknown GPU'})"
+    return labels
+
+
+def _check_wsl(report: PreflightReport, facts: Mapping[str, Any], s: dict, n: dict) -> None:
+    smi = facts.get("nvidia_smi_version")
+    driver = facts.get("driver_version")
+    kernel = str(facts.get("kernel_release") or "")
+    signs = []
+    if smi and driver and str(smi) != str(driver):
+        signs.append(f"nvidia-smi {smi} reports the driver as {driver}")
+    if "microsoft" in kernel.lower():
+        signs.append(f"the kernel is {kernel}")
+    if not signs:
+        if smi or kernel:
+            report.pass_("wsl", kernel or smi, "not a WSL host")
+        return
+    if s["allow_wsl"]:
+        report.pass_("wsl", signs, f"a WSL host ({'; '.join(signs)}), accepted by {n['allow_wsl']}")
+        return
+    report.fail(
+        "wsl",
+        "; ".join(signs),
+        n["allow_wsl"],
+        "this is a WSL host: the GPUs are driven by the Windows NVIDIA driver, which this "
+        "package can neither check against Linux driver tables nor manage",
+        f"upgrade fleet hosts that run Linux natively; set {n['allow_wsl']} to true only for "
+        "a workstation you manage by hand",
+    )
+
+
+def _check_models(report: PreflightReport, facts: Mapping[str, Any], s: dict, n: dict) -> None:
+    gpus = facts.get("gpus")
+    if not isinstance(gpus, list) or not gpus:
+        return
+    models: dict[str, list[str]] = {}
+    for position, gpu in enumerate(gpus):
+        if isinstance(gpu, Mapping):
+            models.setdefault(str(gpu.get("name") or "unknown GPU"), []).append(
+                str(gpu.get("index", position))
+            )
+    if len(models) < 2:
+        report.pass_("gpu_models", sorted(models), f"one GPU model: {next(iter(models))}")
+        return
+    listing = "; ".join(f"GPU {', '.join(which)}: {name}" for name, which in sorted(models.items()))
+    if s["allow_mixed_gpu_models"]:
+        report.pass_("gpu_models", sorted(models), f"{len(models)} GPU models ({listing}), accepted")
+        return
+    report.fail(
+        "gpu_models",
+        sorted(models),
+        n["allow_mixed_gpu_models"],
+        f"the host mixes {len(models)} GPU models ({listing}); the baseline and the gate "
+        "measure one model's throughput, and tensor parallelism runs at the slowest board's pace",
+        f"check that the boards are the ones ordered (nvidia-smi --query-gpu=index,name); set "
+        f"{n['allow_mixed_gpu_models']} to true to upgrade such a host anyway",
+    )
+
+
+def _check_busy(report: PreflightReport, facts: Mapping[str, Any], s: dict, n: dict) -> None:
+    apps = facts.get("compute_apps")
+    if apps is None:
+        return
+    if not isinstance(apps, list):
+        report.fail(
+            "gpu_processes",
+            apps,
+            None,
+            "the compute processes fact is not a list",
+            "pass the rows of nvidia-smi --query-compute-apps=gpu_uuid,pid,process_name,used_memory",
+        )
+        return
+    service = {int(p) for p in facts.get("service_pids") or [] if str(p).isdigit()}
+    labels = _gpu_label(facts.get("gpus") if isinstance(facts.get("gpus"), list) else [])
+    others = [a for a in apps if isinstance(a, Mapping) and a.get("pid") not in service]
+    if not others:
+        report.pass_("gpu_processes", len(apps), "no process other than the service uses a GPU")
+        return
+    listing = "; ".join(
+        f"GPU {labels.get(str(a.get('gpu_uuid')), a.get('gpu_uuid'))}: pid {a.get('pid')} "
+        f"{a.get('process_name')} ({a.get('used_memory')} MiB)"
+        for a in others
+    )
+    if s["allow_busy_gpus"]:
+        report.pass_("gpu_processes", len(others), f"GPUs in use by other processes ({listing}), accepted")
+        return
+    report.fail(
+        "gpu_processes",
+        [a.get("pid") for a in others],
+        n["allow_busy_gpus"],
+        f"GPUs are used by processes other than the service ({listing}); they would skew the "
+        "throughput gate and may hold memory the new stack needs",
+        f"stop those processes or move them off the host, or set {n['allow_busy_gpus']} to true",
+    )
 
 
 def _check_disk(report: PreflightReport, facts: Mapping[str, Any], s: dict, n: dict) -> None:
@@ -433,9 +597,12 @@ def evaluate(facts: Mapping[str, Any], settings: Mapping[str, Any] | None = None
         )
     s, n = _settings(settings)
     report = PreflightReport()
+    _check_wsl(report, facts, s, n)
     _check_driver(report, facts, s, n)
     _check_driver_cuda(report, facts, s, n)
     _check_gpus(report, facts, s, n)
+    _check_models(report, facts, s, n)
+    _check_busy(report, facts, s, n)
     _check_disk(report, facts, s, n)
     _check_python(report, facts, s, n)
     return report

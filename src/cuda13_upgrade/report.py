@@ -152,6 +152,7 @@ def summary_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
          "profiles": {name: {"before", "after", "after_rollback": tok/s | None,
                              "change_pct": percent | None, "verdict": str | None}},
          "failed_step", "failed_task", "reason",
+         "diagnosis": {"kind", "cause", "remedy", ...} | None,
          "rollback": {"performed": bool, "seconds": float | None, "confirmed": bool | None},
          "started_at", "finished_at", "duration_s": float | None}
 
@@ -178,6 +179,7 @@ def summary_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "failed_step": r.get("failed_step"),
             "failed_task": r.get("failed_task"),
             "reason": r.get("reason") or r.get("error"),
+            "diagnosis": r.get("diagnosis") if isinstance(r.get("diagnosis"), dict) else None,
             "rollback": {
                 "performed": bool(rollback.get("performed")),
                 "seconds": _number(rollback.get("seconds")),
@@ -275,6 +277,12 @@ def _rollback_cell(row: dict[str, Any]) -> str:
 
 
 def _reason_cell(row: dict[str, Any]) -> str:
+    """The reason; for a failure the diagnosis recognised (``result.json``'s
+    ``diagnosis``, from :mod:`cuda13_upgrade.diagnosis`), its cause and remedy."""
+    diagnosis = row.get("diagnosis") or {}
+    if diagnosis.get("cause"):
+        text = " ".join(f"{diagnosis['cause']}. Fix: {diagnosis.get('remedy') or ''}".split())
+        return text if len(text) <= 400 else text[:399] + "…"
     reason = " ".join(str(row.get("reason") or "").split())
     return reason if len(reason) <= 160 else reason[:159] + "…"
 

@@ -260,7 +260,9 @@ def stack_verdict(
     torch pin (sglang-kernel 0.4.10 declares ``torch==2.14.1``); ``pip check``;
     each import, classified (:func:`cuda13_upgrade.wheels.classify_import_failure`);
     torch's arch list against ``compute_capabilities`` whenever torch reports
-    one (torch 2.14.1 does without a GPU).
+    one (torch 2.14.1 does without a GPU); CUDA component wheels on another
+    release than each other or torch's CUDA
+    (:func:`cuda13_upgrade.components.cuda_component_skew`).
 
     Returns:
         ``{"summary": str, "consistent": bool, "problems": [str], "conditions": [str],
@@ -269,6 +271,7 @@ def stack_verdict(
         "remedy", "text"}}}``. ``consistent`` is true when ``problems`` is
         empty; ``conditions`` are what the host still lacks (the driver library).
     """
+    from cuda13_upgrade.components import cuda_component_skew
     from cuda13_upgrade.versions import arch_list_covers
     from cuda13_upgrade.wheels import (
         KERNEL_DISTRIBUTIONS,
@@ -307,6 +310,7 @@ def stack_verdict(
             default_labels["torch"] = runtime_label
     problems.extend(check_stack_consistency(dists, default_labels=default_labels, needed_libraries=needed))
     problems.extend(_kernel_torch_pin(probe))
+    problems.extend(cuda_component_skew(dists, torch_cuda=cuda or None))
 
     pip_check = probe.get("pip_check") or {}
     if pip_check.get("rc") not in (0, None):

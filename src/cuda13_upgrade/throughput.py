@@ -27,6 +27,7 @@ median, which one outlier cannot move.
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -205,69 +206,179 @@ def speculative_gain(plain: list[float], speculative: list[float]) -> dict[str, 
 
 _BENCH_LABELS = {
     "Backend:": ("backend", str),
+    "Traffic request rate:": ("request_rate", str),
+    "Max request concurrency:": ("max_concurrency", int),
     "Successful requests:": ("successful_requests", int),
     "Benchmark duration (s):": ("duration_s", float),
     "Total generated tokens:": ("total_output_tokens", int),
     "Request throughput (req/s):": ("request_throughput", float),
     "Output token throughput (tok/s):": ("output_tok_s", float),
     "Peak output token throughput (tok/s):": ("peak_output_tok_s", float),
-    "Mean TTFT (ms):": ("mean_ttft_ms", float),
-    "Median TTFT (ms):": ("median_ttft_ms", float),
-    "Mean ITL (ms):": ("mean_itl_ms", float),
-    "Median ITL (ms):": ("median_itl_ms", float),
-    "Mean TPOT (ms):": ("mean_tpot_ms", float),
+    "Accept length:": ("accept_length", float),
 }
+
+_TITLE = "Serving Benchmark Result"
+_FIELD_RE = re.compile(r"^(?P<label>[A-Za-z][^:]*?:)\s+(?P<value>\S+)\s*$")
+_UNIT_SUFFIX = (("(tok/s)", "tok_s"), ("(req/s)", "req_s"), ("(ms)", "ms"), ("(s)", "s"))
+
+#: Result keys whose 0, -0.0, Infinity, NaN or null mean "not measured" (a
+#: speculative run reports 0.00 ITL; older versions -0.00 TPOT): timings,
+#: throughputs and the accept length. Counts keep a real 0.
+_MEASURED_SUFFIXES = ("_ms", "_s", "_tok_s", "_req_s", "_throughput")
+_MEASURED_KEYS = {"accept_length", "output_tok_s", "decode_tok_s", "request_throughput", "concurrency"}
+
+
+def _label_key(label: str) -> str:
+    """``"P90 E2E Latency (ms):"`` -> ``"p90_e2e_latency_ms"``."""
+    text = label.rstrip(":").strip()
+    for unit, suffix in _UNIT_SUFFIX:
+        if text.endswith(unit):
+            text = f"{text[: -len(unit)].strip()} {suffix}"
+            break
+    return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")
+
+
+def _is_measured(key: str) -> bool:
+    return key in _MEASURED_KEYS or key.endswith(_MEASURED_SUFFIXES)
+
+
+def known_number(value: Any) -> float | None:
+    """A measurement as a float, or None when it means "unknown".
+
+    ``None``, ``""``, non-numbers, NaN, +-Infinity and 0 (``-0.00`` included)
+    are unknown: bench_serving prints and writes 0 for a latency it did not
+    measure (speculative decoding reports 0.00 ITL), and ``Infinity`` for a
+    rate it could not compute.
+    """
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    if not math.isfinite(number) or number == 0.0:
+        return None
+    return number
+
+
+def _derive_decode(result: dict[str, Any]) -> None:
+    itl = result.get("median_itl_ms")
+    tpot = result.get("median_tpot_ms")
+    if itl:
+        result["decode_tok_s"] = round(1000.0 / itl, 3)
+    elif tpot:
+        result["decode_tok_s"] = round(1000.0 / tpot, 3)
 
 
 def parse_bench_serving(text: str) -> dict[str, Any]:
     """Parse the result block ``python -m sglang.bench_serving`` prints.
 
-    Anchors on each exact label at the start of a line (so "Peak output token
-    throughput (tok/s):", which newer versions print, never reads as the
-    output throughput). Returns ``{"output_tok_s", "median_itl_ms", ...}`` for
-    the labels present; ``decode_tok_s`` is derived as ``1000 / median ITL``.
-    Raises ``ValueError`` when the block is absent or has no output
-    throughput, quoting the text's tail.
+    Every ``Label: value`` line of the block is read, whatever its length and
+    whichever fields the version prints: the labels of :data:`_BENCH_LABELS`
+    get their names (``output_tok_s``, ``accept_length``, ``max_concurrency``,
+    ...), every other label its own (``"P90 E2E Latency (ms):"`` ->
+    ``p90_e2e_latency_ms``, ``"Median TPOT (ms):"`` -> ``median_tpot_ms``).
+    Labels are matched exactly at the start of a line (so "Peak output token
+    throughput (tok/s):" never reads as the output throughput). A timing,
+    throughput or accept length of 0, -0.00, inf or nan is unknown (``None``,
+    :func:`known_number`); counts keep 0. ``decode_tok_s`` is ``1000 /``
+    median ITL, or ``1000 /`` median TPOT when the ITL is unknown.
+
+    The block starts at its title ("Serving Benchmark Result") or, when the
+    title was cut off (a tail of the output), at its first field line, and
+    ends at the closing ``=====`` rule or the end of the text.
+
+    Raises:
+        ValueError: no field lines, or no known output throughput; the text's
+            tail is quoted.
     """
-    start = text.find("Serving Benchmark Result")
-    if start < 0:
-        raise ValueError(f"no 'Serving Benchmark Result' block in: {text.strip()[-300:]!r}")
+    lines = text.splitlines()
+    title = next((i for i, line in enumerate(lines) if _TITLE in line), None)
+    if title is not None:
+        body = lines[title + 1 :]
+    else:
+        first = next(
+            (i for i, line in enumerate(lines) if line.strip().startswith(tuple(_BENCH_LABELS))),
+            None,
+        )
+        if first is None:
+            raise ValueError(f"no '{_TITLE}' block in: {text.strip()[-300:]!r}")
+        body = lines[first:]
     result: dict[str, Any] = {}
-    for line in text[start:].splitlines():
+    for line in body:
         stripped = line.strip()
-        for label, (key, kind) in _BENCH_LABELS.items():
-            if stripped.startswith(label):
-                raw = stripped[len(label) :].strip()
-                try:
-                    result[key] = kind(raw) if kind is str else kind(float(raw))
-                except ValueError as exc:
-                    raise ValueError(f"{label} {raw!r} is not a number") from exc
-                break
         if stripped.startswith("=====") and result:
             break
-    if "output_tok_s" not in result:
-        raise ValueError(f"no 'Output token throughput (tok/s):' line in: {text[start:][:400]!r}")
-    if result.get("median_itl_ms"):
-        result["decode_tok_s"] = round(1000.0 / result["median_itl_ms"], 3)
+        match = _FIELD_RE.match(stripped)
+        if not match:
+            continue
+        label, raw = match.group("label"), match.group("value")
+        key, kind = _BENCH_LABELS.get(label, (_label_key(label), float))
+        if kind is str:
+            result[key] = raw
+            continue
+        try:
+            number = float(raw)
+        except ValueError as exc:
+            raise ValueError(f"{label} {raw!r} is not a number") from exc
+        if _is_measured(key):
+            result[key] = known_number(number)
+        elif math.isfinite(number):
+            result[key] = int(number) if kind is int or number.is_integer() else number
+        else:
+            result[key] = None
+    if not result.get("output_tok_s"):
+        raise ValueError(f"no 'Output token throughput (tok/s):' value in: {text.strip()[-400:]!r}")
+    _derive_decode(result)
     return result
 
 
-_JSONL_KEYS = ("output_throughput", "median_itl_ms", "mean_ttft_ms", "median_ttft_ms")
+#: JSONL fields bench_serving writes that a trial keeps, with their trial key.
+_JSONL_RENAMES = {"output_throughput": "output_tok_s", "duration": "duration_s"}
+_JSONL_COUNTS = ("max_concurrency", "completed", "total_input_tokens", "total_output_tokens")
+
+
+def _count(value: Any) -> int | None:
+    """A count (0 included) as an int; None for null, non-numbers and non-finite values."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return int(number) if math.isfinite(number) else None
 
 
 def parse_bench_serving_jsonl_line(record: dict[str, Any]) -> dict[str, Any]:
     """One ``--output-file`` JSONL record of bench_serving, as a trial.
 
-    Needs ``output_throughput`` (tok/s); keeps TTFT/ITL when present; derives
-    ``decode_tok_s`` from ``median_itl_ms``. Raises ``ValueError`` when
-    ``output_throughput`` is missing or not a number.
+    Keeps every measurement bench_serving writes: ``output_throughput`` (as
+    ``output_tok_s``, tok/s), ``request_throughput``, ``input_throughput``,
+    ``accept_length``, ``concurrency``, ``duration`` (as ``duration_s``) and
+    every ``*_ms`` latency (mean/median/std/P90/P95/P99 of TTFT, TPOT, ITL,
+    E2E), plus the counts ``max_concurrency``, ``completed``,
+    ``total_input_tokens``, ``total_output_tokens``. A measurement of 0,
+    Infinity, NaN or null is unknown (``None``); ``decode_tok_s`` comes from
+    the median ITL (or TPOT), only when known.
+
+    Raises:
+        ValueError: no known (positive, finite) ``output_throughput``.
     """
-    if "output_throughput" not in record:
-        raise ValueError(f"bench_serving record has no output_throughput: {sorted(record)}")
-    trial = {k: float(record[k]) for k in _JSONL_KEYS if record.get(k) is not None}
-    trial["output_tok_s"] = trial.pop("output_throughput")
-    if trial.get("median_itl_ms"):
-        trial["decode_tok_s"] = round(1000.0 / trial["median_itl_ms"], 3)
+    if not isinstance(record, dict):
+        raise ValueError(f"bench_serving record must be a JSON object, got {record!r}")
+    if known_number(record.get("output_throughput")) is None:
+        raise ValueError(
+            f"bench_serving record has no output_throughput (a positive number): "
+            f"{record.get('output_throughput')!r} in {sorted(record)}"
+        )
+    trial: dict[str, Any] = {}
+    for key, value in record.items():
+        name = _JSONL_RENAMES.get(key, key)
+        if key in _JSONL_COUNTS:
+            trial[name] = _count(value)
+        elif name.endswith("_ms") or name in _MEASURED_KEYS or key in ("input_throughput", "duration"):
+            trial[name] = known_number(value)
+    _derive_decode(trial)
     return trial
 
 
@@ -287,18 +398,20 @@ def normalize_trials(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
     A built-in client trial (``decode_tok_s``, ``ttft_ms``, ...) is kept; a
     ``{"method": "bench_serving", "record": ..., "stdout_tail": ...}`` trial
     becomes ``parse_bench_serving_jsonl_line(record)``, or, when the record
-    lacks the throughput, ``parse_bench_serving(stdout_tail)``. Raises
-    ``ValueError`` naming the trial that is neither.
+    lacks a known throughput, ``parse_bench_serving(stdout_tail)``; a trial
+    normalised before (``output_tok_s``, no ``method``) is kept as it is, so
+    normalising twice gives the same trials. Raises ``ValueError`` naming the
+    trial that is none of these.
     """
     out = []
     for index, trial in enumerate(trials):
         if trial.get("method") == "bench_serving":
             record = trial.get("record") or {}
-            if "output_throughput" in record:
+            if known_number(record.get("output_throughput")) is not None:
                 out.append(parse_bench_serving_jsonl_line(record))
             else:
                 out.append(parse_bench_serving(trial.get("stdout_tail", "")))
-        elif "decode_tok_s" in trial:
+        elif "decode_tok_s" in trial or "output_tok_s" in trial:
             out.append(trial)
         else:
             raise ValueError(f"trial {index} is neither a client nor a bench_serving trial: {trial!r}")

@@ -23,7 +23,11 @@ Sources (each rule below names the one it follows):
 Version strings in this module:
 
 * toolkit release: ``"13.0"`` (GA) or ``"13.0.2"`` (13.0 Update 2), the numbering
-  of NVIDIA's packages (``cuda-toolkit-13-0`` 13.0.2) and download pages;
+  of NVIDIA's packages (``cuda-toolkit-13-0`` 13.0.2) and download pages. From
+  CUDA 13.4 the third digit is a build number that starts at 1: 13.4 GA is
+  versioned ``13.4.1`` and 13.4 Update 1 ``13.4.2`` (NVIDIA's archive lists
+  docs.nvidia.com/cuda/archive/13.4.2/ as "CUDA Toolkit 13.4 Update 1");
+  :func:`parse_toolkit_version` reads each release by its own numbering;
 * driver version: ``"590.48.01"`` or ``"570.26"``, compared numerically part by
   part (``"570.124.06" > "570.26"``);
 * compute capability: ``"12.0"``.
@@ -41,6 +45,9 @@ from cuda13_upgrade.errors import Cuda13Error, UnknownReleaseError
 
 __all__ = [
     "BLACKWELL_COMPUTE_CAPABILITIES",
+    "CUDA13_MIN_COMPUTE_CAPABILITY",
+    "DEFAULT_ALLOWED_COMPUTE_CAPABILITIES",
+    "BUILD_NUMBERED_FROM",
     "DRIVER_TABLE",
     "MIN_DRIVER_OPTION",
     "MINOR_VERSION_COMPATIBILITY",
@@ -53,7 +60,11 @@ __all__ = [
     "parse_driver_version",
     "parse_toolkit_release",
     "parse_toolkit_version",
+    "toolkit_version_from_package",
+    "default_allowed_compute_capabilities",
+    "min_compute_capability",
     "release_name",
+    "release_string",
     "torch_cuda_arch_list",
 ]
 
@@ -72,9 +83,13 @@ _TABLE2 = (
 #: Minimum Linux x86_64 driver per toolkit release, keyed by (major, minor, update).
 #: Source: CUDA Toolkit Release Notes, Table 3 "CUDA Toolkit and Corresponding
 #: Driver Versions", 13.2 Update 2 edition. The two 13.3 rows (>= 610.43.02) could
-#: only be cross-checked against third-party quotes of the 13.3 edition. Anything
-#: newer is unknown on purpose: from CUDA 13.4 on, the toolkit no longer bundles a
-#: driver, so the user states the minimum (nvidia_driver_check_min_driver_version).
+#: only be cross-checked against third-party quotes of the 13.3 edition. 13.0
+#: Update 3 (package 13.0.3-1) and 13.1 Update 2 (13.1.2-1) came after the 13.0
+#: and 13.1 editions: their rows are the drivers their runfiles bundle
+#: (cuda_13.0.3_580.126.20_linux.run, cuda_13.1.2_590.48.01_linux.run), which is
+#: what Table 3 lists for every earlier update. Anything from 13.4 on is unknown
+#: on purpose: those toolkits no longer bundle a driver, so the user states the
+#: minimum (nvidia_driver_check_min_driver_version).
 DRIVER_TABLE: dict[tuple[int, int, int], str] = {
     (12, 0, 0): "525.60.13",
     (12, 0, 1): "525.85.12",
@@ -100,8 +115,10 @@ DRIVER_TABLE: dict[tuple[int, int, int], str] = {
     (13, 0, 0): "580.65.06",
     (13, 0, 1): "580.82.07",
     (13, 0, 2): "580.95.05",
+    (13, 0, 3): "580.126.20",
     (13, 1, 0): "590.44.01",
     (13, 1, 1): "590.48.01",
+    (13, 1, 2): "590.48.01",
     (13, 2, 0): "595.45.04",
     (13, 2, 1): "595.58.03",
     (13, 2, 2): "595.71.05",
@@ -122,6 +139,27 @@ MINOR_VERSION_COMPATIBILITY: dict[int, str] = {
 #: T5000/T4000 (Thor), 12.0 RTX PRO 6000 Blackwell Server Edition and the other
 #: RTX PRO / GeForce RTX 50 boards, 12.1 GB10 (DGX Spark).
 BLACKWELL_COMPUTE_CAPABILITIES: tuple[str, ...] = ("10.0", "10.3", "11.0", "12.0", "12.1")
+
+#: The Blackwell platforms per host architecture (``uname -m``). Source: as
+#: above; 11.0 (Jetson Thor) and 12.1 (GB10, DGX Spark) are arm64 systems only,
+#: so an x86_64 host that reports them is not one of these platforms, and
+#: NVIDIA's x86_64 repository and wheels were never meant for it.
+DEFAULT_ALLOWED_COMPUTE_CAPABILITIES: dict[str, tuple[str, ...]] = {
+    "x86_64": ("10.0", "10.3", "12.0"),
+    "aarch64": ("10.0", "10.3", "11.0", "12.0", "12.1"),
+}
+
+#: The oldest compute capability each toolkit major release builds for. Source:
+#: CUDA 13.0 release notes, "Deprecated or Dropped Features": CUDA 13 drops
+#: offline compilation and library support for Maxwell, Pascal and Volta
+#: (compute capability < 7.5); 12.x supports 5.0 and newer.
+_MIN_COMPUTE_CAPABILITY: dict[int, tuple[int, int]] = {12: (5, 0), 13: (7, 5)}
+
+#: CUDA 13's architecture floor: no allowed list lifts it.
+CUDA13_MIN_COMPUTE_CAPABILITY = "7.5"
+
+#: The first release whose third version digit is a build number (GA = 1).
+BUILD_NUMBERED_FROM: tuple[int, int] = (13, 4)
 
 _RELEASE_RE = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?$")
 _DRIVER_RE = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?$")
@@ -176,11 +214,14 @@ def parse_toolkit_version(value: str, *, option: str | None = "toolkit_release")
     """Parse a toolkit release into ``(major, minor, update)``.
 
     Args:
-        value: ``"13.0"`` (GA, update 0) or ``"13.0.2"`` (Update 2).
+        value: ``"13.0"`` (GA, update 0) or ``"13.0.2"`` (Update 2); from 13.4
+            on, NVIDIA's build numbering: ``"13.4.1"`` is 13.4 GA, ``"13.4.2"``
+            13.4 Update 1 (:data:`BUILD_NUMBERED_FROM`).
         option: the option name to quote in error messages.
 
     Returns:
-        A tuple of three ints, e.g. ``(13, 0, 2)``.
+        A tuple of three ints, e.g. ``(13, 0, 2)``; ``"13.4.2"`` gives
+        ``(13, 4, 1)``.
 
     Raises:
         Cuda13Error: (a ``ValueError``) for anything else: ``"13"``,
@@ -203,7 +244,35 @@ def parse_toolkit_version(value: str, *, option: str | None = "toolkit_release")
         raise Cuda13Error("CUDA toolkit release is invalid", value, option=option) from exc
     major, minor = release[0], release[1]
     update = release[2] if len(release) > 2 else 0
+    if (major, minor) >= BUILD_NUMBERED_FROM and len(release) > 2:
+        if update < 1:
+            raise Cuda13Error(
+                f"CUDA {major}.{minor} versions count from {major}.{minor}.1 (GA); the third "
+                "digit is a build number",
+                value,
+                option=option,
+                remedy=f"write '{major}.{minor}' or '{major}.{minor}.1' for GA, "
+                f"'{major}.{minor}.2' for Update 1",
+            )
+        update -= 1
     return major, minor, update
+
+
+def toolkit_version_from_package(
+    value: str, *, option: str | None = "cuda13_toolkit_package_version"
+) -> tuple[int, int, int]:
+    """The release an apt package version of ``cuda-toolkit-X-Y`` installs.
+
+    ``"13.0.3-1"`` -> ``(13, 0, 3)`` (13.0 Update 3); ``"13.4.1-1"`` ->
+    ``(13, 4, 0)`` (13.4 GA, build numbering); the Debian revision after the
+    last ``-`` is dropped, an epoch (``1:``) too.
+
+    Raises:
+        Cuda13Error: a version whose upstream part is not a release.
+    """
+    text = _require_str(value, "CUDA toolkit package version", option, "13.0.2-1")
+    upstream = text.split(":", 1)[-1].rsplit("-", 1)[0] if "-" in text else text.split(":", 1)[-1]
+    return parse_toolkit_version(upstream, option=option)
 
 
 def parse_toolkit_release(value: str, *, option: str | None = "toolkit_release") -> tuple[int, int]:
@@ -227,12 +296,46 @@ def release_name(version: tuple[int, int, int]) -> str:
     return f"CUDA {major}.{minor} " + ("GA" if update == 0 else f"Update {update}")
 
 
+def release_string(version: tuple[int, int, int]) -> str:
+    """Write a release as NVIDIA's packages do: ``(13, 0, 2)`` -> ``"13.0.2"``,
+    ``(13, 0, 0)`` -> ``"13.0"``, ``(13, 4, 1)`` -> ``"13.4.2"`` (build numbering)."""
+    major, minor, update = version
+    if (major, minor) >= BUILD_NUMBERED_FROM:
+        return f"{major}.{minor}.{update + 1}"
+    return f"{major}.{minor}" if update == 0 else f"{major}.{minor}.{update}"
+
+
 def known_releases() -> list[str]:
     """Return the releases in :data:`DRIVER_TABLE` as ``"13.0"`` / ``"13.0.2"`` strings, sorted."""
-    return [
-        f"{major}.{minor}" if update == 0 else f"{major}.{minor}.{update}"
-        for major, minor, update in sorted(DRIVER_TABLE)
-    ]
+    return [release_string(version) for version in sorted(DRIVER_TABLE)]
+
+
+def min_compute_capability(toolkit_release: str, *, option: str | None = "toolkit_release") -> str | None:
+    """The oldest compute capability a toolkit release supports: ``"13.0"`` -> ``"7.5"``.
+
+    Source: the release notes' "Deprecated or Dropped Features" (CUDA 13 drops
+    Maxwell, Pascal and Volta). ``None`` for a major release without a row.
+
+    Raises:
+        Cuda13Error: a malformed release.
+    """
+    major, _minor, _update = parse_toolkit_version(toolkit_release, option=option)
+    floor = _MIN_COMPUTE_CAPABILITY.get(major)
+    return None if floor is None else _cc_str(floor)
+
+
+def default_allowed_compute_capabilities(architecture: str | None) -> list[str]:
+    """The default allowed list for a host architecture (``uname -m``).
+
+    ``"x86_64"`` (also ``"amd64"``) -> ``["10.0", "10.3", "12.0"]``;
+    ``"aarch64"`` (also ``"arm64"``) -> the five Blackwell capabilities. An
+    unknown or missing architecture gets the x86_64 list (NVIDIA's x86_64
+    repository is this package's default).
+    """
+    arch = {"amd64": "x86_64", "arm64": "aarch64"}.get(str(architecture or ""), str(architecture or ""))
+    return list(
+        DEFAULT_ALLOWED_COMPUTE_CAPABILITIES.get(arch, DEFAULT_ALLOWED_COMPUTE_CAPABILITIES["x86_64"])
+    )
 
 
 def parse_driver_version(value: str, *, option: str | None = "driver_version") -> tuple[int, int, int]:

@@ -154,7 +154,10 @@ def bench_serving_trial(python: str, url: str, *, max_tokens: int, prompt_len: i
             out,
         ]
         proc = subprocess.run(argv, capture_output=True, text=True, check=False)
-        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-40:])
+        printed = (proc.stdout + proc.stderr).strip().splitlines()
+        # The whole result block, however long, or the last 40 lines when there is none.
+        title = [i for i, line in enumerate(printed) if "Serving Benchmark Result" in line]
+        tail = "\n".join(printed[title[-1] :] if title else printed[-40:])
         if proc.returncode != 0 or not os.path.exists(out):
             raise RuntimeError(f"sglang.bench_serving exited {proc.returncode}: {tail}")
         with open(out, encoding="utf-8") as handle:

@@ -1,0 +1,124 @@
+"""Filters over failure texts and the fleet host facts (diagnosis, compute apps, WSL)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+
+try:
+    from cuda13_upgrade import diagnosis, nvidia_smi
+except ImportError:  # the package is not installed: use the checkout's copy
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+    from cuda13_upgrade import diagnosis, nvidia_smi
+
+DOCUMENTATION = r"""
+  - name: cuda13_diagnose
+    short_description: Kind, cause and remedy of a failure text (cuda13_upgrade.diagnosis.diagnose).
+    positional: _input, source, context
+    options:
+      _input:
+        description: The failure output, a string or a list of lines.
+        type: raw
+        required: true
+      source:
+        description: Where the text came from (import, journal, pip, apt, git).
+        type: str
+        default: ""
+      context:
+        description: Facts that sharpen the remedy, e.g. C({"torch_version": "2.10.0+cu130"}).
+        type: dict
+        default: {}
+  - name: cuda13_diagnose_nvidia_smi
+    short_description: Diagnosis of a registered, failed nvidia-smi result.
+    positional: _input, module_version
+  - name: cuda13_parse_compute_apps
+    short_description: Rows of C(nvidia-smi --query-compute-apps=gpu_uuid,pid,process_name,used_memory).
+    positional: _input, rc
+  - name: cuda13_parse_proc_driver_version
+    short_description: The loaded kernel module's version from C(/proc/driver/nvidia/version).
+  - name: cuda13_is_wsl_header
+    short_description: Whether nvidia-smi's table header is WSL's (split versions).
+"""
+
+EXAMPLES = r"""
+diagnosis: "{{ (probe.stdout_lines + probe.stderr_lines) | cuda13_diagnose('import') }}"
+apps: "{{ query.stdout | cuda13_parse_compute_apps(query.rc) }}"
+"""
+
+RETURN = r"""
+  _value:
+    description: >-
+      cuda13_diagnose/_nvidia_smi - dict (kind, cause, remedy, evidence, source, known);
+      cuda13_parse_compute_apps - list of dicts; cuda13_parse_proc_driver_version - dict;
+      cuda13_is_wsl_header - bool.
+"""
+
+
+def cuda13_diagnose(text: Any, source: Any = "", context: Any = None) -> dict[str, Any]:
+    """Filter: :func:`cuda13_upgrade.diagnosis.diagnose` as a dict."""
+    if text is not None and not isinstance(text, str | list):
+        raise AnsibleFilterError(f"cuda13_diagnose: input must be text or a list of lines, got {text!r}")
+    if not isinstance(source, str):
+        raise AnsibleFilterError(f"cuda13_diagnose: source must be a string, got {source!r}")
+    if context is not None and not isinstance(context, Mapping):
+        raise AnsibleFilterError(f"cuda13_diagnose: context must be a mapping, got {context!r}")
+    return diagnosis.diagnose(text, source=source, context=context).to_dict()
+
+
+def cuda13_diagnose_nvidia_smi(result: Any, module_version: Any = None) -> dict[str, Any]:
+    """Filter: :func:`cuda13_upgrade.diagnosis.diagnose_nvidia_smi` of a registered result."""
+    if not isinstance(result, Mapping) or not isinstance(result.get("rc"), int):
+        raise AnsibleFilterError(
+            "cuda13_diagnose_nvidia_smi: input must be a registered result with an integer rc, "
+            f"got {result!r}"
+        )
+    return diagnosis.diagnose_nvidia_smi(
+        result["rc"],
+        str(result.get("stdout") or ""),
+        str(result.get("stderr") or result.get("msg") or ""),
+        module_version=str(module_version) if module_version else None,
+    ).to_dict()
+
+
+def cuda13_parse_compute_apps(text: Any, rc: Any = None) -> list[dict[str, Any]]:
+    """Filter: :func:`cuda13_upgrade.nvidia_smi.parse_compute_apps`."""
+    if not isinstance(text, str):
+        raise AnsibleFilterError(f"cuda13_parse_compute_apps: input must be text, got {text!r}")
+    try:
+        return nvidia_smi.parse_compute_apps(text, rc=int(rc) if rc is not None else None)
+    except ValueError as exc:
+        raise AnsibleFilterError(f"cuda13_parse_compute_apps: {exc}") from exc
+
+
+def cuda13_parse_proc_driver_version(text: Any) -> dict[str, Any]:
+    """Filter: :func:`cuda13_upgrade.nvidia_smi.parse_proc_driver_version`."""
+    if not isinstance(text, str):
+        raise AnsibleFilterError(f"cuda13_parse_proc_driver_version: input must be text, got {text!r}")
+    try:
+        return nvidia_smi.parse_proc_driver_version(text)
+    except ValueError as exc:
+        raise AnsibleFilterError(f"cuda13_parse_proc_driver_version: {exc}") from exc
+
+
+def cuda13_is_wsl_header(header: Any) -> bool:
+    """Filter: :func:`cuda13_upgrade.nvidia_smi.is_wsl_header`."""
+    if not isinstance(header, Mapping):
+        raise AnsibleFilterError(f"cuda13_is_wsl_header: input must be a parsed header, got {header!r}")
+    return nvidia_smi.is_wsl_header(dict(header))
+
+
+class FilterModule:
+    """Diagnosis and fleet host filters."""
+
+    def filters(self) -> dict[str, Any]:
+        return {
+            "cuda13_diagnose": cuda13_diagnose,
+            "cuda13_diagnose_nvidia_smi": cuda13_diagnose_nvidia_smi,
+            "cuda13_parse_compute_apps": cuda13_parse_compute_apps,
+            "cuda13_parse_proc_driver_version": cuda13_parse_proc_driver_version,
+            "cuda13_is_wsl_header": cuda13_is_wsl_header,
+        }

@@ -1,0 +1,48 @@
+"""cuda13_upgrade.components: the split that makes FlashInfer's JIT fail."""
+
+from __future__ import annotations
+
+from cuda13_upgrade.components import component_releases, cuda_component_skew
+
+# The mixed set of a public report (flashinfer-ai/flashinfer issue #3493:
+# "nvcc / cccl: 13.3, cuda runtime / headers: 13.0, PyTorch: cu130").
+MIXED = {
+    "nvidia-cuda-nvcc": "13.3.73",
+    "nvidia-cuda-crt": "13.3.73",
+    "nvidia-cuda-cccl": "13.3.3",
+    "nvidia-cuda-runtime": "13.0.96",
+    "nvidia-cuda-nvrtc": "13.0.88",
+    "nvidia-cuda-cupti": "13.0.85",
+    "torch": "2.10.0+cu130",
+}
+
+
+def test_split_components_are_named():
+    problems = cuda_component_skew(MIXED, torch_cuda="13.0")
+    assert problems[0].startswith("the CUDA component wheels are on 2 releases (13.0: nvidia-cuda-cupti, ")
+    assert "13.3: nvidia-cuda-cccl, nvidia-cuda-crt, nvidia-cuda-nvcc" in problems[0]
+    assert "nvidia-cuda-nvcc is 13.3" in problems[1] and "pin the component wheels to 13.0.x" in problems[1]
+
+
+def test_aligned_components_pass_and_nvcc_is_checked():
+    aligned = {k: v for k, v in MIXED.items() if k in ("torch", "nvidia-cuda-runtime", "nvidia-cuda-nvrtc")}
+    assert cuda_component_skew(aligned, torch_cuda="13.0", nvcc_release="13.0") == []
+    assert cuda_component_skew(aligned, torch_cuda="13.0", nvcc_release="13.1") == [
+        "the toolkit's nvcc is CUDA 13.1 but torch was built for CUDA 13.0: point CUDA_HOME at a 13.0 toolkit"
+    ]
+
+
+def test_cu12_names_and_spelling_are_normalised():
+    assert component_releases({"NVIDIA_CUDA_Runtime-CU12": "12.8.90", "nvidia-nccl-cu12": "2.27.3"}) == {
+        "nvidia-cuda-runtime": "12.8"
+    }
+
+
+def test_probe_problems_name_the_skew_and_the_diagnosis_reads_it():
+    from cuda13_upgrade.diagnosis import diagnose
+    from cuda13_upgrade.stack import probe_problems
+
+    probe = {"dists": MIXED, "torch": {"version": "2.10.0+cu130", "cuda": "13.0"}, "imports": {}}
+    problems = probe_problems(probe, 13)
+    assert any("the CUDA component wheels are on 2 releases" in p for p in problems)
+    assert diagnose(problems).kind == "cccl_headers_mismatch"
