@@ -478,6 +478,7 @@ class RunResult:
     outcomes: dict[str, HostOutcome]
     stdout: str
     stderr: str
+    doing: list[str] = field(default_factory=list)  # per host, when the run was canceled
 
 
 def runner_envvars(home: Path, run_id: str, reports_dir: Path) -> dict[str, str]:
@@ -534,18 +535,26 @@ def run_playbook(
         import ansible_runner
 
         runner = ansible_runner.run
-    progress = Progress(stream)
-    with tempfile.TemporaryDirectory(prefix="cuda13-upgrade-") as private:
-        result = runner(
-            private_data_dir=private,
-            project_dir=str(home),
-            playbook=str(playbook),
-            inventory=inventory,
-            cmdline=runner_cmdline(limit, extra_vars, check),
-            envvars=runner_envvars(home, run_id, reports_dir),
-            event_handler=progress,
-            quiet=True,
-        )
+    from cuda13_upgrade.progress import RunProgress, progress_mode, serial_from_extra_vars
+
+    progress = RunProgress(stream, live=progress_mode(stream), serial=serial_from_extra_vars(extra_vars))
+    with tempfile.TemporaryDirectory(prefix="cuda13-upgrade-") as private, progress:
+        try:
+            result = runner(
+                private_data_dir=private,
+                project_dir=str(home),
+                playbook=str(playbook),
+                inventory=inventory,
+                cmdline=runner_cmdline(limit, extra_vars, check),
+                envvars=runner_envvars(home, run_id, reports_dir),
+                event_handler=progress,
+                quiet=True,
+            )
+        except KeyboardInterrupt:
+            progress.stop()
+            print("interrupted; what each host was doing:", file=sys.stderr)
+            print("\n".join(f"  {line}" for line in progress.interrupted_lines()), file=sys.stderr)
+            raise
         stdout = _read(getattr(result, "stdout", None))
         stderr = _read(getattr(result, "stderr", None))
     progress.flush()
@@ -557,6 +566,7 @@ def run_playbook(
         outcomes=progress.outcomes,
         stdout=stdout,
         stderr=stderr,
+        doing=progress.interrupted_lines() if str(result.status) == "canceled" else [],
     )
 
 
@@ -660,6 +670,7 @@ def run_command(options: Options, stream: TextIO | None = None) -> int:
     (run_dir / "run.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     if run.status == "canceled":
         print(f"interrupted; hosts may be left mid-step. Ansible's output: {log}", file=sys.stderr)
+        print("\n".join(f"  {line}" for line in run.doing), file=sys.stderr)
         return EXIT_INTERRUPTED
     rows = _show_report(run_dir, hosts, out) if hosts else []
     status = exit_status(rows, run.rc, [command.ok_status])
