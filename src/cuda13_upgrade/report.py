@@ -92,6 +92,46 @@ def _median(result: dict[str, Any], phase: str, profile: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
+def _spread(result: dict[str, Any], phase: str, profile: str) -> dict[str, Any] | None:
+    """``{"min", "median", "max", "n"}`` of one profile's trials in one phase, or None."""
+    try:
+        summary = result["throughput"][phase][profile]["summary"]
+        spread = {k: _number(summary[k]) for k in ("min", "median", "max")}
+        n = int(summary["n"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    if any(v is None for v in spread.values()):
+        return None
+    return {**spread, "n": n}
+
+
+def trial_values(entry: Any) -> list[float]:
+    """The per-trial tok/s of one profile and phase of ``result.json``
+    (``{"trials": [...], "summary": {...}, "metric"?}``): the entry's
+    ``metric``, else the trial field (``output_tok_s``, ``decode_tok_s``)
+    whose median is the recorded summary's median, else ``output_tok_s``.
+    Trials without the field are left out."""
+    if not isinstance(entry, dict):
+        return []
+    trials = [t for t in entry.get("trials") or [] if isinstance(t, dict)]
+    candidates = [entry["metric"]] if entry.get("metric") else ["output_tok_s", "decode_tok_s"]
+    median = _number((entry.get("summary") or {}).get("median"))
+    chosen = candidates[0]
+    for metric in candidates:
+        values = [_number(t.get(metric)) for t in trials]
+        values = [v for v in values if v is not None]
+        if values and median is not None and math.isclose(_plain_median(values), median, rel_tol=1e-6):
+            chosen = metric
+            break
+    return [v for v in (_number(t.get(chosen)) for t in trials) if v is not None]
+
+
+def _plain_median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
 def _number(value: Any) -> float | None:
     """``value`` as a float, or None for None/"" and anything not a finite number."""
     if value is None or value == "":
@@ -153,7 +193,12 @@ def summary_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
                              "change_pct": percent | None, "verdict": str | None}},
          "failed_step", "failed_task", "reason",
          "rollback": {"performed": bool, "seconds": float | None, "confirmed": bool | None},
-         "started_at", "finished_at", "duration_s": float | None}
+         "started_at", "finished_at", "duration_s": float | None,
+         "steps": {step: seconds}, "out_of_service_s": float | None}
+
+    and per profile also ``"tolerance_pct"``, ``"spread": {phase: {"min",
+    "median", "max", "n"} | None}`` and ``"trials": {phase: [tok/s, ...]}``
+    for the phases of :data:`PHASES`.
 
     ``before`` is the old stack's baseline median, ``after`` the new stack's,
     ``after_rollback`` the old stack's again after a rollback. Every row has
@@ -186,19 +231,37 @@ def summary_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "started_at": r.get("started_at"),
             "finished_at": r.get("finished_at"),
             "duration_s": _duration_s(r.get("started_at"), r.get("finished_at")),
+            "steps": _steps(r.get("steps")),
+            "out_of_service_s": _number(r.get("out_of_service_s")),
         }
         for name in profiles:
             decision = decisions.get(name) or {}
+            phases = r.get("throughput") or {}
             row["profiles"][name] = {
                 "before": _median(r, "baseline", name),
                 "after": _median(r, "candidate", name),
                 "after_rollback": _median(r, "rollback", name),
                 "change_pct": _number(decision.get("change_pct")),
                 "verdict": decision.get("verdict"),
+                "tolerance_pct": _number(decision.get("tolerance_pct")),
+                "spread": {phase: _spread(r, phase, name) for phase in PHASES},
+                "trials": {phase: trial_values((phases.get(phase) or {}).get(name)) for phase in PHASES},
             }
         row["decision"] = decision_text(row)
         rows.append(row)
     return rows
+
+
+def _steps(steps: Any) -> dict[str, float]:
+    """``result.json``'s ``steps`` (``[{"step", "started_at", "duration_s"}]``)
+    as ``{step: seconds}`` in step order (a step recorded twice adds up)."""
+    out: dict[str, float] = {}
+    for step in steps if isinstance(steps, list) else []:
+        if isinstance(step, dict) and step.get("step"):
+            seconds = _number(step.get("duration_s"))
+            if seconds is not None:
+                out[str(step["step"])] = round(out.get(str(step["step"]), 0.0) + seconds, 1)
+    return out
 
 
 def _fmt(value: float | None) -> str:
@@ -247,16 +310,31 @@ def _stack_after(row: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
+def _spread_text(spread: dict[str, Any] | None) -> str:
+    """``" [89.3–89.6, n=7]"``: min–max and the number of trials beside a median."""
+    if not spread:
+        return ""
+    return f" [{spread['min']:.1f}–{spread['max']:.1f}, n={spread['n']}]"
+
+
+def _before_cell(p: dict[str, Any]) -> str:
+    if p["before"] is None:
+        return "-"
+    return _fmt(p["before"]) + _spread_text((p.get("spread") or {}).get("baseline"))
+
+
 def _after_cell(p: dict[str, Any]) -> str:
+    spreads = p.get("spread") or {}
     if p["after"] is not None:
         notes = []
         if p["change_pct"] is not None:
             notes.append(f"{p['change_pct']:+.1f}%")
         if p["verdict"]:
             notes.append(str(p["verdict"]))
-        return _fmt(p["after"]) + (f" ({', '.join(notes)})" if notes else "")
+        text = _fmt(p["after"]) + _spread_text(spreads.get("candidate"))
+        return text + (f" ({', '.join(notes)})" if notes else "")
     if p["after_rollback"] is not None:
-        return f"{_fmt(p['after_rollback'])} (rollback)"
+        return f"{_fmt(p['after_rollback'])}{_spread_text(spreads.get('rollback'))} (rollback)"
     return "-"
 
 
@@ -304,7 +382,7 @@ def render_markdown(run_id: str, rows: list[dict[str, Any]]) -> str:
     ]
     for name in profiles:
         columns += [
-            (f"{name} before (tok/s)", lambda row, n=name: _fmt(row["profiles"][n]["before"])),
+            (f"{name} before (tok/s)", lambda row, n=name: _before_cell(row["profiles"][n])),
             (f"{name} after (tok/s)", lambda row, n=name: _after_cell(row["profiles"][n])),
         ]
     columns += [
@@ -324,7 +402,51 @@ def render_markdown(run_id: str, rows: list[dict[str, Any]]) -> str:
     lines.append("|" + "---|" * len(columns))
     for row in rows:
         lines.append("| " + " | ".join(_cell(cell(row)) for _, cell in columns) + " |")
+    if any(profiles):
+        lines += ["", "Medians in tok/s, with [min–max, n=trials] of each stack's trials."]
+    lines += _durations_table(rows)
     return "\n".join(lines) + "\n"
+
+
+def _durations_table(rows: list[dict[str, Any]]) -> list[str]:
+    """The "Step durations" section: per host each step's duration, the time
+    out of service and the total; a last row with the sums over all hosts.
+    Empty when no host recorded steps."""
+    timed = [row for row in rows if row.get("steps")]
+    if not timed:
+        return []
+    steps: list[str] = []
+    for row in timed:
+        steps += [name for name in row["steps"] if name not in steps]
+    header = ["host", *steps, "out of service", "total"]
+    lines = [
+        "",
+        "## Step durations",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+    ]
+    totals: dict[str, float] = {}
+    for row in timed:
+        cells = [str(row["host"])]
+        for name in steps:
+            seconds = row["steps"].get(name)
+            cells.append(format_duration(seconds))
+            if seconds is not None:
+                totals[name] = totals.get(name, 0.0) + seconds
+        cells.append(format_duration(row.get("out_of_service_s")))
+        total = row.get("duration_s")
+        if total is None:
+            total = round(sum(row["steps"].values()), 1)
+        cells.append(format_duration(total))
+        for key, value in (("out of service", row.get("out_of_service_s")), ("total", total)):
+            if value is not None:
+                totals[key] = totals.get(key, 0.0) + value
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    label = f"all {len(timed)} hosts" if len(timed) > 1 else "total"
+    sums = [format_duration(totals.get(name)) for name in [*steps, "out of service", "total"]]
+    lines.append("| " + " | ".join([f"**{label}**", *sums]) + " |")
+    return lines
 
 
 def _chart_groups(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str | None]]:
