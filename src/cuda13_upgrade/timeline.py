@@ -16,7 +16,7 @@ the last step before the result, the decision or the rollback's check).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 #: Steps after which the host may be out of service, until :data:`SERVICE_BACK`.
@@ -31,21 +31,22 @@ def _time(value: Any, what: str) -> datetime:
         stamp = datetime.fromisoformat(str(value))
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{what}: {value!r} is not an ISO 8601 time") from exc
-    if stamp.tzinfo is None:
-        raise ValueError(f"{what}: {value!r} has no UTC offset")
+    if stamp.tzinfo is None:  # Ansible's now(utc=true).isoformat() has no offset
+        stamp = stamp.replace(tzinfo=UTC)
     return stamp
 
 
 def step_durations(records: Sequence[Mapping[str, Any]], finished_at: str) -> list[dict[str, Any]]:
     """Each step with its start and duration.
 
-    ``records``: ``[{"step": str, "started_at": ISO 8601 with offset}]`` in
-    the order the play recorded them; ``finished_at``: when the last step
-    ended (ISO 8601). Returns ``[{"step", "started_at", "duration_s"}]``,
+    ``records``: ``[{"step": str, "started_at": ISO 8601}]`` in the order
+    the play recorded them; ``finished_at``: when the last step ended (ISO
+    8601). Times without an offset are UTC (what Ansible's
+    ``now(utc=true).isoformat()`` writes). Returns ``[{"step", "started_at", "duration_s"}]``,
     ``duration_s`` in seconds rounded to 0.1. A step recorded twice in a
     row (a re-run of the same boundary) counts once. Raises ``ValueError``
-    for a record without a step name or with a time that is not ISO 8601
-    with an offset, or when a step starts before the one before it.
+    for a record without a step name or with a time that is not ISO 8601,
+    or when a step starts before the one before it.
     """
     steps: list[dict[str, Any]] = []
     for index, record in enumerate(records):
