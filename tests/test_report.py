@@ -404,7 +404,7 @@ def test_markdown_step_durations_per_host_and_in_total(run_dir):
     assert header == [
         "host",
         *["snapshot", "toolkit", "wheels", "sglang_build", "drain", "baseline", "switch", "verify"],
-        *["undrain", "result", "rollback", "out of service", "total"],
+        *["rollback", "undrain", "result", "out of service", "total"],
     ]
     rows = {row[0]: dict(zip(header, row, strict=True)) for row in table[2:]}
     assert set(rows) == {"gpu-node-01", "gpu-node-02", "**all 2 hosts**"}  # hosts with recorded steps
@@ -532,3 +532,32 @@ def test_the_filter_still_writes_the_summary(run_dir):
     summary = module.FilterModule().filters()["cuda13_fleet_summary"](str(run_dir), HOSTS)
     assert summary["markdown"].startswith(f"# cuda13-upgrade run {RUN_ID}")
     assert (run_dir / "summary.png").exists()
+
+
+def _artists(fig) -> dict[str, Any]:
+    ax = fig.axes[0]
+    return {a.get_gid(): a for a in [*ax.collections, *ax.lines] if a.get_gid()}
+
+
+def test_chart_shows_every_trial_the_medians_and_the_tolerance_band(run_dir):
+    rows = report.summary_rows(report.load_results(run_dir, HOSTS))
+    artists = _artists(report.draw_chart(rows))
+    # Every trial of both stacks, read back from the plotted points.
+    points = artists["trials:gpu-node-01:plain:before"].get_offsets()
+    assert sorted(float(y) for _, y in points) == sorted(PLAIN_BEFORE)
+    points = artists["trials:gpu-node-01:eagle3:after"].get_offsets()
+    assert sorted(float(y) for _, y in points) == [96.0, 96.1, 96.4]
+    # before left of after, inside the group of its profile (gpu-node-01 plain: group 0)
+    assert all(x < 0 for x, _ in artists["trials:gpu-node-01:plain:before"].get_offsets())
+    assert all(0 < x < 0.5 for x, _ in artists["trials:gpu-node-01:plain:after"].get_offsets())
+    # The median marked on each column.
+    assert list(artists["median:gpu-node-01:plain:after"].get_ydata()) == [91.0, 91.0]
+    assert list(artists["median:gpu-node-02:plain:after"].get_ydata()) == [80.2, 80.2]
+    # The tolerance band: from the baseline median down by 3 %.
+    band = artists["band:gpu-node-02:plain"].get_paths()[0].vertices
+    assert min(band[:, 1]) == pytest.approx(89.5 * 0.97) and max(band[:, 1]) == pytest.approx(89.5)
+    # A host rolled back before the new stack was measured: its re-measurement of the old stack.
+    assert [float(y) for _, y in artists["trials:gpu-node-03:plain:after"].get_offsets()] == [89.4]
+    assert "band:gpu-node-03:plain" not in artists  # no decision, so no tolerance recorded
+    # Hosts without measurements have no points.
+    assert not [gid for gid in artists if "gpu-node-04" in gid or "gpu-node-05" in gid]

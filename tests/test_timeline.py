@@ -42,7 +42,9 @@ def test_each_step_lasts_until_the_next_starts():
 
 def test_times_without_an_offset_are_utc():
     # what Ansible's now(utc=true).isoformat() writes: no offset
-    steps = timeline.step_durations([{"step": "wheels", "started_at": "2025-01-01T12:59:00.250000"}], FINISHED)
+    steps = timeline.step_durations(
+        [{"step": "wheels", "started_at": "2025-01-01T12:59:00.250000"}], FINISHED
+    )
     assert steps[0]["duration_s"] == 59.8
 
 

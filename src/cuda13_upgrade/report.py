@@ -30,6 +30,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from cuda13_upgrade import timeline
+
 NOT_REACHED = "not reached"
 
 #: Result phases of ``result.json``'s ``throughput``: the old stack before the
@@ -418,6 +420,8 @@ def _durations_table(rows: list[dict[str, Any]]) -> list[str]:
     steps: list[str] = []
     for row in timed:
         steps += [name for name in row["steps"] if name not in steps]
+    order = {name: i for i, name in enumerate(timeline.STEP_ORDER)}
+    steps.sort(key=lambda name: order.get(name, len(order)))
     header = ["host", *steps, "out of service", "total"]
     lines = [
         "",
@@ -477,64 +481,126 @@ def _chart_size_in(n_groups: int) -> tuple[float, float]:
 
 
 def render_chart(rows: list[dict[str, Any]], path: str | Path, *, title: str | None = None) -> Path:
-    """Draw a PNG bar chart of median throughput (tok/s) per host and profile.
-
-    ``rows`` as :func:`summary_rows` returns them. Each host and profile gets
-    a group of two bars: "before" (old stack baseline) and "after" (new
-    stack); a host that rolled back without an "after" shows its rollback
-    re-measurement of the old stack instead, hatched. A group with nothing
-    measured is labelled with the host's decision ("not reached" ...).
-    Drawn with matplotlib's Agg canvas (no display, no pyplot state); the
-    image is :func:`chart_size_px` pixels. Returns the path written; raises
-    ``OSError`` when it cannot be written and ``ImportError`` without
-    matplotlib.
-    """
+    """Draw the PNG chart of :func:`draw_chart` to ``path`` and return the path.
+    Raises ``OSError`` when it cannot be written and ``ImportError`` without
+    matplotlib."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig = draw_chart(rows, title=title)
+    FigureCanvasAgg(fig)
+    out = Path(path)
+    fig.savefig(out, format="png", dpi=CHART_DPI)
+    return out
+
+
+def draw_chart(rows: list[dict[str, Any]], *, title: str | None = None) -> Any:
+    """The trials behind each verdict, as a matplotlib ``Figure`` (no pyplot state).
+
+    ``rows`` as :func:`summary_rows` returns them. Each host and profile is a
+    group of two columns: "before" (the old stack's baseline trials) and
+    "after" (the new stack's trials; for a host that rolled back before the
+    new stack was measured, the old stack's re-measurement, hatched). Each
+    column is a box of its trials (quartiles, whiskers to min and max) with
+    every trial drawn as a point and the median as a black bar labelled with
+    its value; the tolerance band spans from the baseline median down by the
+    profile's tolerance (a new median below it regresses). A group with
+    nothing measured is labelled with the host's decision. The figure is
+    :func:`chart_size_px` pixels at :data:`CHART_DPI`.
+
+    Artists carry a ``gid`` for reading the plotted data back:
+    ``trials:<host>:<profile>:<before|after>`` (points, y = tok/s),
+    ``median:...`` (the median bar), ``band:<host>:<profile>`` (the band).
+    """
     from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
     groups = _chart_groups(rows)
     width_in, height_in = _chart_size_in(len(groups))
     fig = Figure(figsize=(width_in, height_in), dpi=CHART_DPI, layout="constrained")
-    FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     colors = {
         "before": "#7f7f7f",
         "after": "#2b8cbe",
         "regressed": "#d7301f",
         "rollback": "#fdae6b",
+        "band": "#fee391",
     }
-    bar_w = 0.38
+    col_w = 0.38
     vertical = len(groups) > 12  # many groups: one rotated "host profile" label each
     labels = []
     top = 0.0
+    bottom = math.inf
     for i, (row, name) in enumerate(groups):
         labels.append(f"{row.get('host')} {name}" if vertical and name else (name or ""))
         p = (row.get("profiles") or {}).get(name) if name else None
-        bars = []
-        if p and p.get("before") is not None:
-            bars.append((i - bar_w / 2, p["before"], colors["before"], None))
-        if p and p.get("after") is not None:
-            color = colors["regressed"] if p.get("verdict") == "regressed" else colors["after"]
-            bars.append((i + bar_w / 2, p["after"], color, None))
-        elif p and p.get("after_rollback") is not None:
-            bars.append((i + bar_w / 2, p["after_rollback"], colors["rollback"], "//"))
-        for x, value, color, hatch in bars:
-            ax.bar(x, value, bar_w, color=color, hatch=hatch, edgecolor="#333333", linewidth=0.5)
+        trials = (p or {}).get("trials") or {}
+        columns = []
+        before = list(trials.get("baseline") or ([p["before"]] if p and p.get("before") is not None else []))
+        if before:
+            columns.append(("before", i - col_w / 2, before, colors["before"], None))
+        after = list(trials.get("candidate") or ([p["after"]] if p and p.get("after") is not None else []))
+        if after:
+            color = colors["regressed"] if p and p.get("verdict") == "regressed" else colors["after"]
+            columns.append(("after", i + col_w / 2, after, color, None))
+        else:
+            back = list(
+                trials.get("rollback")
+                or ([p["after_rollback"]] if p and p.get("after_rollback") is not None else [])
+            )
+            if back:
+                columns.append(("after", i + col_w / 2, back, colors["rollback"], "//"))
+        host_profile = f"{row.get('host')}:{name}"
+        tolerance = (p or {}).get("tolerance_pct")
+        if p and p.get("before") is not None and tolerance is not None:
+            low = p["before"] * (1 - tolerance / 100.0)
+            band = ax.fill_between(
+                [i - 0.45, i + 0.45], low, p["before"], color=colors["band"], alpha=0.6, linewidth=0, zorder=0
+            )
+            band.set_gid(f"band:{host_profile}")
+            bottom = min(bottom, low)
+        for side, x, values, color, hatch in columns:
+            boxes = ax.boxplot(
+                [values],
+                positions=[x],
+                widths=col_w * 0.8,
+                whis=(0, 100),
+                patch_artist=True,
+                showfliers=False,
+                medianprops={"color": "black", "linewidth": 0},
+                manage_ticks=False,
+            )
+            for box in boxes["boxes"]:
+                box.set(facecolor=color, alpha=0.45, hatch=hatch, edgecolor="#333333", linewidth=0.5)
+            jitter = [
+                x + (k - (len(values) - 1) / 2) * min(0.02, col_w * 0.6 / max(len(values), 1))
+                for k in range(len(values))
+            ]
+            points = ax.scatter(
+                jitter, values, s=9, color=color, edgecolor="#222222", linewidths=0.3, zorder=3
+            )
+            points.set_gid(f"trials:{host_profile}:{side}")
+            median = _plain_median(values)
+            (bar,) = ax.plot(
+                [x - col_w * 0.45, x + col_w * 0.45], [median, median], color="black", linewidth=1.6, zorder=4
+            )
+            bar.set_gid(f"median:{host_profile}:{side}")
             ax.annotate(
-                f"{value:.1f}",
-                (x, value),
+                f"{median:.1f}",
+                (x, max(values)),
                 ha="center",
                 va="bottom",
                 fontsize=7,
                 xytext=(0, 2),
                 textcoords="offset points",
             )
-            top = max(top, value)
-        if not bars:
+            top = max(top, max(values))
+            bottom = min(bottom, min(values))
+        if not columns:
             ax.annotate(
                 str(row.get("decision") or row.get("status")),
                 (i, 0),
+                xycoords=("data", "axes fraction"),
                 ha="center",
                 va="bottom",
                 rotation=90,
@@ -543,7 +609,11 @@ def render_chart(rows: list[dict[str, Any]], path: str | Path, *, title: str | N
                 xytext=(0, 4),
                 textcoords="offset points",
             )
-    ax.set_ylim(0, top * 1.15 if top > 0 else 1.0)
+    if top > 0:
+        span = max(top - bottom, top * 0.02)
+        ax.set_ylim(max(0.0, bottom - span * 0.25), top + span * 0.3)
+    else:
+        ax.set_ylim(0, 1.0)
     ax.set_xticks(range(len(groups)), labels, fontsize=7 if vertical else 8)
     if vertical:
         ax.tick_params(axis="x", labelrotation=90)
@@ -564,19 +634,21 @@ def render_chart(rows: list[dict[str, Any]], path: str | Path, *, title: str | N
         for _, _, last in spans[:-1]:
             ax.axvline(last + 0.5, color="#cccccc", linewidth=0.8)
     ax.set_xlim(-0.6, max(len(groups), 1) - 0.4)
-    ax.set_ylabel("median throughput (tok/s)")
+    ax.set_ylabel("throughput per trial (tok/s)")
     fig.suptitle(title or "Decode throughput before and after the CUDA 13 upgrade", fontsize=10)
     ax.grid(axis="y", alpha=0.3)
     ax.set_axisbelow(True)
     fig.legend(
         handles=[
-            Patch(facecolor=colors["before"], label="before (old stack)"),
-            Patch(facecolor=colors["after"], label="after (new stack, kept)"),
-            Patch(facecolor=colors["regressed"], label="after (new stack, regressed)"),
-            Patch(facecolor=colors["rollback"], hatch="//", label="after rollback (old stack)"),
+            Patch(facecolor=colors["before"], alpha=0.45, label="before (old stack)"),
+            Patch(facecolor=colors["after"], alpha=0.45, label="after (new stack, kept)"),
+            Patch(facecolor=colors["regressed"], alpha=0.45, label="after (new stack, regressed)"),
+            Patch(facecolor=colors["rollback"], alpha=0.45, hatch="//", label="after rollback (old stack)"),
+            Patch(facecolor=colors["band"], alpha=0.6, label="tolerance below the old median"),
+            Line2D([], [], color="black", linewidth=1.6, label="median"),
         ],
         fontsize=7,
-        ncols=4,
+        ncols=3,
         loc="outside lower center",
         frameon=False,
     )
@@ -590,9 +662,7 @@ def render_chart(rows: list[dict[str, Any]], path: str | Path, *, title: str | N
             va="center",
             color="#555555",
         )
-    out = Path(path)
-    fig.savefig(out, format="png", dpi=CHART_DPI)
-    return out
+    return fig
 
 
 def run_hosts(run_dir: str | Path) -> list[str]:
@@ -647,7 +717,7 @@ def fleet_summary(run_dir: str | Path, hosts: list[str] | None = None) -> dict[s
         "files": {"markdown": str(md_path), "json": str(json_path), "chart": None},
     }
     try:
-        title = f"Median throughput per host and profile, run {run.name}"
+        title = f"Trials per host, profile and stack, run {run.name}"
         render_chart(rows, png_path, title=title)
         summary["files"]["chart"] = str(png_path)
     except ImportError as exc:  # the report must not fail an upgrade for want of a chart

@@ -25,6 +25,22 @@ SERVICE_BACK = "undrain"
 #: The bookkeeping step that closes every upgrade (writing the result).
 RESULT_STEP = "result"
 
+#: The steps of an upgrade in the order they run (a rollback after verify).
+STEP_ORDER = (
+    "artifact_cache",
+    "snapshot",
+    "toolkit",
+    "wheels",
+    "sglang_build",
+    "drain",
+    "baseline",
+    "switch",
+    "verify",
+    "rollback",
+    "undrain",
+    "result",
+)
+
 
 def _time(value: Any, what: str) -> datetime:
     try:
