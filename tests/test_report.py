@@ -431,6 +431,7 @@ def test_summary_json_and_files(run_dir):
         "markdown": str(run_dir / "summary.md"),
         "json": str(run_dir / "summary.json"),
         "chart": str(run_dir / "summary.png"),
+        "metrics": str(run_dir / "cuda13_upgrade.prom"),
     }
 
 

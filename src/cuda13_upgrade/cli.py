@@ -479,6 +479,7 @@ class RunResult:
     stdout: str
     stderr: str
     doing: list[str] = field(default_factory=list)  # per host, when the run was canceled
+    batches: dict[str, int] = field(default_factory=dict)  # host -> batch of the serial play
 
 
 def runner_envvars(home: Path, run_id: str, reports_dir: Path) -> dict[str, str]:
@@ -567,6 +568,7 @@ def run_playbook(
         stdout=stdout,
         stderr=stderr,
         doing=progress.interrupted_lines() if str(result.status) == "canceled" else [],
+        batches={view.host: view.batch for view in progress.views.values() if view.batch},
     )
 
 
@@ -666,6 +668,9 @@ def run_command(options: Options, stream: TextIO | None = None) -> int:
         "ok_status": command.ok_status,
         "hosts": hosts,
         "outcomes": {h: o for h, o in host_outcomes(run, command).items() if h in hosts},
+        "started_at": datetime.fromtimestamp(started + 1.0, UTC).isoformat(),
+        "finished_at": datetime.now(UTC).isoformat(),
+        "batches": run.batches,
     }
     (run_dir / "run.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     if run.status == "canceled":
@@ -692,6 +697,8 @@ def _show_report(run_dir: Path, hosts: list[str] | None, out: TextIO) -> list[di
     files = summary["files"]
     print(f"\nreport: {files['markdown']}", file=out)
     print(f"        {files['json']}", file=out)
+    if files.get("metrics"):
+        print(f"        {files['metrics']}", file=out)
     if files["chart"]:
         print(f"        {files['chart']}", file=out)
     else:

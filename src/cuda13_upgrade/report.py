@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -688,9 +689,13 @@ def fleet_summary(run_dir: str | Path, hosts: list[str] | None = None) -> dict[s
     :func:`run_hosts`. A host without a result file takes its outcome from
     ``run.json`` when the command recorded one, else it is "not reached".
 
+    Also writes the run's Prometheus metrics, ``cuda13_upgrade.prom``
+    (:func:`cuda13_upgrade.metrics.fleet_metrics`), there and, when
+    ``$CUDA13_METRICS_TEXTFILE_DIR`` is set, into that directory.
+
     Returns ``{"run_id", "rows", "markdown", "files": {"markdown", "json",
-    "chart"}}`` (paths as strings; ``chart`` None, with ``chart_error`` set,
-    when matplotlib is missing). ``summary.json`` is ``{"run_id", "rows"}``.
+    "chart", "metrics"}}`` (paths as strings; ``chart`` None, with
+    ``chart_error`` set, when matplotlib is missing). ``summary.json`` is ``{"run_id", "rows"}``.
     Raises ``ValueError`` for a result file that is not JSON and ``OSError``
     when the directory cannot be written.
     """
@@ -714,8 +719,15 @@ def fleet_summary(run_dir: str | Path, hosts: list[str] | None = None) -> dict[s
         "run_id": run.name,
         "rows": rows,
         "markdown": markdown,
-        "files": {"markdown": str(md_path), "json": str(json_path), "chart": None},
+        "files": {"markdown": str(md_path), "json": str(json_path), "chart": None, "metrics": None},
     }
+    from cuda13_upgrade import metrics
+
+    text = metrics.fleet_metrics(rows, run.name, load_run_record(run))
+    summary["files"]["metrics"] = str(metrics.write_textfile(run, text))
+    textfile_dir = os.environ.get("CUDA13_METRICS_TEXTFILE_DIR")
+    if textfile_dir:  # node_exporter's textfile collector directory on the control node
+        metrics.write_textfile(textfile_dir, text)
     try:
         title = f"Trials per host, profile and stack, run {run.name}"
         render_chart(rows, png_path, title=title)
