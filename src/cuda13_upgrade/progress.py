@@ -40,7 +40,7 @@ from typing import Any, TextIO
 
 import yaml
 
-from cuda13_upgrade.cli import Progress
+from cuda13_upgrade.cli import _QUIET_ACTIONS, Progress, natural_key
 from cuda13_upgrade.report import NOT_REACHED, format_duration
 
 #: Seconds between two heartbeat lines of a step that is still running (plain mode).
@@ -332,7 +332,7 @@ class RunProgress(Progress):
             self._begin_step(view, str(facts["__cuda13_step"]), at)
         elif not view.explicit_steps:
             _, label = self._step_of(host, data)
-            if label and label != view.step and _action_of(data) not in ("include_role", "import_role"):
+            if label and label != view.step and _action_of(data) not in _QUIET_ACTIONS:
                 self._begin_step(view, label, at)
         if kind == "runner_on_start":
             view.task = str(data.get("task") or "") or view.task
@@ -444,7 +444,7 @@ class RunProgress(Progress):
         return ", ".join(parts)
 
     def _all_hosts(self) -> list[str]:
-        return list(dict.fromkeys([*self.hosts, *self.views]))
+        return sorted(dict.fromkeys([*self.hosts, *self.views]), key=natural_key)
 
     def current_rows(self, now: float | None = None) -> list[dict[str, Any]]:
         """Rows of the hosts of the current batch (all hosts seen outside a
@@ -521,6 +521,8 @@ class RunProgress(Progress):
                     lines.append(f"{host}: in step {view.step} for {took}{task}")
                 elif view.state == "waiting":
                     lines.append(f"{host}: waiting, not started")
+                elif view.state == "running" and view.task:
+                    lines.append(f"{host}: running (task: {view.task})")
                 else:
                     lines.append(f"{host}: {STATE_TEXT.get(view.state, view.state)}")
             return lines
