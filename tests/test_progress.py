@@ -218,5 +218,7 @@ def test_progress_mode():
     assert progress.progress_mode(io.StringIO(), {}) is False
     assert progress.progress_mode(io.StringIO(), {"CUDA13_UPGRADE_PROGRESS": "live"}) is True
     assert progress.progress_mode(Tty(), {"CUDA13_UPGRADE_PROGRESS": "plain"}) is False
-    with pytest.raises(ValueError, match="CUDA13_UPGRADE_PROGRESS='fancy': expected auto, live or plain"):
+    with pytest.raises(
+        progress.UsageError, match="CUDA13_UPGRADE_PROGRESS='fancy': expected auto, live or plain"
+    ):
         progress.progress_mode(Tty(), {"CUDA13_UPGRADE_PROGRESS": "fancy"})

@@ -40,7 +40,7 @@ from typing import Any, TextIO
 
 import yaml
 
-from cuda13_upgrade.cli import _QUIET_ACTIONS, Progress, natural_key
+from cuda13_upgrade.cli import _QUIET_ACTIONS, Progress, UsageError, natural_key
 from cuda13_upgrade.report import NOT_REACHED, format_duration
 
 #: Seconds between two heartbeat lines of a step that is still running (plain mode).
@@ -557,15 +557,15 @@ def progress_mode(stream: TextIO | None, environ: Mapping[str, str] | None = Non
 
     ``$CUDA13_UPGRADE_PROGRESS``: ``live`` or ``plain`` decide; unset or
     ``auto``: live when ``stream`` (default stdout) is a terminal and
-    ``$TERM`` is not ``dumb``. Raises ``ValueError`` for another value,
-    naming the variable.
+    ``$TERM`` is not ``dumb``. Raises :class:`cuda13_upgrade.cli.UsageError`
+    (exit status 2) for another value, naming the variable.
     """
     import os
 
     env = os.environ if environ is None else environ
     mode = env.get("CUDA13_UPGRADE_PROGRESS", "auto").strip().lower() or "auto"
     if mode not in ("auto", "live", "plain"):
-        raise ValueError(f"CUDA13_UPGRADE_PROGRESS={mode!r}: expected auto, live or plain")
+        raise UsageError(f"CUDA13_UPGRADE_PROGRESS={mode!r}: expected auto, live or plain")
     if mode != "auto":
         return mode == "live"
     out = stream if stream is not None else sys.stdout
