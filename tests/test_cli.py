@@ -13,6 +13,7 @@ import json
 import re
 import sys
 import textwrap
+from datetime import datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -554,6 +555,11 @@ def test_rollout_reads_the_results_the_playbook_writes(tmp_path, inventory, caps
     assert "| node-a | kept |" in out
     assert "| node-b | not reached |" in out
     assert (reports / "r1" / "node-a" / "result.json").exists()
+    record = json.loads((reports / "r1" / "run.json").read_text())
+    assert record["batches"] == {"node-a": 1, "node-b": 1}  # the batch each host ran in
+    started, finished = (datetime.fromisoformat(record[k]) for k in ("started_at", "finished_at"))
+    assert timedelta(0) < finished - started < timedelta(minutes=5)
+    assert "cuda13_upgrade_batch_hosts" in (reports / "r1" / "cuda13_upgrade.prom").read_text()
     # Both write a result, in check mode: exit 0, the report says check mode.
     assert cli.main([*argv, "--run-id", "r2", "--check", "-e", "extra_host=true"]) == 0
     out = capsys.readouterr().out
