@@ -8,8 +8,9 @@
 
 Each playbook subcommand runs one playbook of the checkout (``rollout``:
 ``upgrade-cuda13.yml``; ``preflight``, ``verify``, ``rollback``:
-``playbooks/<name>.yml``) with ``ansible_runner.run``, prints one progress line
-per host and step while it runs, then writes and prints the fleet report of
+``playbooks/<name>.yml``) with ``ansible_runner.run``, shows each host's
+progress while it runs (:mod:`cuda13_upgrade.progress`: a live view on a
+terminal, timestamped lines without one), then writes and prints the fleet report of
 the run (``reports/<run id>/summary.md``, ``summary.json``, ``summary.png``,
 see :mod:`cuda13_upgrade.report`) and exits with a status that a script can
 act on (:func:`exit_status`).
@@ -528,7 +529,9 @@ def run_playbook(
 
     ``project_dir`` is the checkout (``home``), so relative paths of the
     playbooks and ``ansible.cfg`` resolve as with ``ansible-playbook`` run
-    there; progress lines go to ``stream`` (:class:`Progress`). ``runner``
+    there; progress goes to ``stream``
+    (:class:`cuda13_upgrade.progress.RunProgress`; Ctrl-C prints what each
+    host was doing, then the interrupt goes on). ``runner``
     replaces ``ansible_runner.run`` (tests). Ansible's own failures are in the
     result (``rc``), not raised; ansible-runner's own errors are raised.
     """
