@@ -13,6 +13,7 @@ import json
 import re
 import sys
 import textwrap
+from datetime import datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -501,11 +502,17 @@ def test_preflight_through_ansible_runner(tmp_path, inventory, capsys):
     assert cli.main([*argv, "--run-id", "pf1"]) == 1
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"cuda13-upgrade preflight: play.yml on {inventory}, run pf1"
+    # Without a terminal: timestamped lines, a step's start and its end with its duration.
+    stamped = [line for line in lines if re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ ", line)]
+    lines = [line.split(" ", 1)[1] if line in stamped else line for line in lines]
     assert "== Start the run" in lines
     assert "== Preflight (read-only)" in lines
-    assert "node-a: Check the driver ... ok" in lines
-    assert "node-b: Check the driver ... ok" in lines
+    assert "node-a: Check the driver started" in lines
+    assert [line for line in lines if re.match(r"^node-b: Check the driver done in \d+ s$", line)]
     assert "node-b: Check the disk ... FAILED: only 3 GiB free on /opt, need 20 GiB" in lines
+    assert "node-b: Check the disk ... FAILED: only 3 GiB free on /opt, need 20 GiB" in [
+        line.split(" ", 1)[1] for line in stamped
+    ]
     assert not [line for line in lines if line.startswith("localhost:")]
     assert "| node-a | passed | - |" in lines
     assert "| node-b | failed at Preflight (read-only) | only 3 GiB free on /opt, need 20 GiB |" in lines
@@ -542,11 +549,17 @@ def test_rollout_reads_the_results_the_playbook_writes(tmp_path, inventory, caps
     # node-b writes no result: it was not reached.
     assert cli.main([*argv, "--run-id", "r1"]) == 1
     out = capsys.readouterr().out
-    assert "node-a: Create the run's report directory ... changed" in out
-    assert "node-a: Write the result on the control node ... changed" in out
+    assert "Z node-a: Create the run's report directory started\n" in out
+    assert re.search(r"Z node-a: Write the result on the control node done in \d+ s\n", out)
+    assert re.search(r"Z batch 1 \(", out)  # no preflight play before: the number of batches is unknown
     assert "| node-a | kept |" in out
     assert "| node-b | not reached |" in out
     assert (reports / "r1" / "node-a" / "result.json").exists()
+    record = json.loads((reports / "r1" / "run.json").read_text())
+    assert record["batches"] == {"node-a": 1, "node-b": 1}  # the batch each host ran in
+    started, finished = (datetime.fromisoformat(record[k]) for k in ("started_at", "finished_at"))
+    assert timedelta(0) < finished - started < timedelta(minutes=5)
+    assert "cuda13_upgrade_batch_hosts" in (reports / "r1" / "cuda13_upgrade.prom").read_text()
     # Both write a result, in check mode: exit 0, the report says check mode.
     assert cli.main([*argv, "--run-id", "r2", "--check", "-e", "extra_host=true"]) == 0
     out = capsys.readouterr().out
@@ -602,6 +615,7 @@ def test_an_interrupted_run_exits_130(tmp_path, inventory, monkeypatch, capsys):
     ]
     assert cli.main(argv) == 130
     captured = capsys.readouterr()
-    assert "node-a: Check ... ok" in captured.out
+    assert "Z node-a: Check started\n" in captured.out
     assert "interrupted" in captured.err
+    assert "  node-a: in step Check for 0 s\n" in captured.err  # what the host was doing
     assert report.load_run_record(tmp_path / "int1")["runner_status"] == "canceled"

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from cuda13_upgrade import report, throughput
+from cuda13_upgrade import report, throughput, timeline
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN_ID = "20250101T120000Z"
@@ -82,9 +82,34 @@ def _result(host: str, **over: Any) -> dict[str, Any]:
         "speculative": {},
         "reason": None,
         "rollback": {"performed": False, "seconds": None, "checks": {}, "confirmed": None},
+        "steps": [],
+        "out_of_service_s": None,
     }
     result.update(over)
     return result
+
+
+#: A kept host's step records as the play writes them (``__cuda13_steps``).
+KEPT_STEPS = [
+    ("snapshot", "12:00:05"),
+    ("toolkit", "12:00:35"),
+    ("wheels", "12:05:00"),
+    ("sglang_build", "12:15:00"),
+    ("drain", "12:25:00"),
+    ("baseline", "12:25:10"),
+    ("switch", "12:31:00"),
+    ("verify", "12:32:00"),
+    ("undrain", "12:41:50"),
+    ("result", "12:42:10"),
+]
+
+
+def _timed(records: list[tuple[str, str]], finished_at: str) -> dict[str, Any]:
+    """``steps`` and ``out_of_service_s`` as result.yml computes them (through cuda13_upgrade.timeline)."""
+    steps = timeline.step_durations(
+        [{"step": n, "started_at": f"2025-01-01T{t}.000000+00:00"} for n, t in records], finished_at
+    )
+    return {"steps": steps, "out_of_service_s": timeline.out_of_service_s(steps)}
 
 
 def _decisions(candidate: dict[str, list[float]]) -> dict[str, Any]:
@@ -107,6 +132,7 @@ def kept(host: str) -> dict[str, Any]:
         decisions=decisions,
         speculative={"eagle3": throughput.speculative_gain(candidate["plain"], candidate["eagle3"])},
         reason="; ".join(d["reason"] for d in decisions.values()),
+        **_timed(KEPT_STEPS, "2025-01-01T12:42:15.000000+00:00"),
     )
 
 
@@ -142,6 +168,10 @@ def rolled_back_regressed(host: str) -> dict[str, Any]:
             },
             "confirmed": True,
         },
+        **_timed(
+            [*KEPT_STEPS[:8], ("rollback", "12:45:00"), ("undrain", "12:55:00"), ("result", "12:55:30")],
+            "2025-01-01T12:55:35.000000+00:00",
+        ),
     )
 
 
@@ -237,7 +267,31 @@ def test_rows(run_dir):
         "after_rollback": None,
         "change_pct": pytest.approx(1.676, abs=1e-3),
         "verdict": "keep",
+        "tolerance_pct": 3.0,
+        "spread": {
+            "baseline": {"min": 89.3, "median": 89.5, "max": 89.6, "n": 3},
+            "candidate": {"min": 90.8, "median": 91.0, "max": 91.2, "n": 3},
+            "rollback": None,
+        },
+        # The trials' decode_tok_s: the field whose median is the recorded one.
+        "trials": {"baseline": PLAIN_BEFORE, "candidate": [91.0, 91.2, 90.8], "rollback": []},
     }
+    assert k["steps"] == {
+        "snapshot": 30.0,
+        "toolkit": 265.0,
+        "wheels": 600.0,
+        "sglang_build": 600.0,
+        "drain": 10.0,
+        "baseline": 350.0,
+        "switch": 60.0,
+        "verify": 590.0,
+        "undrain": 20.0,
+        "result": 5.0,
+    }
+    assert k["out_of_service_s"] == 1030.0  # 12:25:00 drain .. 12:42:10 undrain done
+    assert regressed["steps"]["rollback"] == 600.0
+    assert regressed["out_of_service_s"] == 1830.0  # 12:25:00 .. 12:55:30
+    assert switch["steps"] == {} and switch["out_of_service_s"] is None
     assert k["profiles"]["eagle3"]["before"] == 54.1
     assert k["profiles"]["eagle3"]["after"] == 96.1
     assert k["duration_s"] == 2530.0
@@ -259,6 +313,13 @@ def test_rows(run_dir):
         "after_rollback": 89.4,
         "change_pct": None,
         "verdict": None,
+        "tolerance_pct": None,
+        "spread": {
+            "baseline": {"min": 89.3, "median": 89.5, "max": 89.6, "n": 3},
+            "candidate": None,
+            "rollback": {"min": 89.4, "median": 89.4, "max": 89.4, "n": 1},
+        },
+        "trials": {"baseline": PLAIN_BEFORE, "candidate": [], "rollback": [89.4]},
     }
     assert switch["rollback"]["seconds"] == 12.5
 
@@ -269,7 +330,9 @@ def test_rows(run_dir):
 
     assert missing["status"] == "not reached"
     assert list(missing["profiles"]) == ["plain", "eagle3"]
-    assert all(v is None for p in missing["profiles"].values() for v in p.values())
+    for p in missing["profiles"].values():
+        assert all(p[k] is None for k in ("before", "after", "after_rollback", "change_pct", "verdict"))
+        assert p["spread"] == dict.fromkeys(report.PHASES) and p["trials"] == {k: [] for k in report.PHASES}
     assert missing["duration_s"] is None
 
 
@@ -278,7 +341,7 @@ def test_markdown_cells(run_dir):
     lines = summary["markdown"].splitlines()
     assert lines[0] == f"# cuda13-upgrade run {RUN_ID}"
     assert lines[2] == "1 failed, 1 kept, 1 not reached, 2 rolled back"
-    table = [line for line in lines if line.startswith("|")]
+    table = [line for line in lines[: lines.index("## Step durations")] if line.startswith("|")]
     header = [c.strip() for c in table[0].strip("|").split("|")]
     assert header == [
         "host",
@@ -300,22 +363,23 @@ def test_markdown_cells(run_dir):
     assert cells["gpu-node-01"]["decision"] == "kept"
     assert cells["gpu-node-01"]["stack before"] == "torch 2.10.0+cu128, cuda-12.8, nvcc 12.8.93"
     assert cells["gpu-node-01"]["stack after"] == "torch 2.10.0+cu130, CUDA 13.0"
-    assert cells["gpu-node-01"]["plain before (tok/s)"] == "89.5"
-    assert cells["gpu-node-01"]["plain after (tok/s)"] == "91.0 (+1.7%, keep)"
-    assert cells["gpu-node-01"]["eagle3 before (tok/s)"] == "54.1"
-    assert cells["gpu-node-01"]["eagle3 after (tok/s)"] == "96.1 (+77.6%, keep)"
+    # Each median with the spread of its trials: [min–max, n=trials].
+    assert cells["gpu-node-01"]["plain before (tok/s)"] == "89.5 [89.3–89.6, n=3]"
+    assert cells["gpu-node-01"]["plain after (tok/s)"] == "91.0 [90.8–91.2, n=3] (+1.7%, keep)"
+    assert cells["gpu-node-01"]["eagle3 before (tok/s)"] == "54.1 [54.0–54.3, n=3]"
+    assert cells["gpu-node-01"]["eagle3 after (tok/s)"] == "96.1 [96.0–96.4, n=3] (+77.6%, keep)"
     assert cells["gpu-node-01"]["rollback"] == "no"
     assert cells["gpu-node-01"]["duration"] == "42 min 10 s"
 
     assert cells["gpu-node-02"]["decision"] == "rolled back at verify"
-    assert cells["gpu-node-02"]["plain after (tok/s)"] == "80.2 (-10.4%, regressed)"
+    assert cells["gpu-node-02"]["plain after (tok/s)"] == "80.2 [80.1–80.4, n=3] (-10.4%, regressed)"
     assert cells["gpu-node-02"]["rollback"] == "yes, 41.3 s, old throughput confirmed"
     assert cells["gpu-node-02"]["stack after"] == "torch 2.10.0+cu128, CUDA 12.8"
     assert cells["gpu-node-02"]["reason"].startswith("plain: median 80.2 tok/s on the new stack vs 89.5")
     assert cells["gpu-node-02"]["reason"].endswith("…")
 
-    assert cells["gpu-node-03"]["plain after (tok/s)"] == "89.4 (rollback)"
-    assert cells["gpu-node-03"]["eagle3 after (tok/s)"] == "54.2 (rollback)"
+    assert cells["gpu-node-03"]["plain after (tok/s)"] == "89.4 [89.4–89.4, n=1] (rollback)"
+    assert cells["gpu-node-03"]["eagle3 after (tok/s)"] == "54.2 [54.2–54.2, n=1] (rollback)"
     assert cells["gpu-node-03"]["rollback"] == "yes, 12.5 s"
     assert cells["gpu-node-03"]["duration"] == "20 min 00 s"
 
@@ -333,6 +397,31 @@ def test_markdown_cells(run_dir):
     }
 
 
+def test_markdown_step_durations_per_host_and_in_total(run_dir):
+    lines = report.fleet_summary(run_dir, HOSTS)["markdown"].splitlines()
+    section = lines[lines.index("## Step durations") :]
+    table = [[c.strip() for c in line.strip("|").split("|")] for line in section if line.startswith("|")]
+    header = table[0]
+    assert header == [
+        "host",
+        *["snapshot", "toolkit", "wheels", "sglang_build", "drain", "baseline", "switch", "verify"],
+        *["rollback", "undrain", "result", "out of service", "total"],
+    ]
+    rows = {row[0]: dict(zip(header, row, strict=True)) for row in table[2:]}
+    assert set(rows) == {"gpu-node-01", "gpu-node-02", "**all 2 hosts**"}  # hosts with recorded steps
+    assert rows["gpu-node-01"]["wheels"] == "10 min 00 s"
+    assert rows["gpu-node-01"]["rollback"] == "-"
+    assert rows["gpu-node-01"]["out of service"] == "17 min 10 s"
+    assert rows["gpu-node-01"]["total"] == "42 min 10 s"
+    assert rows["gpu-node-02"]["rollback"] == "10 min 00 s"
+    assert rows["gpu-node-02"]["out of service"] == "30 min 30 s"
+    total = rows["**all 2 hosts**"]
+    assert total["wheels"] == "20 min 00 s"
+    assert total["rollback"] == "10 min 00 s"
+    assert total["out of service"] == "47 min 40 s"  # 1030 s + 1830 s
+    assert total["total"] == "1 h 37 min"  # 2530 s + 3330 s
+
+
 def test_summary_json_and_files(run_dir):
     summary = report.fleet_summary(run_dir, HOSTS)
     on_disk = json.loads((run_dir / "summary.json").read_text())
@@ -343,6 +432,7 @@ def test_summary_json_and_files(run_dir):
         "markdown": str(run_dir / "summary.md"),
         "json": str(run_dir / "summary.json"),
         "chart": str(run_dir / "summary.png"),
+        "metrics": str(run_dir / "cuda13_upgrade.prom"),
     }
 
 
@@ -460,3 +550,32 @@ def test_a_diagnosed_failure_shows_its_cause_and_remedy():
     assert "a CUDA 12 extension in a CUDA 13 venv: it links libnvrtc.so.12" in markdown
     assert "Fix: install the +cu130 build of that package" in markdown
     assert report.summary_rows([rolled_back_at_switch("h")])[0]["diagnosis"] is None
+
+
+def _artists(fig) -> dict[str, Any]:
+    ax = fig.axes[0]
+    return {a.get_gid(): a for a in [*ax.collections, *ax.lines] if a.get_gid()}
+
+
+def test_chart_shows_every_trial_the_medians_and_the_tolerance_band(run_dir):
+    rows = report.summary_rows(report.load_results(run_dir, HOSTS))
+    artists = _artists(report.draw_chart(rows))
+    # Every trial of both stacks, read back from the plotted points.
+    points = artists["trials:gpu-node-01:plain:before"].get_offsets()
+    assert sorted(float(y) for _, y in points) == sorted(PLAIN_BEFORE)
+    points = artists["trials:gpu-node-01:eagle3:after"].get_offsets()
+    assert sorted(float(y) for _, y in points) == [96.0, 96.1, 96.4]
+    # before left of after, inside the group of its profile (gpu-node-01 plain: group 0)
+    assert all(x < 0 for x, _ in artists["trials:gpu-node-01:plain:before"].get_offsets())
+    assert all(0 < x < 0.5 for x, _ in artists["trials:gpu-node-01:plain:after"].get_offsets())
+    # The median marked on each column.
+    assert list(artists["median:gpu-node-01:plain:after"].get_ydata()) == [91.0, 91.0]
+    assert list(artists["median:gpu-node-02:plain:after"].get_ydata()) == [80.2, 80.2]
+    # The tolerance band: from the baseline median down by 3 %.
+    band = artists["band:gpu-node-02:plain"].get_paths()[0].vertices
+    assert min(band[:, 1]) == pytest.approx(89.5 * 0.97) and max(band[:, 1]) == pytest.approx(89.5)
+    # A host rolled back before the new stack was measured: its re-measurement of the old stack.
+    assert [float(y) for _, y in artists["trials:gpu-node-03:plain:after"].get_offsets()] == [89.4]
+    assert "band:gpu-node-03:plain" not in artists  # no decision, so no tolerance recorded
+    # Hosts without measurements have no points.
+    assert not [gid for gid in artists if "gpu-node-04" in gid or "gpu-node-05" in gid]

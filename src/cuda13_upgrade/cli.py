@@ -8,8 +8,9 @@
 
 Each playbook subcommand runs one playbook of the checkout (``rollout``:
 ``upgrade-cuda13.yml``; ``preflight``, ``verify``, ``rollback``:
-``playbooks/<name>.yml``) with ``ansible_runner.run``, prints one progress line
-per host and step while it runs, then writes and prints the fleet report of
+``playbooks/<name>.yml``) with ``ansible_runner.run``, shows each host's
+progress while it runs (:mod:`cuda13_upgrade.progress`: a live view on a
+terminal, timestamped lines without one), then writes and prints the fleet report of
 the run (``reports/<run id>/summary.md``, ``summary.json``, ``summary.png``,
 see :mod:`cuda13_upgrade.report`) and exits with a status that a script can
 act on (:func:`exit_status`).
@@ -478,6 +479,8 @@ class RunResult:
     outcomes: dict[str, HostOutcome]
     stdout: str
     stderr: str
+    doing: list[str] = field(default_factory=list)  # per host, when the run was canceled
+    batches: dict[str, int] = field(default_factory=dict)  # host -> batch of the serial play
 
 
 def runner_envvars(home: Path, run_id: str, reports_dir: Path) -> dict[str, str]:
@@ -526,7 +529,9 @@ def run_playbook(
 
     ``project_dir`` is the checkout (``home``), so relative paths of the
     playbooks and ``ansible.cfg`` resolve as with ``ansible-playbook`` run
-    there; progress lines go to ``stream`` (:class:`Progress`). ``runner``
+    there; progress goes to ``stream``
+    (:class:`cuda13_upgrade.progress.RunProgress`; Ctrl-C prints what each
+    host was doing, then the interrupt goes on). ``runner``
     replaces ``ansible_runner.run`` (tests). Ansible's own failures are in the
     result (``rc``), not raised; ansible-runner's own errors are raised.
     """
@@ -534,18 +539,26 @@ def run_playbook(
         import ansible_runner
 
         runner = ansible_runner.run
-    progress = Progress(stream)
-    with tempfile.TemporaryDirectory(prefix="cuda13-upgrade-") as private:
-        result = runner(
-            private_data_dir=private,
-            project_dir=str(home),
-            playbook=str(playbook),
-            inventory=inventory,
-            cmdline=runner_cmdline(limit, extra_vars, check),
-            envvars=runner_envvars(home, run_id, reports_dir),
-            event_handler=progress,
-            quiet=True,
-        )
+    from cuda13_upgrade.progress import RunProgress, progress_mode, serial_from_extra_vars
+
+    progress = RunProgress(stream, live=progress_mode(stream), serial=serial_from_extra_vars(extra_vars))
+    with tempfile.TemporaryDirectory(prefix="cuda13-upgrade-") as private, progress:
+        try:
+            result = runner(
+                private_data_dir=private,
+                project_dir=str(home),
+                playbook=str(playbook),
+                inventory=inventory,
+                cmdline=runner_cmdline(limit, extra_vars, check),
+                envvars=runner_envvars(home, run_id, reports_dir),
+                event_handler=progress,
+                quiet=True,
+            )
+        except KeyboardInterrupt:
+            progress.stop()
+            print("interrupted; what each host was doing:", file=sys.stderr)
+            print("\n".join(f"  {line}" for line in progress.interrupted_lines()), file=sys.stderr)
+            raise
         stdout = _read(getattr(result, "stdout", None))
         stderr = _read(getattr(result, "stderr", None))
     progress.flush()
@@ -557,6 +570,8 @@ def run_playbook(
         outcomes=progress.outcomes,
         stdout=stdout,
         stderr=stderr,
+        doing=progress.interrupted_lines() if str(result.status) == "canceled" else [],
+        batches={view.host: view.batch for view in progress.views.values() if view.batch},
     )
 
 
@@ -656,10 +671,14 @@ def run_command(options: Options, stream: TextIO | None = None) -> int:
         "ok_status": command.ok_status,
         "hosts": hosts,
         "outcomes": {h: o for h, o in host_outcomes(run, command).items() if h in hosts},
+        "started_at": datetime.fromtimestamp(started + 1.0, UTC).isoformat(),
+        "finished_at": datetime.now(UTC).isoformat(),
+        "batches": run.batches,
     }
     (run_dir / "run.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     if run.status == "canceled":
         print(f"interrupted; hosts may be left mid-step. Ansible's output: {log}", file=sys.stderr)
+        print("\n".join(f"  {line}" for line in run.doing), file=sys.stderr)
         return EXIT_INTERRUPTED
     rows = _show_report(run_dir, hosts, out) if hosts else []
     status = exit_status(rows, run.rc, [command.ok_status])
@@ -681,6 +700,8 @@ def _show_report(run_dir: Path, hosts: list[str] | None, out: TextIO) -> list[di
     files = summary["files"]
     print(f"\nreport: {files['markdown']}", file=out)
     print(f"        {files['json']}", file=out)
+    if files.get("metrics"):
+        print(f"        {files['metrics']}", file=out)
     if files["chart"]:
         print(f"        {files['chart']}", file=out)
     else:

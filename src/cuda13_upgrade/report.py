@@ -25,10 +25,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from cuda13_upgrade import timeline
 
 NOT_REACHED = "not reached"
 
@@ -90,6 +93,46 @@ def _median(result: dict[str, Any], phase: str, profile: str) -> float | None:
     except (KeyError, TypeError, ValueError):
         return None
     return value if math.isfinite(value) else None
+
+
+def _spread(result: dict[str, Any], phase: str, profile: str) -> dict[str, Any] | None:
+    """``{"min", "median", "max", "n"}`` of one profile's trials in one phase, or None."""
+    try:
+        summary = result["throughput"][phase][profile]["summary"]
+        spread = {k: _number(summary[k]) for k in ("min", "median", "max")}
+        n = int(summary["n"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    if any(v is None for v in spread.values()):
+        return None
+    return {**spread, "n": n}
+
+
+def trial_values(entry: Any) -> list[float]:
+    """The per-trial tok/s of one profile and phase of ``result.json``
+    (``{"trials": [...], "summary": {...}, "metric"?}``): the entry's
+    ``metric``, else the trial field (``output_tok_s``, ``decode_tok_s``)
+    whose median is the recorded summary's median, else ``output_tok_s``.
+    Trials without the field are left out."""
+    if not isinstance(entry, dict):
+        return []
+    trials = [t for t in entry.get("trials") or [] if isinstance(t, dict)]
+    candidates = [entry["metric"]] if entry.get("metric") else ["output_tok_s", "decode_tok_s"]
+    median = _number((entry.get("summary") or {}).get("median"))
+    chosen = candidates[0]
+    for metric in candidates:
+        values = [_number(t.get(metric)) for t in trials]
+        values = [v for v in values if v is not None]
+        if values and median is not None and math.isclose(_plain_median(values), median, rel_tol=1e-6):
+            chosen = metric
+            break
+    return [v for v in (_number(t.get(chosen)) for t in trials) if v is not None]
+
+
+def _plain_median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def _number(value: Any) -> float | None:
@@ -154,7 +197,12 @@ def summary_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
          "failed_step", "failed_task", "reason",
          "diagnosis": {"kind", "cause", "remedy", ...} | None,
          "rollback": {"performed": bool, "seconds": float | None, "confirmed": bool | None},
-         "started_at", "finished_at", "duration_s": float | None}
+         "started_at", "finished_at", "duration_s": float | None,
+         "steps": {step: seconds}, "out_of_service_s": float | None}
+
+    and per profile also ``"tolerance_pct"``, ``"spread": {phase: {"min",
+    "median", "max", "n"} | None}`` and ``"trials": {phase: [tok/s, ...]}``
+    for the phases of :data:`PHASES`.
 
     ``before`` is the old stack's baseline median, ``after`` the new stack's,
     ``after_rollback`` the old stack's again after a rollback. Every row has
@@ -188,19 +236,37 @@ def summary_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "started_at": r.get("started_at"),
             "finished_at": r.get("finished_at"),
             "duration_s": _duration_s(r.get("started_at"), r.get("finished_at")),
+            "steps": _steps(r.get("steps")),
+            "out_of_service_s": _number(r.get("out_of_service_s")),
         }
         for name in profiles:
             decision = decisions.get(name) or {}
+            phases = r.get("throughput") or {}
             row["profiles"][name] = {
                 "before": _median(r, "baseline", name),
                 "after": _median(r, "candidate", name),
                 "after_rollback": _median(r, "rollback", name),
                 "change_pct": _number(decision.get("change_pct")),
                 "verdict": decision.get("verdict"),
+                "tolerance_pct": _number(decision.get("tolerance_pct")),
+                "spread": {phase: _spread(r, phase, name) for phase in PHASES},
+                "trials": {phase: trial_values((phases.get(phase) or {}).get(name)) for phase in PHASES},
             }
         row["decision"] = decision_text(row)
         rows.append(row)
     return rows
+
+
+def _steps(steps: Any) -> dict[str, float]:
+    """``result.json``'s ``steps`` (``[{"step", "started_at", "duration_s"}]``)
+    as ``{step: seconds}`` in step order (a step recorded twice adds up)."""
+    out: dict[str, float] = {}
+    for step in steps if isinstance(steps, list) else []:
+        if isinstance(step, dict) and step.get("step"):
+            seconds = _number(step.get("duration_s"))
+            if seconds is not None:
+                out[str(step["step"])] = round(out.get(str(step["step"]), 0.0) + seconds, 1)
+    return out
 
 
 def _fmt(value: float | None) -> str:
@@ -249,16 +315,31 @@ def _stack_after(row: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
+def _spread_text(spread: dict[str, Any] | None) -> str:
+    """``" [89.3–89.6, n=7]"``: min–max and the number of trials beside a median."""
+    if not spread:
+        return ""
+    return f" [{spread['min']:.1f}–{spread['max']:.1f}, n={spread['n']}]"
+
+
+def _before_cell(p: dict[str, Any]) -> str:
+    if p["before"] is None:
+        return "-"
+    return _fmt(p["before"]) + _spread_text((p.get("spread") or {}).get("baseline"))
+
+
 def _after_cell(p: dict[str, Any]) -> str:
+    spreads = p.get("spread") or {}
     if p["after"] is not None:
         notes = []
         if p["change_pct"] is not None:
             notes.append(f"{p['change_pct']:+.1f}%")
         if p["verdict"]:
             notes.append(str(p["verdict"]))
-        return _fmt(p["after"]) + (f" ({', '.join(notes)})" if notes else "")
+        text = _fmt(p["after"]) + _spread_text(spreads.get("candidate"))
+        return text + (f" ({', '.join(notes)})" if notes else "")
     if p["after_rollback"] is not None:
-        return f"{_fmt(p['after_rollback'])} (rollback)"
+        return f"{_fmt(p['after_rollback'])}{_spread_text(spreads.get('rollback'))} (rollback)"
     return "-"
 
 
@@ -312,7 +393,7 @@ def render_markdown(run_id: str, rows: list[dict[str, Any]]) -> str:
     ]
     for name in profiles:
         columns += [
-            (f"{name} before (tok/s)", lambda row, n=name: _fmt(row["profiles"][n]["before"])),
+            (f"{name} before (tok/s)", lambda row, n=name: _before_cell(row["profiles"][n])),
             (f"{name} after (tok/s)", lambda row, n=name: _after_cell(row["profiles"][n])),
         ]
     columns += [
@@ -332,7 +413,53 @@ def render_markdown(run_id: str, rows: list[dict[str, Any]]) -> str:
     lines.append("|" + "---|" * len(columns))
     for row in rows:
         lines.append("| " + " | ".join(_cell(cell(row)) for _, cell in columns) + " |")
+    if any(profiles):
+        lines += ["", "Medians in tok/s, with [min–max, n=trials] of each stack's trials."]
+    lines += _durations_table(rows)
     return "\n".join(lines) + "\n"
+
+
+def _durations_table(rows: list[dict[str, Any]]) -> list[str]:
+    """The "Step durations" section: per host each step's duration, the time
+    out of service and the total; a last row with the sums over all hosts.
+    Empty when no host recorded steps."""
+    timed = [row for row in rows if row.get("steps")]
+    if not timed:
+        return []
+    steps: list[str] = []
+    for row in timed:
+        steps += [name for name in row["steps"] if name not in steps]
+    order = {name: i for i, name in enumerate(timeline.STEP_ORDER)}
+    steps.sort(key=lambda name: order.get(name, len(order)))
+    header = ["host", *steps, "out of service", "total"]
+    lines = [
+        "",
+        "## Step durations",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+    ]
+    totals: dict[str, float] = {}
+    for row in timed:
+        cells = [str(row["host"])]
+        for name in steps:
+            seconds = row["steps"].get(name)
+            cells.append(format_duration(seconds))
+            if seconds is not None:
+                totals[name] = totals.get(name, 0.0) + seconds
+        cells.append(format_duration(row.get("out_of_service_s")))
+        total = row.get("duration_s")
+        if total is None:
+            total = round(sum(row["steps"].values()), 1)
+        cells.append(format_duration(total))
+        for key, value in (("out of service", row.get("out_of_service_s")), ("total", total)):
+            if value is not None:
+                totals[key] = totals.get(key, 0.0) + value
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    label = f"all {len(timed)} hosts" if len(timed) > 1 else "total"
+    sums = [format_duration(totals.get(name)) for name in [*steps, "out of service", "total"]]
+    lines.append("| " + " | ".join([f"**{label}**", *sums]) + " |")
+    return lines
 
 
 def _chart_groups(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str | None]]:
@@ -363,64 +490,126 @@ def _chart_size_in(n_groups: int) -> tuple[float, float]:
 
 
 def render_chart(rows: list[dict[str, Any]], path: str | Path, *, title: str | None = None) -> Path:
-    """Draw a PNG bar chart of median throughput (tok/s) per host and profile.
-
-    ``rows`` as :func:`summary_rows` returns them. Each host and profile gets
-    a group of two bars: "before" (old stack baseline) and "after" (new
-    stack); a host that rolled back without an "after" shows its rollback
-    re-measurement of the old stack instead, hatched. A group with nothing
-    measured is labelled with the host's decision ("not reached" ...).
-    Drawn with matplotlib's Agg canvas (no display, no pyplot state); the
-    image is :func:`chart_size_px` pixels. Returns the path written; raises
-    ``OSError`` when it cannot be written and ``ImportError`` without
-    matplotlib.
-    """
+    """Draw the PNG chart of :func:`draw_chart` to ``path`` and return the path.
+    Raises ``OSError`` when it cannot be written and ``ImportError`` without
+    matplotlib."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig = draw_chart(rows, title=title)
+    FigureCanvasAgg(fig)
+    out = Path(path)
+    fig.savefig(out, format="png", dpi=CHART_DPI)
+    return out
+
+
+def draw_chart(rows: list[dict[str, Any]], *, title: str | None = None) -> Any:
+    """The trials behind each verdict, as a matplotlib ``Figure`` (no pyplot state).
+
+    ``rows`` as :func:`summary_rows` returns them. Each host and profile is a
+    group of two columns: "before" (the old stack's baseline trials) and
+    "after" (the new stack's trials; for a host that rolled back before the
+    new stack was measured, the old stack's re-measurement, hatched). Each
+    column is a box of its trials (quartiles, whiskers to min and max) with
+    every trial drawn as a point and the median as a black bar labelled with
+    its value; the tolerance band spans from the baseline median down by the
+    profile's tolerance (a new median below it regresses). A group with
+    nothing measured is labelled with the host's decision. The figure is
+    :func:`chart_size_px` pixels at :data:`CHART_DPI`.
+
+    Artists carry a ``gid`` for reading the plotted data back:
+    ``trials:<host>:<profile>:<before|after>`` (points, y = tok/s),
+    ``median:...`` (the median bar), ``band:<host>:<profile>`` (the band).
+    """
     from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
     groups = _chart_groups(rows)
     width_in, height_in = _chart_size_in(len(groups))
     fig = Figure(figsize=(width_in, height_in), dpi=CHART_DPI, layout="constrained")
-    FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     colors = {
         "before": "#7f7f7f",
         "after": "#2b8cbe",
         "regressed": "#d7301f",
         "rollback": "#fdae6b",
+        "band": "#fee391",
     }
-    bar_w = 0.38
+    col_w = 0.38
     vertical = len(groups) > 12  # many groups: one rotated "host profile" label each
     labels = []
     top = 0.0
+    bottom = math.inf
     for i, (row, name) in enumerate(groups):
         labels.append(f"{row.get('host')} {name}" if vertical and name else (name or ""))
         p = (row.get("profiles") or {}).get(name) if name else None
-        bars = []
-        if p and p.get("before") is not None:
-            bars.append((i - bar_w / 2, p["before"], colors["before"], None))
-        if p and p.get("after") is not None:
-            color = colors["regressed"] if p.get("verdict") == "regressed" else colors["after"]
-            bars.append((i + bar_w / 2, p["after"], color, None))
-        elif p and p.get("after_rollback") is not None:
-            bars.append((i + bar_w / 2, p["after_rollback"], colors["rollback"], "//"))
-        for x, value, color, hatch in bars:
-            ax.bar(x, value, bar_w, color=color, hatch=hatch, edgecolor="#333333", linewidth=0.5)
+        trials = (p or {}).get("trials") or {}
+        columns = []
+        before = list(trials.get("baseline") or ([p["before"]] if p and p.get("before") is not None else []))
+        if before:
+            columns.append(("before", i - col_w / 2, before, colors["before"], None))
+        after = list(trials.get("candidate") or ([p["after"]] if p and p.get("after") is not None else []))
+        if after:
+            color = colors["regressed"] if p and p.get("verdict") == "regressed" else colors["after"]
+            columns.append(("after", i + col_w / 2, after, color, None))
+        else:
+            back = list(
+                trials.get("rollback")
+                or ([p["after_rollback"]] if p and p.get("after_rollback") is not None else [])
+            )
+            if back:
+                columns.append(("after", i + col_w / 2, back, colors["rollback"], "//"))
+        host_profile = f"{row.get('host')}:{name}"
+        tolerance = (p or {}).get("tolerance_pct")
+        if p and p.get("before") is not None and tolerance is not None:
+            low = p["before"] * (1 - tolerance / 100.0)
+            band = ax.fill_between(
+                [i - 0.45, i + 0.45], low, p["before"], color=colors["band"], alpha=0.6, linewidth=0, zorder=0
+            )
+            band.set_gid(f"band:{host_profile}")
+            bottom = min(bottom, low)
+        for side, x, values, color, hatch in columns:
+            boxes = ax.boxplot(
+                [values],
+                positions=[x],
+                widths=col_w * 0.8,
+                whis=(0, 100),
+                patch_artist=True,
+                showfliers=False,
+                medianprops={"color": "black", "linewidth": 0},
+                manage_ticks=False,
+            )
+            for box in boxes["boxes"]:
+                box.set(facecolor=color, alpha=0.45, hatch=hatch, edgecolor="#333333", linewidth=0.5)
+            jitter = [
+                x + (k - (len(values) - 1) / 2) * min(0.02, col_w * 0.6 / max(len(values), 1))
+                for k in range(len(values))
+            ]
+            points = ax.scatter(
+                jitter, values, s=9, color=color, edgecolor="#222222", linewidths=0.3, zorder=3
+            )
+            points.set_gid(f"trials:{host_profile}:{side}")
+            median = _plain_median(values)
+            (bar,) = ax.plot(
+                [x - col_w * 0.45, x + col_w * 0.45], [median, median], color="black", linewidth=1.6, zorder=4
+            )
+            bar.set_gid(f"median:{host_profile}:{side}")
             ax.annotate(
-                f"{value:.1f}",
-                (x, value),
+                f"{median:.1f}",
+                (x, max(values)),
                 ha="center",
                 va="bottom",
                 fontsize=7,
                 xytext=(0, 2),
                 textcoords="offset points",
             )
-            top = max(top, value)
-        if not bars:
+            top = max(top, max(values))
+            bottom = min(bottom, min(values))
+        if not columns:
             ax.annotate(
                 str(row.get("decision") or row.get("status")),
                 (i, 0),
+                xycoords=("data", "axes fraction"),
                 ha="center",
                 va="bottom",
                 rotation=90,
@@ -429,7 +618,11 @@ def render_chart(rows: list[dict[str, Any]], path: str | Path, *, title: str | N
                 xytext=(0, 4),
                 textcoords="offset points",
             )
-    ax.set_ylim(0, top * 1.15 if top > 0 else 1.0)
+    if top > 0:
+        span = max(top - bottom, top * 0.02)
+        ax.set_ylim(max(0.0, bottom - span * 0.25), top + span * 0.3)
+    else:
+        ax.set_ylim(0, 1.0)
     ax.set_xticks(range(len(groups)), labels, fontsize=7 if vertical else 8)
     if vertical:
         ax.tick_params(axis="x", labelrotation=90)
@@ -450,19 +643,21 @@ def render_chart(rows: list[dict[str, Any]], path: str | Path, *, title: str | N
         for _, _, last in spans[:-1]:
             ax.axvline(last + 0.5, color="#cccccc", linewidth=0.8)
     ax.set_xlim(-0.6, max(len(groups), 1) - 0.4)
-    ax.set_ylabel("median throughput (tok/s)")
+    ax.set_ylabel("throughput per trial (tok/s)")
     fig.suptitle(title or "Decode throughput before and after the CUDA 13 upgrade", fontsize=10)
     ax.grid(axis="y", alpha=0.3)
     ax.set_axisbelow(True)
     fig.legend(
         handles=[
-            Patch(facecolor=colors["before"], label="before (old stack)"),
-            Patch(facecolor=colors["after"], label="after (new stack, kept)"),
-            Patch(facecolor=colors["regressed"], label="after (new stack, regressed)"),
-            Patch(facecolor=colors["rollback"], hatch="//", label="after rollback (old stack)"),
+            Patch(facecolor=colors["before"], alpha=0.45, label="before (old stack)"),
+            Patch(facecolor=colors["after"], alpha=0.45, label="after (new stack, kept)"),
+            Patch(facecolor=colors["regressed"], alpha=0.45, label="after (new stack, regressed)"),
+            Patch(facecolor=colors["rollback"], alpha=0.45, hatch="//", label="after rollback (old stack)"),
+            Patch(facecolor=colors["band"], alpha=0.6, label="tolerance below the old median"),
+            Line2D([], [], color="black", linewidth=1.6, label="median"),
         ],
         fontsize=7,
-        ncols=4,
+        ncols=3,
         loc="outside lower center",
         frameon=False,
     )
@@ -476,9 +671,7 @@ def render_chart(rows: list[dict[str, Any]], path: str | Path, *, title: str | N
             va="center",
             color="#555555",
         )
-    out = Path(path)
-    fig.savefig(out, format="png", dpi=CHART_DPI)
-    return out
+    return fig
 
 
 def run_hosts(run_dir: str | Path) -> list[str]:
@@ -504,9 +697,13 @@ def fleet_summary(run_dir: str | Path, hosts: list[str] | None = None) -> dict[s
     :func:`run_hosts`. A host without a result file takes its outcome from
     ``run.json`` when the command recorded one, else it is "not reached".
 
+    Also writes the run's Prometheus metrics, ``cuda13_upgrade.prom``
+    (:func:`cuda13_upgrade.metrics.fleet_metrics`), there and, when
+    ``$CUDA13_METRICS_TEXTFILE_DIR`` is set, into that directory.
+
     Returns ``{"run_id", "rows", "markdown", "files": {"markdown", "json",
-    "chart"}}`` (paths as strings; ``chart`` None, with ``chart_error`` set,
-    when matplotlib is missing). ``summary.json`` is ``{"run_id", "rows"}``.
+    "chart", "metrics"}}`` (paths as strings; ``chart`` None, with
+    ``chart_error`` set, when matplotlib is missing). ``summary.json`` is ``{"run_id", "rows"}``.
     Raises ``ValueError`` for a result file that is not JSON and ``OSError``
     when the directory cannot be written.
     """
@@ -530,10 +727,17 @@ def fleet_summary(run_dir: str | Path, hosts: list[str] | None = None) -> dict[s
         "run_id": run.name,
         "rows": rows,
         "markdown": markdown,
-        "files": {"markdown": str(md_path), "json": str(json_path), "chart": None},
+        "files": {"markdown": str(md_path), "json": str(json_path), "chart": None, "metrics": None},
     }
+    from cuda13_upgrade import metrics
+
+    text = metrics.fleet_metrics(rows, run.name, load_run_record(run))
+    summary["files"]["metrics"] = str(metrics.write_textfile(run, text))
+    textfile_dir = os.environ.get("CUDA13_METRICS_TEXTFILE_DIR")
+    if textfile_dir:  # node_exporter's textfile collector directory on the control node
+        metrics.write_textfile(textfile_dir, text)
     try:
-        title = f"Median throughput per host and profile, run {run.name}"
+        title = f"Trials per host, profile and stack, run {run.name}"
         render_chart(rows, png_path, title=title)
         summary["files"]["chart"] = str(png_path)
     except ImportError as exc:  # the report must not fail an upgrade for want of a chart

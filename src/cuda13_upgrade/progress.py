@@ -1,0 +1,572 @@
+"""Live progress of a run, driven by ansible-runner events.
+
+:class:`RunProgress` is an ansible-runner ``event_handler``. It follows each
+host's step and draws, on a terminal, a live view (``rich``): the rollout on
+top (batch k of n, hosts kept / rolled back / failed / running / waiting /
+not reached, elapsed time), then one row per host of the current batch (its
+step, how long the step has run, the task, the last trial's tok/s while it
+measures). Without a terminal (CI, a log file, AWX) it prints timestamped
+lines instead: one when a step starts, one when it ends with its duration,
+and a heartbeat line every :data:`HEARTBEAT_S` seconds of a step that runs
+longer. Failed tasks are printed at once with their message in both modes
+(:class:`cuda13_upgrade.cli.Progress`, which this class extends).
+
+Where the steps come from: the upgrade play names each host's step in the
+fact ``__cuda13_step`` (``playbooks/tasks/upgrade-host.yml``: snapshot,
+toolkit, wheels, sglang_build, drain, baseline, switch, verify, rollback,
+undrain, result); a set_fact event carrying it starts the step. Plays without
+it (preflight, verify) take the role, task file or task as the step. A
+host's final state comes from the ``cuda13_result`` fact
+(``playbooks/tasks/result.yml``) or the run's final stats. The batches of a
+serial play are its repeated ``playbook_on_play_start`` events, and their
+number follows Ansible's own rule for ``serial`` (:func:`serial_batches`).
+
+Times are the events' ``created`` stamps (UTC, as ansible-runner writes
+them), so a recorded run renders exactly as it did live.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+from cuda13_upgrade.cli import _QUIET_ACTIONS, Progress, UsageError, natural_key
+from cuda13_upgrade.report import NOT_REACHED, format_duration
+
+#: Seconds between two heartbeat lines of a step that is still running (plain mode).
+HEARTBEAT_S = 60.0
+
+#: The rollout's batches when ``cuda13_serial`` is not set (playbooks/upgrade.yml).
+DEFAULT_SERIAL: list[int | str] = [1, "25%", "100%"]
+
+#: Final states, as ``result.json`` writes them, and how the view names them.
+STATE_TEXT = {
+    "kept": "kept",
+    "rolled_back": "rolled back",
+    "failed": "failed",
+    "unreachable": "unreachable",
+    "running": "running",
+    "waiting": "waiting",
+    NOT_REACHED: "not reached",
+    "done": "done",  # ran to the end without a result of its own (preflight, verify)
+}
+
+_TIMESTAMP = "%Y-%m-%dT%H:%M:%SZ"
+_TRIAL_METRICS = ("output_tok_s", "decode_tok_s")
+
+
+def serial_batches(n_hosts: int, serial: Sequence[int | str] | int | str | None) -> list[int]:
+    """Batch sizes of a play of ``n_hosts`` hosts with ``serial`` (Ansible's rule).
+
+    Each entry is a host count or a percentage (``"25%"``) of all the play's
+    hosts, rounded down and at least 1; the last entry repeats until every
+    host has a batch (ansible-core ``PlaybookExecutor._get_serialized_batches``
+    and ``pct_to_int``). ``serial`` None, 0 or empty: one batch. Raises
+    ``ValueError`` for an entry that is neither a number nor a percentage.
+    """
+    if n_hosts <= 0:
+        return []
+    if serial in (None, 0, "", []):
+        return [n_hosts]
+    entries = list(serial) if isinstance(serial, list | tuple) else [serial]
+    sizes = [_batch_size(entry, n_hosts) for entry in entries]
+    batches: list[int] = []
+    left = n_hosts
+    index = 0
+    while left > 0:
+        size = sizes[min(index, len(sizes) - 1)] or left
+        size = min(size, left)
+        batches.append(size)
+        left -= size
+        index += 1
+    return batches
+
+
+def _batch_size(entry: int | str, n_hosts: int) -> int:
+    text = str(entry).strip()
+    try:
+        if text.endswith("%"):
+            return max(1, int(float(text[:-1]) / 100.0 * n_hosts))
+        return int(text)
+    except ValueError as exc:
+        raise ValueError(f"cuda13_serial entry {entry!r} is neither a host count nor a percentage") from exc
+
+
+def serial_from_extra_vars(extra_vars: Iterable[str], default: Any = None) -> Any:
+    """``cuda13_serial`` as the command line's ``-e`` values set it (the last wins).
+
+    Each value is ``key=value ...``, JSON/YAML, or ``@file`` (YAML or JSON),
+    as ``ansible-playbook -e`` takes them. Returns ``default`` (None:
+    :data:`DEFAULT_SERIAL`) when none sets it, or a value cannot be read.
+    """
+    found: Any = DEFAULT_SERIAL if default is None else default
+    for value in extra_vars:
+        data: Any = None
+        try:
+            if value.startswith("@"):
+                data = yaml.safe_load(Path(value[1:]).read_text(encoding="utf-8"))
+            elif value.lstrip().startswith(("{", "[")):
+                data = yaml.safe_load(value)
+            else:
+                data = {}
+                for pair in value.split():
+                    key, sep, raw = pair.partition("=")
+                    if sep:
+                        data[key] = yaml.safe_load(raw)
+        except (OSError, yaml.YAMLError):
+            continue
+        if isinstance(data, dict) and "cuda13_serial" in data:
+            found = data["cuda13_serial"]
+    return found
+
+
+def _event_time(event: Mapping[str, Any], clock: Callable[[], float]) -> float:
+    created = event.get("created")
+    if created:
+        try:
+            stamp = datetime.fromisoformat(str(created))
+        except ValueError:
+            return clock()
+        if stamp.tzinfo is None:  # ansible-runner writes UTC without an offset
+            stamp = stamp.replace(tzinfo=UTC)
+        return stamp.timestamp()
+    return clock()
+
+
+def _stamp(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).strftime(_TIMESTAMP)
+
+
+def _last_trial_tok_s(res: Any) -> float | None:
+    """The last trial's tok/s from a measuring task's result (``stdout``: the
+    JSON ``{"trials": [...]}`` of ``hostscripts/completion_bench.py``)."""
+    if not isinstance(res, Mapping):
+        return None
+    stdout = res.get("stdout")
+    if not isinstance(stdout, str) or '"trials"' not in stdout:
+        return None
+    try:
+        trials = json.loads(stdout).get("trials")
+    except (json.JSONDecodeError, AttributeError):
+        return None
+    if not isinstance(trials, list) or not trials or not isinstance(trials[-1], Mapping):
+        return None
+    for metric in _TRIAL_METRICS:
+        value = trials[-1].get(metric)
+        if isinstance(value, int | float) and math.isfinite(value):
+            return float(value)
+    return None
+
+
+@dataclass
+class HostView:
+    """What the view knows of one host. Times are epoch seconds (UTC)."""
+
+    host: str
+    state: str = "waiting"
+    batch: int | None = None
+    step: str | None = None
+    step_started: float | None = None
+    task: str | None = None
+    last_tok_s: float | None = None
+    heartbeat_at: float | None = None
+    explicit_steps: bool = False  # the play names the step (__cuda13_step)
+
+
+class RunProgress(Progress):
+    """The live view (``live=True``) or the timestamped lines (``live=False``)
+    of a run, fed with ansible-runner events.
+
+    ``stream``: where lines go (default stdout). ``live``: None decides by
+    whether ``stream`` is a terminal. ``serial``: the rollout's
+    ``cuda13_serial`` (for "batch k of n"). ``clock``: epoch seconds now
+    (tests). Use it as a context manager around the run (``with progress:``)
+    so the live view and the heartbeat thread stop also when the run is
+    interrupted; :meth:`interrupted_lines` then says what each host was doing.
+    """
+
+    def __init__(
+        self,
+        stream: TextIO | None = None,
+        *,
+        live: bool | None = None,
+        serial: Any = None,
+        clock: Callable[[], float] = time.time,
+        heartbeat_s: float = HEARTBEAT_S,
+        title: str = "cuda13-upgrade",
+    ) -> None:
+        super().__init__(stream)
+        if live is None:
+            live = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.live = live
+        self.serial = DEFAULT_SERIAL if serial is None else serial
+        self.clock = clock
+        self.heartbeat_s = heartbeat_s
+        self.title = title
+        self.views: dict[str, HostView] = {}
+        self.started: float | None = None
+        self.batch = 0
+        self.batches_total: int | None = None
+        self.finished = False
+        self._play: str | None = None
+        self._at: float | None = None  # the time of the event being handled
+        self._batch_line = False  # a batch started: say so with its first host event
+        self._play_starts: dict[str, int] = {}
+        self._lock = threading.RLock()
+        self._live: Any = None
+        self._console: Any = None
+        self._ticker: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    # --- lifecycle ------------------------------------------------------------------
+
+    def __enter__(self) -> RunProgress:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Start the live view (terminal) or the heartbeat thread (plain lines)."""
+        if self.live:
+            from rich.console import Console
+            from rich.live import Live
+
+            self._console = Console(file=self.stream)
+            self._live = Live(
+                console=self._console,
+                get_renderable=self.renderable,
+                refresh_per_second=2,
+                transient=False,
+            )
+            self._live.start()
+            return
+        self._stop.clear()
+        self._ticker = threading.Thread(target=self._tick_loop, name="cuda13-progress", daemon=True)
+        self._ticker.start()
+
+    def stop(self) -> None:
+        """Stop the live view (drawn one last time) or the heartbeat thread."""
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+        if self._ticker is not None:
+            self._stop.set()
+            self._ticker.join(timeout=5)
+            self._ticker = None
+
+    def _tick_loop(self) -> None:
+        while not self._stop.wait(1.0):
+            self.tick()
+
+    # --- events ---------------------------------------------------------------------
+
+    def __call__(self, event: Mapping[str, Any]) -> bool:
+        with self._lock:
+            at = self._at = _event_time(event, self.clock)
+            if self.started is None:
+                self.started = at
+            kind = event.get("event")
+            data = event.get("event_data") or {}
+            if kind == "playbook_on_play_start":
+                self._play_start(data, at)
+            super().__call__(event)
+            if self._batch_line and kind != "playbook_on_play_start":
+                self._batch_line = False  # once the batch's hosts are known
+                if not self.live:
+                    self._line(at, f"{self.batch_text()} ({self.counts_text()})")
+            if kind == "playbook_on_stats":
+                self._finish(at)
+            elif kind in ("runner_on_start", "runner_on_ok", "runner_on_failed", "runner_retry"):
+                self._task_event(kind, data, at)
+            elif kind == "runner_on_unreachable":
+                self._final(str(data.get("host") or ""), "unreachable", at)
+            self.tick(at)
+        return True
+
+    def _play_start(self, data: Mapping[str, Any], at: float) -> None:
+        name = str(data.get("play") or data.get("play_pattern") or "")
+        for view in self.views.values():  # a new play: every host's step ends
+            self._end_step(view, at)
+            view.explicit_steps = False
+        self._play = name
+        count = self._play_starts[name] = self._play_starts.get(name, 0) + 1
+        if count > 1 or self._batched(name):
+            self.batch = count
+            self._batch_line = True
+            for view in self.views.values():  # hosts not (yet) in a batch wait for theirs
+                outcome = self.outcomes.get(view.host)
+                if view.state == "running" and outcome and (outcome.failed or outcome.unreachable):
+                    view.state = "unreachable" if outcome.unreachable else "failed"
+                elif view.state == "running" and view.batch is None:
+                    view.state = "waiting"
+
+    def _batched(self, play: str) -> bool:
+        return play.startswith("Upgrade")  # playbooks/upgrade.yml's serial play
+
+    def _task_event(self, kind: str, data: Mapping[str, Any], at: float) -> None:
+        host = str(data.get("host") or "")
+        if not host or data.get("play_pattern") == "localhost":
+            return
+        view = self.views.get(host)
+        if view is None:
+            view = self.views[host] = HostView(host=host)
+        if view.state == "waiting":
+            view.state = "running"
+            view.batch = self.batch or None
+        res = data.get("res") if isinstance(data.get("res"), Mapping) else {}
+        facts = res.get("ansible_facts") if isinstance(res.get("ansible_facts"), Mapping) else {}
+        if kind == "runner_on_ok" and "__cuda13_step" in facts:
+            view.explicit_steps = True
+            self._begin_step(view, str(facts["__cuda13_step"]), at)
+        elif not view.explicit_steps:
+            _, label = self._step_of(host, data)
+            if label and label != view.step and _action_of(data) not in _QUIET_ACTIONS:
+                self._begin_step(view, label, at)
+        if kind == "runner_on_start":
+            view.task = str(data.get("task") or "") or view.task
+        tok_s = _last_trial_tok_s(res)
+        if tok_s is not None:
+            view.last_tok_s = tok_s
+        result = facts.get("cuda13_result")
+        if kind == "runner_on_ok" and isinstance(result, Mapping) and result.get("status"):
+            self._final(host, str(result["status"]), at)
+
+    def _begin_step(self, view: HostView, step: str, at: float) -> None:
+        if step == view.step:
+            return
+        self._end_step(view, at)
+        if step == "done":  # upgrade-host.yml: the decision is made
+            return
+        view.step, view.step_started, view.heartbeat_at = step, at, at
+        view.task = None
+        if not self.live:
+            self._line(at, f"{view.host}: {step} started")
+
+    def _end_step(self, view: HostView, at: float) -> None:
+        if view.step is None or view.step_started is None:
+            return
+        if not self.live:
+            took = format_duration(max(0.0, at - view.step_started))
+            self._line(at, f"{view.host}: {view.step} done in {took}")
+        view.step, view.step_started, view.task = None, None, None
+
+    def _final(self, host: str, state: str, at: float) -> None:
+        view = self.views.get(host)
+        if view is None:
+            view = self.views[host] = HostView(host=host)
+        if view.state == state:
+            return
+        view.state = state
+        if not self.live:
+            self._line(at, f"{host}: {STATE_TEXT.get(state, state)} ({self.counts_text()})")
+
+    def _finish(self, at: float) -> None:
+        for host in self.hosts:
+            self.views.setdefault(host, HostView(host=host))
+        for view in self.views.values():
+            self._end_step(view, at)
+            outcome = self.outcomes.get(view.host)
+            if view.state == "waiting":
+                view.state = NOT_REACHED
+            elif view.state == "running":
+                if outcome and outcome.unreachable:
+                    view.state = "unreachable"
+                elif outcome and outcome.failed:
+                    view.state = "failed"
+                else:
+                    view.state = "done"
+        self.finished = True
+        if not self.live:
+            elapsed = format_duration(at - (self.started or at))
+            self._line(at, f"run finished after {elapsed}: {self.counts_text()}")
+
+    def batch_text(self) -> str:
+        """``"batch 2 of 3"`` (``"batch 2"`` while the number of batches is unknown)."""
+        total = None
+        try:
+            total = len(serial_batches(len(self._all_hosts()), self.serial)) or None
+        except ValueError:
+            total = None
+        self.batches_total = total
+        return f"batch {self.batch}" + (f" of {total}" if total and total >= self.batch else "")
+
+    # --- heartbeat ------------------------------------------------------------------
+
+    def tick(self, now: float | None = None) -> None:
+        """Print the heartbeat of every step running for :attr:`heartbeat_s`
+        since its start or its last heartbeat (plain mode; the live view
+        redraws itself)."""
+        if self.live:
+            return
+        with self._lock:
+            at = self.clock() if now is None else now
+            for view in self.views.values():
+                if view.step is None or view.step_started is None or view.heartbeat_at is None:
+                    continue
+                if at - view.heartbeat_at >= self.heartbeat_s:
+                    view.heartbeat_at = at
+                    task = f" (task: {view.task})" if view.task else ""
+                    took = format_duration(at - view.step_started)
+                    self._line(at, f"{view.host}: {view.step} still running after {took}{task}")
+
+    # --- what the view shows --------------------------------------------------------
+
+    def counts(self) -> dict[str, int]:
+        """Hosts per state (keys of :data:`STATE_TEXT`), every host of the run counted once."""
+        counts = dict.fromkeys(STATE_TEXT, 0)
+        for host in self._all_hosts():
+            state = self.views[host].state if host in self.views else "waiting"
+            counts[state] = counts.get(state, 0) + 1
+        return counts
+
+    def counts_text(self) -> str:
+        """``"1 kept, 0 rolled back, 0 failed, 1 running, 2 waiting"`` (not reached
+        and unreachable only when there are some)."""
+        counts = self.counts()
+        parts = []
+        for state, text in STATE_TEXT.items():
+            if counts.get(state) or state in ("kept", "rolled_back", "failed", "running", "waiting"):
+                if state == "waiting" and self.finished:
+                    continue
+                parts.append(f"{counts.get(state, 0)} {text}")
+        return ", ".join(parts)
+
+    def _all_hosts(self) -> list[str]:
+        return sorted(dict.fromkeys([*self.hosts, *self.views]), key=natural_key)
+
+    def current_rows(self, now: float | None = None) -> list[dict[str, Any]]:
+        """Rows of the hosts of the current batch (all hosts seen outside a
+        batched play): ``{"host", "state", "step", "elapsed_s", "task",
+        "last_tok_s"}``."""
+        at = self.clock() if now is None else now
+        rows = []
+        for host in self._all_hosts():
+            view = self.views.get(host) or HostView(host=host)
+            if self.batch and view.batch != self.batch:
+                continue
+            if not self.batch and view.state == "waiting" and view.step is None:
+                continue
+            elapsed = at - view.step_started if view.step_started is not None else None
+            rows.append(
+                {
+                    "host": host,
+                    "state": STATE_TEXT.get(view.state, view.state),
+                    "step": view.step or "-",
+                    "elapsed_s": elapsed,
+                    "task": view.task or "",
+                    "last_tok_s": view.last_tok_s,
+                }
+            )
+        return rows
+
+    def header(self, now: float | None = None) -> str:
+        """The rollout line above the rows: title, batch k of n, counts, elapsed."""
+        at = self.clock() if now is None else now
+        parts = [self.title]
+        if self.batch:
+            parts.append(self.batch_text())
+        parts.append(self.counts_text())
+        if self.started is not None:
+            parts.append(f"elapsed {format_duration(max(0.0, at - self.started))}")
+        return " · ".join(parts)
+
+    def renderable(self) -> Any:
+        """The live view: the rollout line, then a table of the current batch."""
+        from rich.console import Group
+        from rich.table import Table
+        from rich.text import Text
+
+        with self._lock:
+            now = self.clock()
+            table = Table(expand=False, box=None, pad_edge=False, header_style="bold")
+            for column, justify in (
+                ("host", "left"),
+                ("state", "left"),
+                ("step", "left"),
+                ("elapsed", "right"),
+                ("last trial", "right"),
+                ("task", "left"),
+            ):
+                table.add_column(column, justify=justify, no_wrap=column != "task", overflow="ellipsis")
+            for row in self.current_rows(now):
+                tok_s = f"{row['last_tok_s']:.1f} tok/s" if row["last_tok_s"] is not None else "-"
+                elapsed = format_duration(row["elapsed_s"]) if row["elapsed_s"] is not None else "-"
+                table.add_row(row["host"], row["state"], row["step"], elapsed, tok_s, row["task"])
+            return Group(Text(self.header(now), style="bold"), table)
+
+    def interrupted_lines(self, now: float | None = None) -> list[str]:
+        """One line per host of the run saying what it was doing when the run
+        stopped: ``"gpu-node-1: in step wheels for 3 min 10 s (task: ...)"``,
+        ``"gpu-node-2: kept"``, ``"gpu-node-3: waiting, not started"``."""
+        with self._lock:
+            at = self.clock() if now is None else now
+            lines = []
+            for host in self._all_hosts():
+                view = self.views.get(host) or HostView(host=host)
+                if view.step is not None and view.step_started is not None:
+                    took = format_duration(max(0.0, at - view.step_started))
+                    task = f" (task: {view.task})" if view.task else ""
+                    lines.append(f"{host}: in step {view.step} for {took}{task}")
+                elif view.state == "waiting":
+                    lines.append(f"{host}: waiting, not started")
+                elif view.state == "running" and view.task:
+                    lines.append(f"{host}: running (task: {view.task})")
+                else:
+                    lines.append(f"{host}: {STATE_TEXT.get(view.state, view.state)}")
+            return lines
+
+    # --- output ---------------------------------------------------------------------
+
+    def _flush_host(self, host: str) -> None:
+        # The steps' own start/end lines (plain) or rows (live) replace the
+        # base class's "<host>: <step> ... ok" lines; failures still print.
+        self._steps.pop(host, None)
+
+    def _print(self, line: str) -> None:
+        if self.live:
+            if self._console is not None:
+                self._console.print(line, markup=False, highlight=False, soft_wrap=True)
+            else:
+                print(line, file=self.stream, flush=True)
+            return
+        at = self._at if self._at is not None else self.clock()
+        print(f"{_stamp(at)} {line}", file=self.stream, flush=True)
+
+    def _line(self, at: float, text: str) -> None:
+        print(f"{_stamp(at)} {text}", file=self.stream, flush=True)
+
+
+def _action_of(data: Mapping[str, Any]) -> str:
+    return str(data.get("task_action") or "").rsplit(".", 1)[-1]
+
+
+def progress_mode(stream: TextIO | None, environ: Mapping[str, str] | None = None) -> bool:
+    """Whether to draw the live view (True) or print timestamped lines (False).
+
+    ``$CUDA13_UPGRADE_PROGRESS``: ``live`` or ``plain`` decide; unset or
+    ``auto``: live when ``stream`` (default stdout) is a terminal and
+    ``$TERM`` is not ``dumb``. Raises :class:`cuda13_upgrade.cli.UsageError`
+    (exit status 2) for another value, naming the variable.
+    """
+    import os
+
+    env = os.environ if environ is None else environ
+    mode = env.get("CUDA13_UPGRADE_PROGRESS", "auto").strip().lower() or "auto"
+    if mode not in ("auto", "live", "plain"):
+        raise UsageError(f"CUDA13_UPGRADE_PROGRESS={mode!r}: expected auto, live or plain")
+    if mode != "auto":
+        return mode == "live"
+    out = stream if stream is not None else sys.stdout
+    return bool(getattr(out, "isatty", lambda: False)()) and env.get("TERM") != "dumb"

@@ -1,0 +1,102 @@
+"""Step durations of a host's upgrade, from the step boundaries the play records.
+
+The upgrade play appends ``{"step": name, "started_at": ISO 8601 UTC}`` to
+the host's ``__cuda13_steps`` each time the host moves to its next step
+(``playbooks/tasks/upgrade-host.yml``: snapshot, toolkit, wheels,
+sglang_build, drain, baseline, switch, verify; ``rescue-host.yml``:
+rollback; ``upgrade.yml``: artifact_cache, undrain; ``result.yml``: result).
+A step lasts until the next one starts; the last until the result is written.
+
+Time out of service: from the start of ``drain`` (the worker leaves the
+router, or, without drain hooks, the first restart of the service for the
+baseline follows) to the end of ``undrain`` (without hooks: to the end of
+the last step before the result, the decision or the rollback's check).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+#: Steps after which the host may be out of service, until :data:`SERVICE_BACK`.
+OUT_OF_SERVICE_FROM = "drain"
+SERVICE_BACK = "undrain"
+#: The bookkeeping step that closes every upgrade (writing the result).
+RESULT_STEP = "result"
+
+#: The steps of an upgrade in the order they run (a rollback after verify).
+STEP_ORDER = (
+    "artifact_cache",
+    "snapshot",
+    "toolkit",
+    "wheels",
+    "sglang_build",
+    "drain",
+    "baseline",
+    "switch",
+    "verify",
+    "rollback",
+    "undrain",
+    "result",
+)
+
+
+def _time(value: Any, what: str) -> datetime:
+    try:
+        stamp = datetime.fromisoformat(str(value))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{what}: {value!r} is not an ISO 8601 time") from exc
+    if stamp.tzinfo is None:  # Ansible's now(utc=true).isoformat() has no offset
+        stamp = stamp.replace(tzinfo=UTC)
+    return stamp
+
+
+def step_durations(records: Sequence[Mapping[str, Any]], finished_at: str) -> list[dict[str, Any]]:
+    """Each step with its start and duration.
+
+    ``records``: ``[{"step": str, "started_at": ISO 8601}]`` in the order
+    the play recorded them; ``finished_at``: when the last step ended (ISO
+    8601). Times without an offset are UTC (what Ansible's
+    ``now(utc=true).isoformat()`` writes). Returns ``[{"step", "started_at", "duration_s"}]``,
+    ``duration_s`` in seconds rounded to 0.1. A step recorded twice in a
+    row (a re-run of the same boundary) counts once. Raises ``ValueError``
+    for a record without a step name or with a time that is not ISO 8601,
+    or when a step starts before the one before it.
+    """
+    steps: list[dict[str, Any]] = []
+    for index, record in enumerate(records):
+        if not isinstance(record, Mapping) or not record.get("step"):
+            raise ValueError(f"step record {index}: {record!r} has no 'step'")
+        started = _time(record.get("started_at"), f"step {record['step']!r} started_at")
+        if steps and steps[-1]["step"] == record["step"]:
+            continue
+        if steps and started < steps[-1]["_started"]:
+            raise ValueError(
+                f"step {record['step']!r} starts at {record['started_at']}, before {steps[-1]['step']!r}"
+            )
+        steps.append(
+            {"step": str(record["step"]), "started_at": str(record["started_at"]), "_started": started}
+        )
+    end = _time(finished_at, "finished_at")
+    for current, following in zip(steps, [*steps[1:], None], strict=True):
+        until = following["_started"] if following else max(end, current["_started"])
+        current["duration_s"] = round((until - current["_started"]).total_seconds(), 1)
+    return [{k: v for k, v in step.items() if k != "_started"} for step in steps]
+
+
+def out_of_service_s(steps: Sequence[Mapping[str, Any]]) -> float | None:
+    """Seconds the host was out of service: from the start of ``drain`` to the
+    end of ``undrain``, or, when no undrain ran, to the start of ``result``
+    (or the end of the last step). ``steps`` as :func:`step_durations`
+    returns them. None when the host never reached ``drain``."""
+    names = [str(step.get("step")) for step in steps]
+    if OUT_OF_SERVICE_FROM not in names:
+        return None
+    first = names.index(OUT_OF_SERVICE_FROM)
+    last = names.index(SERVICE_BACK) if SERVICE_BACK in names[first:] else None
+    if last is None:
+        last = names.index(RESULT_STEP) - 1 if RESULT_STEP in names[first:] else len(names) - 1
+    if last < first:
+        return 0.0
+    return round(sum(float(step.get("duration_s") or 0.0) for step in steps[first : last + 1]), 1)

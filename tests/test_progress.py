@@ -1,0 +1,224 @@
+"""Tests of cuda13_upgrade.progress on recorded ansible-runner events.
+
+tests/fixtures/runner-events/rollout.jsonl: the events ``ansible_runner.run``
+emitted for rollout.yml (record.py there): a start play on localhost, a
+preflight of three hosts, a serial upgrade play (batches of one) in which
+gpu-node-01 keeps the new stack, gpu-node-02 regresses and rolls back, and
+gpu-node-03 is never reached (failure budget 0).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from cuda13_upgrade import progress
+
+EVENTS = [
+    json.loads(line)
+    for line in (Path(__file__).parent / "fixtures" / "runner-events" / "rollout.jsonl")
+    .read_text()
+    .splitlines()
+]
+STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ ")
+
+
+def _at(event) -> float:
+    return datetime.fromisoformat(event["created"]).timestamp()
+
+
+def _index(kind: str, host: str | None = None, task: str | None = None, nth: int = 0) -> int:
+    found = [
+        i
+        for i, e in enumerate(EVENTS)
+        if e["event"] == kind
+        and (host is None or e["event_data"].get("host") == host)
+        and (task is None or e["event_data"].get("task") == task)
+    ]
+    return found[nth]
+
+
+def _plain(events, **kwargs) -> tuple[progress.RunProgress, list[str]]:
+    out = io.StringIO()
+    clock = kwargs.pop("clock", lambda: _at(events[-1]))
+    view = progress.RunProgress(out, live=False, serial=1, clock=clock, **kwargs)
+    for event in events:
+        view(event)
+    lines = out.getvalue().splitlines()
+    assert all(STAMP.match(line) for line in lines), lines
+    return view, [STAMP.sub("", line) for line in lines]
+
+
+def test_plain_lines_say_when_each_step_starts_and_ends_with_its_duration():
+    _, lines = _plain(EVENTS)
+    assert "== Preflight" in lines
+    assert "gpu-node-01: Check the NVIDIA driver started" in lines
+    assert "batch 1 of 3 (0 kept, 0 rolled back, 0 failed, 0 running, 3 waiting)" in lines
+    upgrade = [line for line in lines if line.startswith("gpu-node-01: ") and "Check" not in line]
+    steps = [re.sub(r"done in \d+ s", "done in N s", line) for line in upgrade]
+    assert steps == [
+        "gpu-node-01: snapshot started",
+        "gpu-node-01: snapshot done in N s",
+        "gpu-node-01: wheels started",
+        "gpu-node-01: wheels done in N s",
+        "gpu-node-01: verify started",
+        "gpu-node-01: verify done in N s",
+        "gpu-node-01: kept (1 kept, 0 rolled back, 0 failed, 0 running, 2 waiting)",
+    ]
+    # The durations are the events' own times: wheels ran `sleep 3` (plus the task's overhead).
+    wheels = int(re.search(r"gpu-node-01: wheels done in (\d+) s", "\n".join(lines)).group(1))
+    begin = _at(EVENTS[_index("runner_on_ok", "gpu-node-01", "Next step", 0)])
+    end = _at(EVENTS[_index("runner_on_ok", "gpu-node-01", "Next step", 1)])
+    assert wheels == round(end - begin) and wheels >= 3
+    assert "batch 2 of 3 (1 kept, 0 rolled back, 0 failed, 0 running, 2 waiting)" in lines
+    assert (
+        "gpu-node-02: Roll back when the new stack is slower ... FAILED: "
+        "Throughput regressed on the new stack: plain -10.3 %" in lines
+    )
+    assert "gpu-node-02: rollback started" in lines
+    assert "gpu-node-02: rolled back (1 kept, 1 rolled back, 0 failed, 0 running, 1 waiting)" in lines
+    assert re.match(
+        r"run finished after \d+ s: 1 kept, 1 rolled back, 0 failed, 0 running, 1 not reached", lines[-1]
+    )
+    assert not [line for line in lines if line.startswith("localhost")]
+
+
+def test_a_long_step_has_a_heartbeat_every_minute():
+    start = _index("runner_on_ok", "gpu-node-01", "Next step", 0)  # wheels begins
+    task = _index("runner_on_start", "gpu-node-01", "Install the cu130 wheels")
+    view, _ = _plain(EVENTS[: task + 1])
+    began = _at(EVENTS[start])
+    out = view.stream
+    seen = len(out.getvalue().splitlines())
+    view.tick(began + 59.0)
+    assert len(out.getvalue().splitlines()) == seen  # not yet a minute
+    view.tick(began + 61.0)
+    view.tick(began + 90.0)  # half a minute after the last heartbeat: nothing
+    view.tick(began + 121.5)
+    beats = [STAMP.sub("", line) for line in out.getvalue().splitlines()[seen:]]
+    assert beats == [
+        "gpu-node-01: wheels still running after 1 min 01 s (task: Install the cu130 wheels)",
+        "gpu-node-01: wheels still running after 2 min 02 s (task: Install the cu130 wheels)",
+    ]
+    assert (
+        out.getvalue()
+        .splitlines()[seen]
+        .startswith(datetime.fromtimestamp(began + 61.0, progress.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    )
+
+
+def test_heartbeats_come_from_the_thread_without_events():
+    start = _index("runner_on_ok", "gpu-node-01", "Next step", 0)
+    began = _at(EVENTS[start])
+    now = [began]
+    view, _ = _plain(EVENTS[: start + 2], clock=lambda: now[0], heartbeat_s=0.5)
+    with view:  # plain mode: a ticker thread
+        now[0] = began + 1.0
+        for _ in range(50):
+            if "wheels still running" in view.stream.getvalue():
+                break
+            __import__("time").sleep(0.1)
+    assert "gpu-node-01: wheels still running after 1 s" in view.stream.getvalue()
+
+
+def test_interrupted_says_what_each_host_was_doing():
+    start = _index("runner_on_start", "gpu-node-02", "Install the cu130 wheels")
+    view, _ = _plain(EVENTS[: start + 1])
+    now = _at(EVENTS[start]) + 200
+    assert view.interrupted_lines(now) == [
+        "gpu-node-01: kept",
+        "gpu-node-02: in step wheels for 3 min 20 s (task: Install the cu130 wheels)",
+        "gpu-node-03: waiting, not started",
+    ]
+
+
+def test_terminal_view_has_the_rollout_line_and_a_row_per_host_of_the_batch():
+    at = _index("runner_on_ok", "gpu-node-02", "Measure the profile in this phase plain/candidate")
+    out = io.StringIO()
+    events = EVENTS[: at + 1]
+    now = _at(events[-1]) + 5
+    view = progress.RunProgress(out, live=True, serial=1, clock=lambda: now)
+    for event in events:
+        view(event)
+    # Live mode prints no step lines of its own, only the plays (and failures) above the view.
+    assert out.getvalue().splitlines() == [
+        "== Start the run",
+        "== Preflight",
+        "== Upgrade, verify, keep or roll back",
+        "== Upgrade, verify, keep or roll back",
+    ]
+    console = Console(file=io.StringIO(), width=140, color_system=None)
+    console.print(view.renderable())
+    text = console.file.getvalue().splitlines()
+    elapsed = progress.format_duration(now - _at(EVENTS[0]))
+    assert (
+        text[0]
+        == f"cuda13-upgrade · batch 2 of 3 · 1 kept, 0 rolled back, 0 failed, 1 running, 1 waiting · elapsed {elapsed}"
+    )
+    assert text[1].split() == ["host", "state", "step", "elapsed", "last", "trial", "task"]
+    assert len(text) == 3  # only the current batch: gpu-node-02
+    step_started = _at(EVENTS[_index("runner_on_ok", "gpu-node-02", "Next step", 1)])
+    row = text[2].split()
+    assert row[:3] == ["gpu-node-02", "running", "verify"]
+    assert " ".join(row[3:]).startswith(f"{progress.format_duration(now - step_started)} 80.3 tok/s")
+    assert text[2].rstrip().endswith("Measure the profile in this phase plain/candidate")
+
+
+def test_terminal_mode_draws_with_rich_live_and_prints_failures_above_it():
+    out = io.StringIO()
+    view = progress.RunProgress(out, live=True, serial=1)
+    with view:
+        for event in EVENTS:
+            view(event)
+    text = out.getvalue()
+    assert "gpu-node-02: Roll back when the new stack is slower ... FAILED" in text
+    words = " ".join(text.split())  # the last frame, wrapped at the console's width
+    assert "1 kept, 1 rolled back, 0 failed, 0 running, 1 not reached" in words
+    assert not STAMP.match(text)
+
+
+@pytest.mark.parametrize(
+    ("serial", "hosts", "batches"),
+    [
+        ([1, "25%", "100%"], 8, [1, 2, 5]),
+        ([1, "25%", "100%"], 2, [1, 1]),
+        (1, 3, [1, 1, 1]),
+        ("50%", 5, [2, 2, 1]),
+        (None, 4, [4]),
+        ([2, 0], 5, [2, 3]),
+    ],
+)
+def test_serial_batches_follow_ansibles_rule(serial, hosts, batches):
+    assert progress.serial_batches(hosts, serial) == batches
+
+
+def test_serial_from_the_command_line(tmp_path):
+    assert progress.serial_from_extra_vars([]) == progress.DEFAULT_SERIAL
+    assert progress.serial_from_extra_vars(['{"cuda13_serial": [1, "50%"]}']) == [1, "50%"]
+    assert progress.serial_from_extra_vars(["cuda13_serial=2 other=x"]) == 2
+    (tmp_path / "vars.yml").write_text("cuda13_serial: ['10%']\n")
+    assert progress.serial_from_extra_vars([f"@{tmp_path}/vars.yml", "x=1"]) == ["10%"]
+    with pytest.raises(ValueError, match="cuda13_serial entry 'x' is neither"):
+        progress.serial_batches(3, ["x"])
+
+
+def test_progress_mode():
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    assert progress.progress_mode(Tty(), {"TERM": "xterm"}) is True
+    assert progress.progress_mode(Tty(), {"TERM": "dumb"}) is False
+    assert progress.progress_mode(io.StringIO(), {}) is False
+    assert progress.progress_mode(io.StringIO(), {"CUDA13_UPGRADE_PROGRESS": "live"}) is True
+    assert progress.progress_mode(Tty(), {"CUDA13_UPGRADE_PROGRESS": "plain"}) is False
+    with pytest.raises(
+        progress.UsageError, match="CUDA13_UPGRADE_PROGRESS='fancy': expected auto, live or plain"
+    ):
+        progress.progress_mode(Tty(), {"CUDA13_UPGRADE_PROGRESS": "fancy"})

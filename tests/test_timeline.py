@@ -1,0 +1,131 @@
+"""Tests of cuda13_upgrade.timeline: step durations and the time out of service,
+from step records of the shape playbooks/tasks/*.yml append to __cuda13_steps."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible.errors import AnsibleFilterError
+
+from cuda13_upgrade import timeline
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location(
+    "cuda13_timeline", ROOT / "filter_plugins" / "cuda13_timeline.py"
+)
+assert _spec is not None and _spec.loader is not None
+_module = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_module)
+FilterModule = _module.FilterModule
+
+
+def _records(*steps: tuple[str, str]) -> list[dict[str, str]]:
+    return [{"step": name, "started_at": f"2025-01-01T{at}+00:00"} for name, at in steps]
+
+
+FINISHED = "2025-01-01T13:00:00+00:00"
+
+
+def test_each_step_lasts_until_the_next_starts():
+    steps = timeline.step_durations(
+        _records(("snapshot", "12:00:00"), ("toolkit", "12:00:12.5"), ("result", "12:59:58")), FINISHED
+    )
+    assert steps == [
+        {"step": "snapshot", "started_at": "2025-01-01T12:00:00+00:00", "duration_s": 12.5},
+        {"step": "toolkit", "started_at": "2025-01-01T12:00:12.5+00:00", "duration_s": 3585.5},
+        {"step": "result", "started_at": "2025-01-01T12:59:58+00:00", "duration_s": 2.0},
+    ]
+
+
+def test_times_without_an_offset_are_utc():
+    # what Ansible's now(utc=true).isoformat() writes: no offset
+    steps = timeline.step_durations(
+        [{"step": "wheels", "started_at": "2025-01-01T12:59:00.250000"}], FINISHED
+    )
+    assert steps[0]["duration_s"] == 59.8
+
+
+def test_a_boundary_recorded_twice_counts_once():
+    steps = timeline.step_durations(_records(("wheels", "12:00:00"), ("wheels", "12:00:05")), FINISHED)
+    assert steps == [{"step": "wheels", "started_at": "2025-01-01T12:00:00+00:00", "duration_s": 3600.0}]
+
+
+def test_out_of_service_from_drain_to_the_end_of_undrain():
+    steps = timeline.step_durations(
+        _records(
+            ("sglang_build", "12:00:00"),
+            ("drain", "12:10:00"),
+            ("baseline", "12:10:05"),
+            ("verify", "12:20:00"),
+            ("undrain", "12:30:00"),
+            ("result", "12:30:20"),
+        ),
+        FINISHED,
+    )
+    assert timeline.out_of_service_s(steps) == 1220.0
+
+
+def test_out_of_service_without_undrain_hooks_ends_before_the_result():
+    steps = timeline.step_durations(
+        _records(
+            ("drain", "12:10:00"), ("verify", "12:20:00"), ("rollback", "12:25:00"), ("result", "12:40:00")
+        ),
+        FINISHED,
+    )
+    assert timeline.out_of_service_s(steps) == 1800.0
+    before_drain = timeline.step_durations(
+        _records(("snapshot", "12:00:00"), ("result", "12:01:00")), FINISHED
+    )
+    assert timeline.out_of_service_s(before_drain) is None
+
+
+@pytest.mark.parametrize(
+    ("records", "message"),
+    [
+        ([{"started_at": "2025-01-01T12:00:00+00:00"}], "has no 'step'"),
+        ([{"step": "wheels", "started_at": "yesterday"}], "'yesterday' is not an ISO 8601 time"),
+        (_records(("wheels", "12:00:00"), ("switch", "11:00:00")), "before 'wheels'"),
+    ],
+)
+def test_bad_records_are_named(records, message):
+    with pytest.raises(ValueError, match=message):
+        timeline.step_durations(records, FINISHED)
+
+
+def test_filters():
+    filters = FilterModule().filters()
+    steps = filters["cuda13_step_durations"](
+        _records(("drain", "12:00:00"), ("undrain", "12:59:00")), FINISHED
+    )
+    assert filters["cuda13_out_of_service"](steps) == 3600.0
+    with pytest.raises(AnsibleFilterError, match="expects a list of step records, got 'x'"):
+        filters["cuda13_step_durations"]("x", FINISHED)
+    with pytest.raises(AnsibleFilterError, match="cuda13_step_durations: step 'a' started_at: None"):
+        filters["cuda13_step_durations"]([{"step": "a"}], FINISHED)
+
+
+def test_every_step_the_play_names_is_recorded_at_its_boundary():
+    """Each set_fact of __cuda13_step in the play's task files also appends that
+    very step to __cuda13_steps, so no step goes untimed."""
+    files = ["upgrade-host.yml", "rescue-host.yml", "result.yml"]
+    found = []
+
+    def walk(tasks):
+        for task in tasks or []:
+            facts = task.get("ansible.builtin.set_fact") or {}
+            if "__cuda13_step" in facts and facts["__cuda13_step"] != "done":
+                found.append(facts["__cuda13_step"])
+                assert f"'step': '{facts['__cuda13_step']}'" in facts["__cuda13_steps"], task["name"]
+            for key in ("block", "rescue", "always"):
+                walk(task.get(key))
+
+    for name in files:
+        walk(yaml.safe_load((ROOT / "playbooks" / "tasks" / name).read_text()))
+    walk(yaml.safe_load((ROOT / "playbooks" / "upgrade.yml").read_text())[2]["tasks"])
+    assert found == [
+        *["snapshot", "toolkit", "wheels", "sglang_build", "drain", "baseline", "switch", "verify"],
+        *["rollback", "result", "artifact_cache", "undrain"],
+    ]
