@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -287,3 +288,86 @@ def test_refuses_a_cu128_jit_cache_without_a_cuda12_runtime(
         "OSError: libcudart.so.12: cannot open shared object file: No such file or directory"
     )
     assert "flashinfer/jit/core.py" in proc.stderr
+
+
+def _scenario_file(tmp_path: Path, **extra) -> Path:
+    path = tmp_path / "scenario.json"
+    path.write_text(json.dumps({**FAST, **extra}))
+    return path
+
+
+def _probe(url: str, tmp_path: Path) -> list[dict]:
+    """Run the correctness probe host script against a server, as the role does."""
+    from cuda13_upgrade.hostscripts import correctness_probe
+
+    prompts = Path(__file__).resolve().parents[1] / "roles" / "verify_throughput" / "files" / "prompts.json"
+    out = subprocess.run(
+        [sys.executable, correctness_probe.__file__, "--url", url, "--prompts", str(prompts), "--count", "4"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(out.stdout)["outputs"]
+
+
+def test_health_is_200_in_the_warmup_window_while_health_generate_waits(venv_cu130, no_ld_conf, tmp_path):
+    scenario = _scenario_file(tmp_path, warmup_window_s={"cu130": 3})
+    env = server_env(venv_cu130, scenario, no_ld_conf, SGLANG_HEALTH_CHECK_TIMEOUT="1")
+    server = testkit.SimServer(venv_cu130.python, env, tmp_path)
+    try:
+        assert testkit.http_get(server.url + "/health")[0] == 200
+        # SGLang's health_generate answers 503 when no token came within its timeout.
+        status, _ = testkit.http_get(server.url + "/health_generate", timeout=10)
+        assert status == 503
+        assert get_json(server.url + "/get_server_info")["simulation"]["warmup_left_s"] > 0
+        # A completion sent now blocks until the window is over, and is counted.
+        chunks, ttft, _ = stream_completion(server.url, 4)
+        assert ttft > 1.0 and len(chunks) == 4
+        assert get_json(server.url + "/get_server_info")["simulation"]["requests_in_warmup"] == 1
+        assert testkit.http_get(server.url + "/health_generate", timeout=10)[0] == 200
+    finally:
+        server.close()
+    assert "arrived in the warm-up window" in server.stdout_path.read_text()
+
+
+def test_greedy_tokens_are_the_same_on_both_stacks_unless_the_scenario_says(
+    venv_cu128, venv_cu130, no_ld_conf, tmp_path
+):
+    servers = {
+        "cu128": testkit.SimServer(
+            venv_cu128.python, server_env(venv_cu128, _scenario_file(tmp_path / "a"), no_ld_conf), tmp_path
+        ),
+        "same": testkit.SimServer(
+            venv_cu130.python, server_env(venv_cu130, _scenario_file(tmp_path / "b"), no_ld_conf), tmp_path
+        ),
+        "garbage": testkit.SimServer(
+            venv_cu130.python,
+            server_env(
+                venv_cu130, _scenario_file(tmp_path / "c", tokens={"cu130": {"mode": "garbage"}}), no_ld_conf
+            ),
+            tmp_path,
+        ),
+        "drift": testkit.SimServer(
+            venv_cu130.python,
+            server_env(
+                venv_cu130,
+                _scenario_file(tmp_path / "d", tokens={"cu130": {"mode": "drift", "after": 5}}),
+                no_ld_conf,
+            ),
+            tmp_path,
+        ),
+    }
+    try:
+        outputs = {name: _probe(server.url, tmp_path) for name, server in servers.items()}
+        again = _probe(servers["cu128"].url, tmp_path)
+    finally:
+        for server in servers.values():
+            server.close()
+    from cuda13_upgrade import probe
+
+    assert outputs["cu128"] == again  # greedy decoding is deterministic
+    assert all(len(o["output_ids"]) == 32 and len(o["text"].split()) == 32 for o in outputs["cu128"])
+    assert probe.compare_outputs(outputs["cu128"], outputs["same"])["per_prompt"][0]["common_prefix"] == 32
+    assert not probe.compare_outputs(outputs["cu128"], outputs["garbage"])["passed"]
+    drift = probe.compare_outputs(outputs["cu128"], outputs["drift"], min_prefix_tokens=5)
+    assert drift["passed"] and {p["common_prefix"] for p in drift["per_prompt"]} == {5}

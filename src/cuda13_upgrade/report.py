@@ -196,6 +196,7 @@ def summary_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "change_pct": _number(decision.get("change_pct")),
                 "verdict": decision.get("verdict"),
             }
+        row["probe"] = probe_summary(r.get("probe") or {})
         row["decision"] = decision_text(row)
         rows.append(row)
     return rows
@@ -279,6 +280,45 @@ def _reason_cell(row: dict[str, Any]) -> str:
     return reason if len(reason) <= 160 else reason[:159] + "…"
 
 
+def probe_summary(probe: dict[str, Any]) -> dict[str, Any]:
+    """Per profile, the correctness probe of a result (``cuda13_upgrade.probe``) in short:
+    ``{profile: {"passed", "agreeing", "prompts", "min_prefix_tokens", "example"}}``, the
+    example (prompt, old and new output, common prefix in tokens) only where it failed."""
+    out: dict[str, Any] = {}
+    for name, result in probe.items():
+        if not isinstance(result, dict):
+            continue
+        out[name] = {
+            "passed": result.get("passed"),
+            "agreeing": result.get("agreeing"),
+            "prompts": result.get("prompts"),
+            "min_prefix_tokens": result.get("min_prefix_tokens"),
+            "example": None if result.get("passed") else result.get("example"),
+        }
+    return out
+
+
+def _probe_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The correctness probe's section of the summary: one line per host and profile, and
+    for a failed probe the prompt with the shortest common prefix and both outputs."""
+    lines: list[str] = []
+    for row in rows:
+        for name, probe in (row.get("probe") or {}).items():
+            verdict = (
+                "output matches the old stack" if probe["passed"] else "output differs from the old stack"
+            )
+            lines.append(
+                f"- {row['host']} {name}: {verdict} ({probe['agreeing']} of {probe['prompts']} prompts "
+                f"agree for at least {probe['min_prefix_tokens']} tokens)"
+            )
+            example = probe.get("example")
+            if example:
+                for label, key in (("prompt", "prompt"), ("old stack", "old"), ("new stack", "new")):
+                    text = " ".join(str(example.get(key) or "").split())
+                    lines.append(f"  - {label}: `{text[:200]}`")
+    return ["", "## Correctness probe", "", *lines] if lines else []
+
+
 def render_markdown(run_id: str, rows: list[dict[str, Any]]) -> str:
     """The fleet summary as Markdown: a title, a count per status, and a table
     with one row per host (decision, stacks, median tok/s per profile before
@@ -324,6 +364,7 @@ def render_markdown(run_id: str, rows: list[dict[str, Any]]) -> str:
     lines.append("|" + "---|" * len(columns))
     for row in rows:
         lines.append("| " + " | ".join(_cell(cell(row)) for _, cell in columns) + " |")
+    lines += _probe_lines(rows)
     return "\n".join(lines) + "\n"
 
 

@@ -15,6 +15,14 @@ Per trial it reports, from the client's clock:
 * ``output_tok_s``: output throughput, ``tokens / e2e`` (tok/s), the figure
   ``sglang.bench_serving`` calls "Output token throughput" at concurrency 1.
 
+Workload: with ``--prompt-file`` (``{"seed": int, "prompts": [str, ...]}``) every trial
+gets its own prompt of exactly ``--prompt-len`` words, made of the set's prompts in an
+order fixed by the seed, starting at the trial's own position (``workload_prompt``); with
+``--flush-cache`` the server's prefix cache is emptied (SGLang's ``POST /flush_cache``)
+before each trial, so no trial is a cache hit of an earlier one. The warm-up requests use
+another prompt and are not measured. Without a prompt file every trial sends the same
+``hello`` prompt (a degenerate workload, kept for comparison).
+
 Prints one JSON object on stdout: ``{"url": ..., "warmup": n, "trials": [...]}``.
 Exit status 2 with a message on stderr when the server cannot be reached or
 answers something that is not a completion stream.
@@ -65,6 +73,38 @@ def _stream_completion(url: str, model: str | None, prompt: str, max_tokens: int
     return start, arrivals, end
 
 
+def workload_prompt(prompts: list[str], seed: int, index: int, words: int) -> str:
+    """The prompt of trial ``index``: ``words`` words of the prompt set, shuffled by ``seed``.
+
+    The set is put in one order by ``random.Random(seed)``; trial ``index`` starts at the
+    ``index``-th prompt of that order (modulo its length) and takes the following ones until it
+    has ``words`` words. Different indices give different prompts for up to ``len(prompts)``
+    trials; beyond that a trial number is put first so that no two trials share a prefix.
+    """
+    import random
+
+    order = list(prompts)
+    random.Random(seed).shuffle(order)
+    start = index % len(order)
+    text: list[str] = [] if index < len(order) else [f"({index})"]
+    position = start
+    while len(text) < words:
+        text.extend(order[position % len(order)].split())
+        position += 1
+    return " ".join(text[:words])
+
+
+def flush_cache(url: str, timeout: float) -> bool:
+    """``POST /flush_cache``; True when the server answered 200."""
+    request = urllib.request.Request(url.rstrip("/") + "/flush_cache", data=b"{}", method="POST")
+    request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status == 200
+    except urllib.error.HTTPError:
+        return False
+
+
 def measure(
     url: str,
     *,
@@ -74,6 +114,10 @@ def measure(
     warmup: int = 1,
     model: str | None = None,
     timeout: float = 300.0,
+    prompts: list[str] | None = None,
+    seed: int = 0,
+    first_index: int = 0,
+    flush: bool = False,
 ) -> dict:
     """Run ``warmup`` unmeasured and ``trials`` measured streamed completions.
 
@@ -81,13 +125,23 @@ def measure(
     each trial ``{"tokens", "ttft_ms", "itl_mean_ms", "itl_median_ms",
     "decode_tok_s", "output_tok_s", "e2e_s"}``. Raises ``ValueError`` when a
     completion streams fewer than two tokens (no decode rate can be measured).
+    ``prompts``/``seed``/``first_index``: the workload (module doc), trial ``i`` of this call
+    being trial ``first_index + i`` of the phase; ``flush``: empty the prefix cache first.
     """
-    prompt = " ".join(["hello"] * prompt_len)
-    for _ in range(warmup):
-        _stream_completion(url, model, prompt, min(max_tokens, 16), timeout)
+
+    def prompt_for(index: int) -> str:
+        if not prompts:
+            return " ".join(["hello"] * prompt_len)
+        return workload_prompt(prompts, seed, index, prompt_len)
+
+    for number in range(warmup):
+        _stream_completion(url, model, "warm-up " + prompt_for(10_000 + number), min(max_tokens, 16), timeout)
     results = []
-    for _ in range(trials):
-        start, arrivals, end = _stream_completion(url, model, prompt, max_tokens, timeout)
+    for number in range(trials):
+        flushed = flush_cache(url, timeout) if flush else None
+        start, arrivals, end = _stream_completion(
+            url, model, prompt_for(first_index + number), max_tokens, timeout
+        )
         if len(arrivals) < 2:
             raise ValueError(
                 f"the completion streamed {len(arrivals)} token(s); need at least 2 "
@@ -104,6 +158,8 @@ def measure(
                 "decode_tok_s": round((len(arrivals) - 1) / decode_s, 3),
                 "output_tok_s": round(len(arrivals) / (end - start), 3),
                 "e2e_s": round(end - start, 4),
+                "prompt_index": first_index + number if prompts else None,
+                "cache_flushed": flushed,
             }
         )
     return {
@@ -183,6 +239,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--method", choices=["builtin", "bench_serving"], default="builtin")
     parser.add_argument("--python", default=None, help="venv python for --method bench_serving")
     parser.add_argument("--prompts", type=int, default=4, help="requests per bench_serving trial")
+    parser.add_argument(
+        "--prompt-file", default=None, help='JSON {"seed": int, "prompts": [...]} of the workload'
+    )
+    parser.add_argument("--flush-cache", action="store_true", help="POST /flush_cache before each trial")
     args = parser.parse_args(argv)
 
     previous: list[dict] = []
@@ -212,6 +272,10 @@ def main(argv: list[str] | None = None) -> int:
             ]
             result = {"url": args.url, "method": "bench_serving", "trials": trials}
         else:
+            workload = {"prompts": None, "seed": 0}
+            if args.prompt_file:
+                with open(args.prompt_file, encoding="utf-8") as handle:
+                    workload = json.load(handle)
             result = measure(
                 args.url,
                 max_tokens=args.max_tokens,
@@ -220,6 +284,10 @@ def main(argv: list[str] | None = None) -> int:
                 warmup=0 if previous else args.warmup,
                 model=args.model,
                 timeout=args.timeout,
+                prompts=workload.get("prompts"),
+                seed=int(workload.get("seed", 0)),
+                first_index=len(previous),
+                flush=args.flush_cache,
             )
             result["method"] = "builtin"
     except (urllib.error.URLError, OSError) as exc:

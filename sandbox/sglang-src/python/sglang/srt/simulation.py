@@ -9,8 +9,18 @@ built-in ``DEFAULT_SCENARIO`` when the file does not exist. Schema::
       "noise_pct": 1.0,          # per-request gaussian multiplicative noise (sigma, %)
       "ttft_ms": 150,            # time to first token
       "startup_s": 1.0,          # simulated weight loading before the port opens
-      "spec_accept_length": {"eagle3": 3.2}   # optional, reported for speculative profiles
+      "spec_accept_length": {"eagle3": 3.2},  # optional, reported for speculative profiles
+      "warmup_window_s": {"cu130": 20},       # optional: after the port opens, /health is 200
+                                              # but generation blocks this long (per CUDA tag)
+      "tokens": {"cu130": {"mode": "drift", "after": 24}}   # optional, per CUDA tag
     }
+
+Greedy tokens are deterministic: token ``i`` of a completion is a function of the prompt and
+the tokens before it (a hash chain, ``greedy_token_ids``), the same on every stack unless
+``tokens`` says otherwise for the stack's CUDA tag: ``same`` (default), ``garbage`` (other
+tokens from the first one on: a broken kernel) or ``drift`` (the same first ``after`` tokens,
+then another continuation: the small numeric divergence of two correct stacks, which changes
+a near-tie's argmax and everything after it).
 
 The rate key is the CUDA tag of the torch really imported (``torch.version.cuda`` "13.0" ->
 ``cu130``) and the profile ``eagle3`` for ``--speculative-algorithm EAGLE3`` or ``EAGLE``,
@@ -119,9 +129,44 @@ class DecodeModel:
         return [self.ttft_s + i * step for i in range(n_tokens)]
 
 
-def token_text(request_seed: int, index: int) -> str:
+VOCAB_SIZE = 32000
+
+
+def warmup_window_s(scenario: dict, tag: str) -> float:
+    """Seconds after start during which generation blocks (0 when the scenario has none)."""
+    window = scenario.get("warmup_window_s", 0)
+    if isinstance(window, dict):
+        window = window.get(tag, 0)
+    return float(window or 0)
+
+
+def token_mode(scenario: dict, tag: str) -> tuple[str, int]:
+    """``(mode, after)`` of the stack's greedy tokens: same, garbage or drift (module doc)."""
+    spec = (scenario.get("tokens") or {}).get(tag) or {}
+    mode = spec.get("mode", "same")
+    if mode not in ("same", "garbage", "drift"):
+        raise ValueError(f"sandbox scenario: tokens.{tag}.mode must be same, garbage or drift (got {mode!r})")
+    return mode, int(spec.get("after", 0))
+
+
+def greedy_token_ids(prompt: str, n_tokens: int, mode: str = "same", after: int = 0) -> list[int]:
+    """The ``n_tokens`` token ids a greedy (temperature 0) completion of ``prompt`` yields."""
+    import hashlib
+
+    state = hashlib.sha256(prompt.encode()).digest()
+    ids = []
+    for index in range(n_tokens):
+        salt = b""
+        if mode == "garbage" or (mode == "drift" and index >= after):
+            salt = b"other stack"
+        state = hashlib.sha256(state + salt).digest()
+        ids.append(int.from_bytes(state[:4], "big") % VOCAB_SIZE)
+    return ids
+
+
+def token_text(token_id: int) -> str:
     """The text of one generated token: a leading space and a word."""
-    return " " + _WORDS[(request_seed * 7 + index * 13) % len(_WORDS)]
+    return " " + _WORDS[token_id % len(_WORDS)]
 
 
 def count_tokens(text: str) -> int:

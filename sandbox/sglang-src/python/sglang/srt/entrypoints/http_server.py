@@ -5,7 +5,12 @@ inconsistent stack ends the process here with the real traceback), load the weig
 sleep ``startup_s`` of the scenario), open the port, and log ``The server is fired up and
 ready to roll!``. Endpoints, in the shapes SGLang serves them:
 
-* ``GET /health``, ``GET /health_generate`` -- 200 with an empty body once ready;
+* ``GET /health`` -- 200 with an empty body once the port is open (as SGLang's ``/health``
+  without generation); ``GET /health_generate`` -- 200 once a one-token generation finishes,
+  503 when none finished within ``SGLANG_HEALTH_CHECK_TIMEOUT`` (20 s), as SGLang's
+  ``health_generate``. A scenario's ``warmup_window_s`` makes generation block for that long
+  after start while ``/health`` is already 200 (sgl-project/sglang#33719); generation requests
+  that arrive in the window are counted in ``simulation.requests_in_warmup``;
 * ``GET /get_server_info`` -- the server arguments as top-level keys (as SGLang returns
   ``dataclasses.asdict(server_args)``), ``version``, ``internal_states`` (with
   ``avg_spec_accept_length`` for speculative decoding), plus ``stack`` (torch version and
@@ -63,6 +68,16 @@ class SimState:
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
     running: int = 0
     last_gen_throughput: float = 0.0
+    ready_at: float = 0.0
+    requests_in_warmup: int = 0
+    token_mode: tuple = ("same", 0)
+
+    def wait_until_ready(self, limit: float | None = None) -> bool:
+        """Block while the warm-up window lasts (at most ``limit`` s); True when it is over."""
+        remaining = self.ready_at - time.monotonic()
+        if remaining > 0:
+            time.sleep(remaining if limit is None else min(remaining, limit))
+        return time.monotonic() >= self.ready_at
 
     def server_info(self) -> dict:
         args = dataclasses.asdict(self.server_args)
@@ -82,6 +97,9 @@ class SimState:
                 "rate_tok_s": self.model.rate_tok_s,
                 "ttft_ms": self.model.ttft_s * 1000.0,
                 "noise_pct": self.model.noise * 100.0,
+                "token_mode": self.token_mode[0],
+                "warmup_left_s": round(max(self.ready_at - time.monotonic(), 0.0), 3),
+                "requests_in_warmup": self.requests_in_warmup,
             },
         }
 
@@ -163,8 +181,12 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 (stdlib name)
         state = self.server.state
         path = self.path.split("?", 1)[0]
-        if path in ("/health", "/health_generate"):
+        if path == "/health":
             self._send(200, b"", "text/plain; charset=utf-8")
+        elif path == "/health_generate":
+            limit = float(os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT", 20))
+            ready = state.wait_until_ready(limit)
+            self._send(200 if ready else 503, b"", "text/plain; charset=utf-8")
         elif path in ("/get_server_info", "/server_info"):
             self._json(200, state.server_info())
         elif path == "/get_model_info":
@@ -218,11 +240,16 @@ class Handler(BaseHTTPRequestHandler):
             prompt = prompt[0] if prompt else ""
         return simulation.count_tokens(str(prompt))
 
-    def _tokens(self, n_tokens: int, prompt_tokens: int):
-        """Yield (index, text) at the scheduled times; update the shared counters."""
+    def _tokens(self, n_tokens: int, prompt_tokens: int, prompt: str = ""):
+        """Yield (index, token id, text) at the scheduled times; update the shared counters."""
         state = self.server.state
+        if time.monotonic() < state.ready_at:
+            with state.lock:
+                state.requests_in_warmup += 1
+            log("A generation request arrived in the warm-up window; it waits until the server generates")
+            state.wait_until_ready()
         rate = state.model.request_rate()
-        seed = state.model.rng.randrange(1 << 30)
+        ids = simulation.greedy_token_ids(prompt, n_tokens, *state.token_mode)
         start = time.monotonic()
         with state.lock:
             state.running += 1
@@ -237,7 +264,7 @@ class Handler(BaseHTTPRequestHandler):
                 delay = start + offset - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
-                yield index, simulation.token_text(seed, index)
+                yield index, ids[index], simulation.token_text(ids[index])
                 window_tokens += 1
                 if window_tokens == 40:
                     now = time.monotonic()
@@ -260,7 +287,9 @@ class Handler(BaseHTTPRequestHandler):
         except (TypeError, ValueError):
             self._error(400, "max_tokens must be an integer")
             return
-        prompt_tokens = self._prompt_tokens(body.get("prompt", ""))
+        prompt = body.get("prompt", "")
+        prompt_tokens = self._prompt_tokens(prompt)
+        prompt = prompt if isinstance(prompt, str) else json.dumps(prompt)
         rid = f"cmpl-{uuid.uuid4().hex}"
         model = body.get("model") or state.server_args.served_model_name
         created = int(time.time())
@@ -294,7 +323,7 @@ class Handler(BaseHTTPRequestHandler):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             self._start_stream()
             try:
-                for index, text in self._tokens(n_tokens, prompt_tokens):
+                for index, _, text in self._tokens(n_tokens, prompt_tokens, prompt):
                     finish = "length" if index == n_tokens - 1 else None
                     self._event(json.dumps(chunk(text, finish, None)))
                 if include_usage:
@@ -306,7 +335,7 @@ class Handler(BaseHTTPRequestHandler):
             except (BrokenPipeError, ConnectionResetError):
                 self.close_connection = True
             return
-        text = "".join(t for _, t in self._tokens(n_tokens, prompt_tokens))
+        text = "".join(t for _, _, t in self._tokens(n_tokens, prompt_tokens, prompt))
         self._json(200, chunk(text, "length", usage(n_tokens)))
 
     def _generate(self, body: dict) -> None:
@@ -318,6 +347,7 @@ class Handler(BaseHTTPRequestHandler):
             return
         prompt = body.get("text", body.get("input_ids", ""))
         prompt_tokens = self._prompt_tokens(prompt)
+        prompt = prompt if isinstance(prompt, str) else json.dumps(prompt)
         rid = uuid.uuid4().hex
         started = time.monotonic()
 
@@ -333,19 +363,30 @@ class Handler(BaseHTTPRequestHandler):
 
         if body.get("stream"):
             self._start_stream()
-            text = ""
+            text, output_ids = "", []
             try:
-                for index, piece in self._tokens(n_tokens, prompt_tokens):
+                for index, token_id, piece in self._tokens(n_tokens, prompt_tokens, prompt):
                     text += piece
+                    output_ids.append(token_id)
                     done = index == n_tokens - 1
-                    self._event(json.dumps({"text": text, "meta_info": meta(index + 1, done), "index": 0}))
+                    event = {
+                        "text": text,
+                        "output_ids": output_ids,
+                        "meta_info": meta(index + 1, done),
+                        "index": 0,
+                    }
+                    self._event(json.dumps(event))
                 self._event("[DONE]")
                 self._end_stream()
             except (BrokenPipeError, ConnectionResetError):
                 self.close_connection = True
             return
-        text = "".join(t for _, t in self._tokens(n_tokens, prompt_tokens))
-        self._json(200, {"text": text, "meta_info": meta(n_tokens, True), "index": 0})
+        tokens = list(self._tokens(n_tokens, prompt_tokens, prompt))
+        text = "".join(t for _, _, t in tokens)
+        output_ids = [token_id for _, token_id, _ in tokens]
+        self._json(
+            200, {"text": text, "output_ids": output_ids, "meta_info": meta(n_tokens, True), "index": 0}
+        )
 
 
 def _terminate(signum, frame) -> None:
@@ -369,6 +410,9 @@ def launch_server(server_args: ServerArgs) -> None:
 
     httpd = SimHTTPServer((server_args.host, server_args.port), Handler)
     httpd.state = SimState(server_args, stack, scenario, source, tag, profile, model, int(time.time()))
+    httpd.state.token_mode = simulation.token_mode(scenario, tag)
+    window = simulation.warmup_window_s(scenario, tag)
+    httpd.state.ready_at = time.monotonic() + window
     signal.signal(signal.SIGTERM, _terminate)
     host, port = httpd.server_address[:2]
     print(f"INFO:     Started server process [{os.getpid()}]", flush=True)
@@ -376,6 +420,8 @@ def launch_server(server_args: ServerArgs) -> None:
     print("INFO:     Application startup complete.", flush=True)
     print(f"INFO:     Uvicorn running on http://{host}:{port} (Press CTRL+C to quit)", flush=True)
     log("The server is fired up and ready to roll!")
+    if window:
+        log(f"Simulated warm-up: generation blocks for {window:.1f} s while /health answers 200")
     try:
         httpd.serve_forever(poll_interval=0.2)
     except KeyboardInterrupt:

@@ -1,0 +1,68 @@
+"""Filters of the correctness probe (cuda13_upgrade.probe)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ansible.errors import AnsibleFilterError
+
+try:
+    from cuda13_upgrade import probe
+except ImportError:  # the package is not installed: use the checkout's copy
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+    from cuda13_upgrade import probe
+
+DOCUMENTATION = r"""
+  - name: cuda13_probe_compare
+    short_description: Compare the new stack's greedy probe outputs with the old stack's.
+    positional: _input, old
+    options:
+      _input: {description: probe outputs of the new stack, type: list, required: true}
+      old: {description: probe outputs of the old stack (same prompts and order), type: list, required: true}
+      min_prefix_tokens: {description: leading tokens a prompt's outputs must share, type: int, default: 4}
+      min_agreeing_share: {description: share of prompts that must agree, type: float, default: 0.75}
+      profile: {description: profile name for the reason, type: str, default: plain}
+"""
+
+EXAMPLES = r"""
+probe: "{{ new_outputs | cuda13_probe_compare(old_outputs, profile='plain') }}"
+"""
+
+RETURN = r"""
+  _value:
+    description: >-
+      passed, agreeing, prompts, share, thresholds, per_prompt (common_prefix per prompt),
+      example (the prompt with the shortest common prefix and both outputs) and reason.
+    type: dict
+"""
+
+
+def cuda13_probe_compare(
+    new,
+    old,
+    min_prefix_tokens=probe.DEFAULT_MIN_PREFIX_TOKENS,
+    min_agreeing_share=probe.DEFAULT_MIN_AGREEING_SHARE,
+    profile="plain",
+):
+    for name, value in (("new", new), ("old", old)):
+        if not isinstance(value, list):
+            raise AnsibleFilterError(
+                f"cuda13_probe_compare: the {name} stack's probe outputs must be a list, "
+                f"got {type(value).__name__}"
+            )
+    try:
+        return probe.compare_outputs(
+            old,
+            new,
+            min_prefix_tokens=min_prefix_tokens,
+            min_agreeing_share=min_agreeing_share,
+            profile=profile,
+        )
+    except ValueError as exc:
+        raise AnsibleFilterError(f"cuda13_probe_compare: {exc}") from exc
+
+
+class FilterModule:
+    def filters(self):
+        return {"cuda13_probe_compare": cuda13_probe_compare}

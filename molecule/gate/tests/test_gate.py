@@ -1,0 +1,56 @@
+"""The gate's correctness probe and readiness, on a drifting-but-correct and a garbage stack."""
+
+import json
+
+
+def _result(host):
+    return json.loads(host.file("/var/lib/cuda13-upgrade/result.json").content_string)
+
+
+def _serving_venv(host):
+    pid = host.check_output("systemctl show -p MainPID --value sglang.service")
+    return host.file(f"/proc/{pid}/cmdline").content_string.split("\0")[0]
+
+
+def test_numeric_drift_is_kept(drift):
+    result = _result(drift)
+    assert result["status"] == "kept", result["reason"]
+    assert _serving_venv(drift) == "/opt/ml-env-cu130/bin/python"
+    for profile in ("plain", "eagle3"):
+        probe = result["probe"][profile]
+        assert probe["passed"] is True
+        # The scenario's stacks agree on the first 12 tokens of every prompt, then drift.
+        assert {p["common_prefix"] for p in probe["per_prompt"]} == {12}
+        assert probe["prompts"] == 8
+
+
+def test_no_request_is_measured_before_the_server_generates(drift):
+    journal = drift.check_output("journalctl --unit sglang.service --no-pager --output cat")
+    # Every start of the new stack had a window where /health was 200 and generation blocked...
+    assert journal.count("Simulated warm-up: generation blocks for 8.0 s") >= 4
+    # ...and no probe, warm-up or measured request was sent into it.
+    assert "arrived in the warm-up window" not in journal
+    for profile in ("plain", "eagle3"):
+        trials = _result(drift)["throughput"]["candidate"][profile]["trials"]
+        assert max(t["ttft_ms"] for t in trials) < 2000
+
+
+def test_trials_vary_their_prompts_and_flush_the_cache(drift):
+    trials = _result(drift)["throughput"]["candidate"]["plain"]["trials"]
+    assert [t["prompt_index"] for t in trials] == list(range(len(trials)))
+    assert all(t["cache_flushed"] is True for t in trials)
+
+
+def test_faster_garbage_rolls_back_with_the_output_reason(garbage):
+    result = _result(garbage)
+    assert result["status"] == "rolled_back"
+    assert _serving_venv(garbage) == "/opt/ml-env/bin/python"
+    assert "output differs from the old stack" in result["reason"]
+    # It was not slower: the output alone decided.
+    assert {d["verdict"] for d in result["decisions"].values()} == {"keep"}
+    probe = result["probe"]["plain"]
+    assert probe["passed"] is False and probe["agreeing"] == 0
+    example = probe["example"]
+    assert example["prompt"] and example["old"] and example["new"]
+    assert example["old"] != example["new"]
+    assert result["rollback"]["performed"] is True
