@@ -197,6 +197,7 @@ def summary_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "verdict": decision.get("verdict"),
             }
         row["probe"] = probe_summary(r.get("probe") or {})
+        row["commands"] = command_lines(r.get("throughput") or {})
         row["decision"] = decision_text(row)
         rows.append(row)
     return rows
@@ -298,6 +299,34 @@ def probe_summary(probe: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def command_lines(throughput: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per profile with new-stack-only arguments, the server command on each stack:
+    ``{profile: {"old": str | None, "new": str | None, "new_stack_args": [str]}}`` from the
+    result's ``throughput`` (``baseline`` and ``candidate`` phases)."""
+    out: dict[str, dict[str, Any]] = {}
+    candidate = throughput.get("candidate") or {}
+    baseline = throughput.get("baseline") or {}
+    for name, measured in candidate.items():
+        extra = (measured or {}).get("new_stack_args") or []
+        if extra:
+            out[name] = {
+                "old": (baseline.get(name) or {}).get("command"),
+                "new": measured.get("command"),
+                "new_stack_args": list(extra),
+            }
+    return out
+
+
+def _command_lines(rows: list[dict[str, Any]]) -> list[str]:
+    lines: list[str] = []
+    for row in rows:
+        for name, commands in (row.get("commands") or {}).items():
+            lines.append(f"- {row['host']} {name} (new stack only: {' '.join(commands['new_stack_args'])})")
+            lines.append(f"  - old stack: `{commands['old'] or '-'}`")
+            lines.append(f"  - new stack: `{commands['new'] or '-'}`")
+    return ["", "## Command lines", "", *lines] if lines else []
+
+
 def _probe_lines(rows: list[dict[str, Any]]) -> list[str]:
     """The correctness probe's section of the summary: one line per host and profile, and
     for a failed probe the prompt with the shortest common prefix and both outputs."""
@@ -365,6 +394,7 @@ def render_markdown(run_id: str, rows: list[dict[str, Any]]) -> str:
     for row in rows:
         lines.append("| " + " | ".join(_cell(cell(row)) for _, cell in columns) + " |")
     lines += _probe_lines(rows)
+    lines += _command_lines(rows)
     return "\n".join(lines) + "\n"
 
 

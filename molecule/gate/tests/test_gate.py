@@ -1,6 +1,10 @@
 """The gate's correctness probe and readiness, on a drifting-but-correct and a garbage stack."""
 
 import json
+import os
+from pathlib import Path
+
+RUN = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "reports" / "molecule-gate"
 
 
 def _result(host):
@@ -54,3 +58,25 @@ def test_faster_garbage_rolls_back_with_the_output_reason(garbage):
     assert example["prompt"] and example["old"] and example["new"]
     assert example["old"] != example["new"]
     assert result["rollback"]["performed"] is True
+
+
+def test_new_stack_only_arguments_are_kept_and_both_command_lines_reported(drift):
+    result = _result(drift)
+    eagle3 = result["throughput"]
+    flags = ["--enable-flashinfer-allreduce-fusion", "--enable-torch-symm-mem"]
+    old, new = eagle3["baseline"]["eagle3"]["command"], eagle3["candidate"]["eagle3"]["command"]
+    assert old.startswith("/opt/ml-env/bin/python -m sglang.launch_server")
+    assert new.startswith("/opt/ml-env-cu130/bin/python -m sglang.launch_server")
+    assert all(flag not in old for flag in flags)
+    assert new.endswith(" ".join(flags))
+    assert result["decisions"]["eagle3"]["verdict"] == "keep"
+    summary = (RUN / "summary.md").read_text()
+    assert "## Command lines" in summary
+    assert f"old stack: `{old}`" in summary and f"new stack: `{new}`" in summary
+
+
+def test_the_report_shows_the_probe(garbage):
+    summary = (RUN / "summary.md").read_text()
+    assert "## Correctness probe" in summary
+    assert "cuda13-gate-2 plain: output differs from the old stack (0 of 8" in summary
+    assert "cuda13-gate-1 plain: output matches the old stack (8 of 8" in summary
