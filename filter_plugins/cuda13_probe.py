@@ -23,6 +23,14 @@ DOCUMENTATION = r"""
       min_prefix_tokens: {description: leading tokens a prompt's outputs must share, type: int, default: 4}
       min_agreeing_share: {description: share of prompts that must agree, type: float, default: 0.75}
       profile: {description: profile name for the reason, type: str, default: plain}
+  - name: cuda13_accept_length_compare
+    short_description: Speculative health, the new stack's accept length against the old stack's.
+    positional: _input, old
+    options:
+      _input: {description: probe outputs of the new stack, type: list, required: true}
+      old: {description: probe outputs of the old stack, type: list, required: true}
+      max_drop_pct: {description: allowed drop of the accept length in percent, type: float, default: 10.0}
+      profile: {description: profile name for the reason, type: str, default: eagle3}
 """
 
 EXAMPLES = r"""
@@ -63,6 +71,24 @@ def cuda13_probe_compare(
         raise AnsibleFilterError(f"cuda13_probe_compare: {exc}") from exc
 
 
+def cuda13_accept_length_compare(
+    new, old, max_drop_pct=probe.DEFAULT_ACCEPT_LENGTH_DROP_PCT, profile="eagle3"
+):
+    for name, value in (("new", new), ("old", old)):
+        if not isinstance(value, list):
+            raise AnsibleFilterError(
+                f"cuda13_accept_length_compare: the {name} stack's probe outputs must be a list, "
+                f"got {type(value).__name__}"
+            )
+    try:
+        return probe.compare_accept_length(old, new, max_drop_pct=max_drop_pct, profile=profile)
+    except ValueError as exc:
+        raise AnsibleFilterError(f"cuda13_accept_length_compare: {exc}") from exc
+
+
 class FilterModule:
     def filters(self):
-        return {"cuda13_probe_compare": cuda13_probe_compare}
+        return {
+            "cuda13_probe_compare": cuda13_probe_compare,
+            "cuda13_accept_length_compare": cuda13_accept_length_compare,
+        }

@@ -148,3 +148,80 @@ def test_the_shipped_prompt_set_is_fixed_and_varied():
     assert len(set(data["prompts"])) == len(data["prompts"]) == 16
     lengths = sorted(len(p.split()) for p in data["prompts"])
     assert lengths[0] <= 6 and lengths[-1] >= 40
+
+
+def test_the_summary_shows_a_failed_probe_with_both_outputs_and_both_command_lines(tmp_path):
+    from cuda13_upgrade import report
+
+    failed = probe.compare_outputs(_outputs("same"), _outputs("garbage"))
+    result = {
+        "host": "gpu-node-02",
+        "status": "rolled_back",
+        "reason": failed["reason"],
+        "probe": {"plain": failed},
+        "throughput": {
+            "baseline": {"eagle3": {"command": "/opt/ml-env/bin/python -m sglang.launch_server --x 1"}},
+            "candidate": {
+                "eagle3": {
+                    "command": "/opt/ml-env-cu130/bin/python -m sglang.launch_server --x 1 --enable-torch-symm-mem",
+                    "new_stack_args": ["--enable-torch-symm-mem"],
+                }
+            },
+        },
+    }
+    rows = report.summary_rows([result])
+    assert rows[0]["probe"]["plain"]["passed"] is False
+    text = report.render_markdown("run-1", rows)
+    assert (
+        "- gpu-node-02 plain: output differs from the old stack (0 of 8 prompts agree for at least 4 tokens)"
+        in text
+    )
+    assert f"  - prompt: `{failed['example']['prompt']}`" in text
+    assert "  - old stack: `/opt/ml-env/bin/python -m sglang.launch_server --x 1`" in text
+    assert (
+        "  - new stack: `/opt/ml-env-cu130/bin/python -m sglang.launch_server --x 1 --enable-torch-symm-mem`"
+        in text
+    )
+
+
+def test_workload_prompts_differ_per_trial_and_have_the_asked_length():
+    from cuda13_upgrade.hostscripts import completion_bench
+
+    prompts = [completion_bench.workload_prompt(PROMPTS, 20261201, i, 128) for i in range(21)]
+    assert len(set(prompts)) == 21
+    assert all(len(p.split()) == 128 for p in prompts)
+    # No two trials start alike (a shared prefix would be a prefix-cache hit).
+    assert len({p.split()[0:3].__repr__() for p in prompts[:16]}) == 16
+    assert completion_bench.workload_prompt(PROMPTS, 20261201, 3, 128) == prompts[3]
+
+
+def _spec(tokens_steps: list[tuple[int, int]]) -> list[dict]:
+    return [
+        {"prompt": str(i), "output_ids": [], "completion_tokens": n, "spec_verify_ct": ct}
+        for i, (n, ct) in enumerate(tokens_steps)
+    ]
+
+
+def test_accept_length_is_tokens_per_verify_step_over_the_probe():
+    # SGLang: spec_accept_length = completion_tokens / spec_verify_ct per request.
+    assert probe.accept_length(_spec([(32, 10), (32, 11)])) == 64 / 21
+    assert probe.accept_length([{"prompt": "x", "output_ids": [1]}]) is None
+
+
+def test_accept_length_collapsing_to_one_fails_and_a_small_drop_passes():
+    old = _spec([(32, 10)] * 8)
+    collapsed = probe.compare_accept_length(old, _spec([(32, 32)] * 8))
+    assert collapsed["passed"] is False and collapsed["new"] == 1.0
+    assert collapsed["reason"].startswith(
+        "eagle3: speculative accept length collapsed to 1.00 on the new stack"
+    )
+    dropped = probe.compare_accept_length(old, _spec([(32, 12)] * 8))
+    assert dropped["passed"] is False and "dropped beyond 10 %" in dropped["reason"]
+    assert probe.compare_accept_length(old, _spec([(32, 12)] * 8), max_drop_pct=20)["passed"] is True
+    assert probe.compare_accept_length(old, _spec([(32, 10)] * 8))["passed"] is True
+    none = probe.compare_accept_length(_outputs("same"), _outputs("same"), profile="plain")
+    assert none["passed"] is None
+    with pytest.raises(
+        ValueError, match=r"verify_throughput_accept_length_drop_pct must be a number >= 0 \(got -1\)"
+    ):
+        probe.compare_accept_length(old, old, max_drop_pct=-1)

@@ -79,6 +79,8 @@ def _result(host: str, **over: Any) -> dict[str, Any]:
         "throughput": {},
         "decisions": {},
         "speculative": {},
+        "probe": {},
+        "accept_length": {},
         "reason": None,
         "rollback": {"performed": False, "seconds": None, "checks": {}, "confirmed": None},
     }

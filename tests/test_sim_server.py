@@ -371,3 +371,19 @@ def test_greedy_tokens_are_the_same_on_both_stacks_unless_the_scenario_says(
     assert not probe.compare_outputs(outputs["cu128"], outputs["garbage"])["passed"]
     drift = probe.compare_outputs(outputs["cu128"], outputs["drift"], min_prefix_tokens=5)
     assert drift["passed"] and {p["common_prefix"] for p in drift["per_prompt"]} == {5}
+
+
+def test_speculative_counters_per_request_and_cumulative(venv_cu130, no_ld_conf, tmp_path):
+    scenario = _scenario_file(
+        tmp_path, spec_accept_length={"cu130": {"eagle3": 1.0}, "cu128": {"eagle3": 3.2}}
+    )
+    server = testkit.SimServer(
+        venv_cu130.python, server_env(venv_cu130, scenario, no_ld_conf), tmp_path, *EAGLE3
+    )
+    try:
+        outputs = _probe(server.url, tmp_path)
+        info = get_json(server.url + "/get_server_info")
+    finally:
+        server.close()
+    assert all(o["spec_verify_ct"] == o["completion_tokens"] == 32 for o in outputs)
+    assert info["internal_states"][0]["avg_spec_accept_length"] == 1.0

@@ -145,6 +145,69 @@ def compare_outputs(
     }
 
 
+DEFAULT_ACCEPT_LENGTH_DROP_PCT = 10.0
+
+
+def accept_length(outputs: Sequence[Mapping[str, Any]]) -> float | None:
+    """Accept length of speculative decoding over the probe's requests, tokens per verify step.
+
+    ``sum(completion_tokens) / sum(spec_verify_ct)`` over the outputs that carry both (SGLang's
+    per-request ``meta_info``; its ``spec_accept_length`` is the same ratio per request). A
+    per-request count, unlike ``/get_server_info``'s ``avg_spec_accept_length``, which is
+    cumulative over the server's life (warm-up included). None when no output has the counters
+    (no speculative decoding).
+    """
+    tokens = steps = 0
+    for output in outputs:
+        n, ct = output.get("completion_tokens"), output.get("spec_verify_ct")
+        if isinstance(n, int) and isinstance(ct, int) and ct > 0:
+            tokens, steps = tokens + n, steps + ct
+    return tokens / steps if steps else None
+
+
+def compare_accept_length(
+    old: Sequence[Mapping[str, Any]],
+    new: Sequence[Mapping[str, Any]],
+    *,
+    max_drop_pct: float = DEFAULT_ACCEPT_LENGTH_DROP_PCT,
+    profile: str = "eagle3",
+) -> dict[str, Any]:
+    """Speculative health: the new stack's accept length against the old stack's.
+
+    Fails when the new accept length is 1.0 or less (no draft token accepted: speculative
+    decoding silently off, as sgl-project/sglang PR #21272 describes with a wrong algorithm
+    flag), or lower than the old one by more than ``max_drop_pct`` percent. Returns
+    ``{"profile", "old", "new", "change_pct", "passed", "reason"}``; ``passed`` is None (no
+    verdict) when either stack has no speculative counters. Raises ``ValueError`` for a
+    negative ``max_drop_pct``.
+    """
+    if isinstance(max_drop_pct, bool) or not isinstance(max_drop_pct, int | float) or max_drop_pct < 0:
+        raise ValueError(
+            f"verify_throughput_accept_length_drop_pct must be a number >= 0 (got {max_drop_pct!r})"
+        )
+    before, after = accept_length(old), accept_length(new)
+    out: dict[str, Any] = {"profile": profile, "old": before, "new": after, "change_pct": None}
+    if before is None or after is None:
+        return {**out, "passed": None, "reason": f"{profile}: no speculative accept length to compare"}
+    change = (after / before - 1.0) * 100.0
+    out["change_pct"] = round(change, 2)
+    figures = f"accept length {before:.2f} -> {after:.2f} tokens per step ({change:+.1f} %)"
+    if after <= 1.0 + 1e-9:
+        return {
+            **out,
+            "passed": False,
+            "reason": f"{profile}: speculative accept length collapsed to {after:.2f} on the new stack "
+            f"(no draft token accepted; {figures})",
+        }
+    if change < -max_drop_pct:
+        return {
+            **out,
+            "passed": False,
+            "reason": f"{profile}: speculative accept length dropped beyond {max_drop_pct:g} % ({figures})",
+        }
+    return {**out, "passed": True, "reason": f"{profile}: {figures}"}
+
+
 def _clip(text: str, limit: int = 60) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -12,3 +12,8 @@ def drift():
 @pytest.fixture(scope="module")
 def garbage():
     return testinfra.get_host("podman://cuda13-gate-2")
+
+
+@pytest.fixture(scope="module")
+def collapse():
+    return testinfra.get_host("podman://cuda13-gate-3")

@@ -80,3 +80,18 @@ def test_the_report_shows_the_probe(garbage):
     assert "## Correctness probe" in summary
     assert "cuda13-gate-2 plain: output differs from the old stack (0 of 8" in summary
     assert "cuda13-gate-1 plain: output matches the old stack (8 of 8" in summary
+
+
+def test_accept_length_collapsing_to_one_rolls_back(collapse):
+    result = _result(collapse)
+    assert result["status"] == "rolled_back"
+    assert _serving_venv(collapse) == "/opt/ml-env/bin/python"
+    eagle3 = result["accept_length"]["eagle3"]
+    assert eagle3["passed"] is False
+    assert eagle3["old"] > 3.0 and eagle3["new"] == 1.0
+    assert "eagle3: speculative accept length collapsed to 1.00 on the new stack" in result["reason"]
+    # Output was correct and decode not slower: the accept length alone decided.
+    assert "output differs" not in result["reason"]
+    assert {d["verdict"] for d in result["decisions"].values()} == {"keep"}
+    # Plain decode has no speculative counters: no verdict there.
+    assert result["accept_length"]["plain"]["passed"] is None

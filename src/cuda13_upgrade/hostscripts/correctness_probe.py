@@ -5,7 +5,10 @@ Runs on the managed host with the standard library only (shipped by
 ``ansible.builtin.script``). For each of the first ``--count`` prompts of ``--prompts``
 (``{"prompts": [str, ...]}``) it sends SGLang's native ``POST /generate`` with
 ``sampling_params`` ``{"temperature": 0, "max_new_tokens": N}`` and records the answer's
-``output_ids`` (the generated token ids) and ``text``.
+``output_ids`` (the generated token ids) and ``text``, and with speculative decoding its
+``meta_info`` counters ``completion_tokens`` and ``spec_verify_ct`` (verify steps: the
+request's accept length is ``completion_tokens / spec_verify_ct``, as SGLang computes
+``spec_accept_length``).
 
 Prints ``{"url": ..., "max_new_tokens": N, "outputs": [{"prompt", "output_ids", "text"}]}``.
 Exit status 2 with a message on stderr when the server cannot be reached or an answer has
@@ -22,7 +25,8 @@ import urllib.request
 
 
 def generate(url: str, prompt: str, max_new_tokens: int, timeout: float) -> dict:
-    """One greedy ``/generate`` request; returns ``{"prompt", "output_ids", "text"}``.
+    """One greedy ``/generate`` request; returns ``{"prompt", "output_ids", "text",
+    "completion_tokens", "spec_verify_ct"}`` (the last two None when the server omits them).
 
     Raises ``ValueError`` when the answer carries no list of ``output_ids``.
     """
@@ -40,7 +44,14 @@ def generate(url: str, prompt: str, max_new_tokens: int, timeout: float) -> dict
     ids = answer.get("output_ids")
     if not isinstance(ids, list):
         raise ValueError(f"/generate answered without output_ids: {json.dumps(answer)[:200]}")
-    return {"prompt": prompt, "output_ids": ids, "text": answer.get("text", "")}
+    meta = answer.get("meta_info") or {}
+    return {
+        "prompt": prompt,
+        "output_ids": ids,
+        "text": answer.get("text", ""),
+        "completion_tokens": meta.get("completion_tokens"),
+        "spec_verify_ct": meta.get("spec_verify_ct"),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

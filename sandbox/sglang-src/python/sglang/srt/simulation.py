@@ -9,7 +9,8 @@ built-in ``DEFAULT_SCENARIO`` when the file does not exist. Schema::
       "noise_pct": 1.0,          # per-request gaussian multiplicative noise (sigma, %)
       "ttft_ms": 150,            # time to first token
       "startup_s": 1.0,          # simulated weight loading before the port opens
-      "spec_accept_length": {"eagle3": 3.2},  # optional, reported for speculative profiles
+      "spec_accept_length": {"eagle3": 3.2},  # optional: accept length of speculative profiles,
+                                              # or per CUDA tag {"cu130": {"eagle3": 1.0}}
       "warmup_window_s": {"cu130": 20},       # optional: after the port opens, /health is 200
                                               # but generation blocks this long (per CUDA tag)
       "tokens": {"cu130": {"mode": "drift", "after": 24}}   # optional, per CUDA tag
@@ -162,6 +163,15 @@ def greedy_token_ids(prompt: str, n_tokens: int, mode: str = "same", after: int 
         state = hashlib.sha256(state + salt).digest()
         ids.append(int.from_bytes(state[:4], "big") % VOCAB_SIZE)
     return ids
+
+
+def accept_length(scenario: dict, tag: str, profile: str) -> float | None:
+    """The accept length (tokens per verify step) of a speculative profile, or None."""
+    table = scenario.get("spec_accept_length") or {}
+    if isinstance(table.get(tag), dict):
+        table = table[tag]
+    value = table.get(profile)
+    return None if value is None else float(value)
 
 
 def token_text(token_id: int) -> str:

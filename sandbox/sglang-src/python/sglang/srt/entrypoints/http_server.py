@@ -71,6 +71,22 @@ class SimState:
     ready_at: float = 0.0
     requests_in_warmup: int = 0
     token_mode: tuple = ("same", 0)
+    accept_length: float | None = None
+    spec_tokens: int = 0
+    spec_verify_ct: int = 0
+
+    def verify_steps(self, completion_tokens: int) -> int:
+        """Verify steps a speculative request of ``completion_tokens`` takes."""
+        import math
+
+        return max(1, math.ceil(completion_tokens / (self.accept_length or 1.0)))
+
+    def count_speculative(self, completion_tokens: int) -> None:
+        """Add a finished request to the server's cumulative speculative counters."""
+        if self.server_args.speculative_algorithm and self.accept_length and completion_tokens:
+            with self.lock:
+                self.spec_tokens += completion_tokens
+                self.spec_verify_ct += self.verify_steps(completion_tokens)
 
     def wait_until_ready(self, limit: float | None = None) -> bool:
         """Block while the warm-up window lasts (at most ``limit`` s); True when it is over."""
@@ -83,9 +99,14 @@ class SimState:
         args = dataclasses.asdict(self.server_args)
         args.pop("ignored_args", None)
         internal: dict = {"last_gen_throughput": round(self.last_gen_throughput, 2)}
-        accept = self.scenario.get("spec_accept_length", {})
         if self.server_args.speculative_algorithm:
-            internal["avg_spec_accept_length"] = accept.get(self.profile)
+            # Cumulative over the server's life, as SGLang's: the scenario's value until a
+            # speculative request has finished.
+            internal["avg_spec_accept_length"] = (
+                round(self.spec_tokens / self.spec_verify_ct, 4)
+                if self.spec_verify_ct
+                else self.accept_length
+            )
         return {
             **args,
             "version": __version__,
@@ -276,6 +297,7 @@ class Handler(BaseHTTPRequestHandler):
                         f"gen throughput (token/s): {throughput:.2f}, #queue-req: 0, "
                     )
                     window_start, window_tokens = now, 0
+            state.count_speculative(n_tokens)
         finally:
             with state.lock:
                 state.running -= 1
@@ -351,8 +373,20 @@ class Handler(BaseHTTPRequestHandler):
         rid = uuid.uuid4().hex
         started = time.monotonic()
 
+        # Speculative counters only where the scenario gives an accept length.
+        speculative = bool(
+            self.server.state.server_args.speculative_algorithm and self.server.state.accept_length
+        )
+
         def meta(completion: int, done: bool) -> dict:
+            spec = {}
+            if speculative and done:
+                # SGLang's meta_info: spec_verify_ct, and spec_accept_length =
+                # completion_tokens / spec_verify_ct (tokenizer_manager).
+                steps = self.server.state.verify_steps(completion)
+                spec = {"spec_verify_ct": steps, "spec_accept_length": completion / steps}
             return {
+                **spec,
                 "id": rid,
                 "finish_reason": {"type": "length", "length": completion} if done else None,
                 "prompt_tokens": prompt_tokens,
@@ -411,6 +445,7 @@ def launch_server(server_args: ServerArgs) -> None:
     httpd = SimHTTPServer((server_args.host, server_args.port), Handler)
     httpd.state = SimState(server_args, stack, scenario, source, tag, profile, model, int(time.time()))
     httpd.state.token_mode = simulation.token_mode(scenario, tag)
+    httpd.state.accept_length = simulation.accept_length(scenario, tag, profile)
     window = simulation.warmup_window_s(scenario, tag)
     httpd.state.ready_at = time.monotonic() + window
     signal.signal(signal.SIGTERM, _terminate)
