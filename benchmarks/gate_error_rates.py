@@ -21,6 +21,11 @@ probe alone and of the whole gate (throughput at 2 % noise and the probe), and t
 the probe adds per profile and phase, as a ratio to the throughput trials, from the
 simulated server's timing (TTFT 150 ms, 89.5 tok/s; 7 trials of 256 tokens, 1 warm-up).
 
+Last, speculative health (``cuda13_upgrade.probe.compare_accept_length``): each probe
+request's accept length is ``3.2 * N(1, 0.10)`` tokens per verify step on both stacks (a
+correct new stack), or exactly 1.0 (acceptance collapsed); prints the collapses caught and
+the false rollbacks of correct stacks per allowed drop.
+
 Usage: benchmarks/gate_error_rates.py [--runs N] [--seed S]
 """
 
@@ -68,6 +73,7 @@ def main() -> None:
             f"{trials[0]:>8.1f}/{trials[1]:.1f}"
         )
     probe_report(rng, args.runs)
+    accept_report(rng, args.runs)
 
 
 def probe_outputs(rng: random.Random, flip_per_token: float | None) -> tuple[list[dict], list[dict]]:
@@ -99,6 +105,39 @@ def probe_time_ratio(rate: float = 89.5, ttft_s: float = 0.150) -> float:
 
     trials = request_s(16) + throughput.DEFAULT_MIN_TRIALS * request_s(256)
     return PROBE_PROMPTS * request_s(PROBE_TOKENS) / trials
+
+
+def accept_outputs(rng: random.Random, mean: float, spread: float = 0.10) -> list[dict]:
+    outputs = []
+    for _ in range(PROBE_PROMPTS):
+        length = max(1.0, mean * rng.gauss(1.0, spread)) if mean > 1.0 else 1.0
+        outputs.append({"completion_tokens": PROBE_TOKENS, "spec_verify_ct": round(PROBE_TOKENS / length)})
+    return outputs
+
+
+def accept_report(rng: random.Random, runs: int) -> None:
+    print()
+    print(f"speculative health: accept length over {PROBE_PROMPTS} probe requests, {runs} runs each")
+    caught = (
+        sum(
+            probe.compare_accept_length(accept_outputs(rng, 3.2), accept_outputs(rng, 1.0))["passed"] is False
+            for _ in range(runs)
+        )
+        / runs
+    )
+    print(f"  collapsed acceptance (1.0) caught: {caught * 100:.2f}%")
+    for drop in (10.0, 15.0, 20.0):
+        false = (
+            sum(
+                probe.compare_accept_length(
+                    accept_outputs(rng, 3.2), accept_outputs(rng, 3.2), max_drop_pct=drop
+                )["passed"]
+                is False
+                for _ in range(runs)
+            )
+            / runs
+        )
+        print(f"  correct stacks, allowed drop {drop:.0f} %: false rollbacks {false * 100:.2f}%")
 
 
 def probe_report(rng: random.Random, runs: int) -> None:

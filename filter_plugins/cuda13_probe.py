@@ -29,7 +29,7 @@ DOCUMENTATION = r"""
     options:
       _input: {description: probe outputs of the new stack, type: list, required: true}
       old: {description: probe outputs of the old stack, type: list, required: true}
-      max_drop_pct: {description: allowed drop of the accept length in percent, type: float, default: 10.0}
+      max_drop_pct: {description: allowed drop of the accept length in percent, type: float, default: 15.0}
       profile: {description: profile name for the reason, type: str, default: eagle3}
 """
 

@@ -291,6 +291,7 @@ def test_refuses_a_cu128_jit_cache_without_a_cuda12_runtime(
 
 
 def _scenario_file(tmp_path: Path, **extra) -> Path:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "scenario.json"
     path.write_text(json.dumps({**FAST, **extra}))
     return path
@@ -387,3 +388,36 @@ def test_speculative_counters_per_request_and_cumulative(venv_cu130, no_ld_conf,
         server.close()
     assert all(o["spec_verify_ct"] == o["completion_tokens"] == 32 for o in outputs)
     assert info["internal_states"][0]["avg_spec_accept_length"] == 1.0
+
+
+def _ttft(url: str, prompt: str) -> float:
+    body = json.dumps({"prompt": prompt, "max_tokens": 2, "ignore_eos": True, "stream": True})
+    req = urllib.request.Request(
+        url + "/v1/completions", data=body.encode(), headers={"Content-Type": "application/json"}
+    )
+    start = time.perf_counter()
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        for raw in resp:
+            if raw.strip().startswith(b"data: {"):
+                return time.perf_counter() - start
+    raise AssertionError("no token")
+
+
+def test_ttft_grows_with_the_uncached_prompt_and_the_cache_flushes(venv_cu128, no_ld_conf, tmp_path):
+    scenario = _scenario_file(tmp_path, prefill_tok_s=2000, noise_pct=0)
+    server = testkit.SimServer(venv_cu128.python, server_env(venv_cu128, scenario, no_ld_conf), tmp_path)
+    long_prompt = " ".join(f"w{i}" for i in range(2000))
+    try:
+        short = _ttft(server.url, "a short prompt")
+        cold = _ttft(server.url, long_prompt)
+        warm = _ttft(server.url, long_prompt)
+        req = urllib.request.Request(server.url + "/flush_cache", data=b"{}", method="POST")
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            assert resp.status == 200
+        flushed = _ttft(server.url, long_prompt)
+    finally:
+        server.close()
+    assert cold > short + 0.8  # 2000 prompt tokens at 2000 tok/s of prefill
+    assert warm < cold - 0.8  # a prefix-cache hit
+    assert flushed > cold - 0.2
+    assert "#cached-token: 2000" in server.stdout_path.read_text()

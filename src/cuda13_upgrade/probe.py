@@ -145,7 +145,7 @@ def compare_outputs(
     }
 
 
-DEFAULT_ACCEPT_LENGTH_DROP_PCT = 10.0
+DEFAULT_ACCEPT_LENGTH_DROP_PCT = 15.0
 
 
 def accept_length(outputs: Sequence[Mapping[str, Any]]) -> float | None:

@@ -13,8 +13,14 @@ built-in ``DEFAULT_SCENARIO`` when the file does not exist. Schema::
                                               # or per CUDA tag {"cu130": {"eagle3": 1.0}}
       "warmup_window_s": {"cu130": 20},       # optional: after the port opens, /health is 200
                                               # but generation blocks this long (per CUDA tag)
-      "tokens": {"cu130": {"mode": "drift", "after": 24}}   # optional, per CUDA tag
+      "tokens": {"cu130": {"mode": "drift", "after": 24}},  # optional, per CUDA tag
+      "prefill_tok_s": 4000      # optional: TTFT grows by uncached prompt tokens / this
     }
+
+With ``prefill_tok_s`` the TTFT of a request is ``ttft_ms`` plus its prompt tokens that are
+not in the prefix cache divided by ``prefill_tok_s``: a long prompt takes longer to its
+first token, and a prompt that repeats an earlier one's prefix is faster (the radix cache
+keeps every prompt until ``/flush_cache``).
 
 Greedy tokens are deterministic: token ``i`` of a completion is a function of the prompt and
 the tokens before it (a hash chain, ``greedy_token_ids``), the same on every stack unless
@@ -119,15 +125,40 @@ class DecodeModel:
         factor = self.rng.gauss(1.0, self.noise) if self.noise > 0 else 1.0
         return self.rate_tok_s * max(factor, 0.05)
 
-    def schedule(self, n_tokens: int, rate: float) -> list[float]:
-        """Offsets (s from the request's arrival) at which each of ``n_tokens`` is emitted."""
+    def schedule(self, n_tokens: int, rate: float, prefill_s: float = 0.0) -> list[float]:
+        """Offsets (s from the request's arrival) at which each of ``n_tokens`` is emitted;
+        ``prefill_s`` (the uncached prompt's prefill) is added to the TTFT."""
         if n_tokens <= 0:
             return []
-        duration = max(n_tokens / rate, self.ttft_s)
+        ttft = self.ttft_s + prefill_s
+        duration = max(n_tokens / rate + prefill_s, ttft)
         if n_tokens == 1:
             return [duration]
-        step = (duration - self.ttft_s) / (n_tokens - 1)
-        return [self.ttft_s + i * step for i in range(n_tokens)]
+        step = (duration - ttft) / (n_tokens - 1)
+        return [ttft + i * step for i in range(n_tokens)]
+
+
+class PrefixCache:
+    """The prompts seen since the last flush, as word lists (the stand-in tokenizer's tokens)."""
+
+    def __init__(self) -> None:
+        self.prompts: list[list[str]] = []
+
+    def match(self, words: list[str]) -> int:
+        """Tokens of ``words`` already cached (longest common prefix); then caches ``words``."""
+        best = 0
+        for cached in self.prompts:
+            n = 0
+            for a, b in zip(cached, words, strict=False):
+                if a != b:
+                    break
+                n += 1
+            best = max(best, n)
+        self.prompts.append(words)
+        return best
+
+    def flush(self) -> None:
+        self.prompts.clear()
 
 
 VOCAB_SIZE = 32000

@@ -72,6 +72,7 @@ class SimState:
     requests_in_warmup: int = 0
     token_mode: tuple = ("same", 0)
     accept_length: float | None = None
+    prefix_cache: simulation.PrefixCache = dataclasses.field(default_factory=simulation.PrefixCache)
     spec_tokens: int = 0
     spec_verify_ct: int = 0
 
@@ -247,6 +248,8 @@ class Handler(BaseHTTPRequestHandler):
             self._error(400, f"invalid request body: {exc}")
             return
         if path == "/flush_cache":
+            with self.server.state.lock:
+                self.server.state.prefix_cache.flush()
             self._send(200, b"Cache flushed.\n", "text/plain; charset=utf-8")
         elif path == "/v1/completions":
             self._completions(body)
@@ -271,17 +274,21 @@ class Handler(BaseHTTPRequestHandler):
             state.wait_until_ready()
         rate = state.model.request_rate()
         ids = simulation.greedy_token_ids(prompt, n_tokens, *state.token_mode)
+        with state.lock:
+            cached = min(state.prefix_cache.match(prompt.split()), prompt_tokens)
+        prefill_tok_s = float(state.scenario.get("prefill_tok_s") or 0)
+        prefill_s = (prompt_tokens - cached) / prefill_tok_s if prefill_tok_s else 0.0
         start = time.monotonic()
         with state.lock:
             state.running += 1
             running = state.running
         log(
-            f"Prefill batch. #new-seq: 1, #new-token: {prompt_tokens}, #cached-token: 0, "
+            f"Prefill batch. #new-seq: 1, #new-token: {prompt_tokens - cached}, #cached-token: {cached}, "
             f"token usage: 0.00, #running-req: {running - 1}, #queue-req: 0, "
         )
         try:
             window_start, window_tokens = start, 0
-            for index, offset in enumerate(state.model.schedule(n_tokens, rate)):
+            for index, offset in enumerate(state.model.schedule(n_tokens, rate, prefill_s)):
                 delay = start + offset - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
