@@ -8,10 +8,10 @@ from pathlib import Path
 from ansible.errors import AnsibleFilterError
 
 try:
-    from cuda13_upgrade import probe
+    from cuda13_upgrade import load, probe
 except ImportError:  # the package is not installed: use the checkout's copy
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from cuda13_upgrade import probe
+    from cuda13_upgrade import load, probe
 
 DOCUMENTATION = r"""
   - name: cuda13_probe_compare
@@ -31,6 +31,15 @@ DOCUMENTATION = r"""
       old: {description: probe outputs of the old stack, type: list, required: true}
       max_drop_pct: {description: allowed drop of the accept length in percent, type: float, default: 15.0}
       profile: {description: profile name for the reason, type: str, default: eagle3}
+  - name: cuda13_load_compare
+    short_description: The optional prefill (long-prompt TTFT) and concurrency checks.
+    positional: _input, old
+    options:
+      _input: {description: load metrics of the new stack, type: dict, required: true}
+      old: {description: load metrics of the old stack, type: dict, required: true}
+      ttft_tolerance_pct: {description: allowed TTFT growth in percent, type: float, default: 10.0}
+      concurrency_tolerance_pct: {description: allowed throughput drop in percent, type: float, default: 5.0}
+      profile: {description: profile name for the reasons, type: str, default: plain}
 """
 
 EXAMPLES = r"""
@@ -86,9 +95,35 @@ def cuda13_accept_length_compare(
         raise AnsibleFilterError(f"cuda13_accept_length_compare: {exc}") from exc
 
 
+def cuda13_load_compare(
+    new,
+    old,
+    ttft_tolerance_pct=load.DEFAULT_TTFT_TOLERANCE_PCT,
+    concurrency_tolerance_pct=load.DEFAULT_CONCURRENCY_TOLERANCE_PCT,
+    profile="plain",
+):
+    for name, value in (("new", new), ("old", old)):
+        if not isinstance(value, dict):
+            raise AnsibleFilterError(
+                f"cuda13_load_compare: the {name} stack's load metrics must be a dict, "
+                f"got {type(value).__name__}"
+            )
+    try:
+        return load.compare_load(
+            old,
+            new,
+            ttft_tolerance_pct=ttft_tolerance_pct,
+            concurrency_tolerance_pct=concurrency_tolerance_pct,
+            profile=profile,
+        )
+    except ValueError as exc:
+        raise AnsibleFilterError(f"cuda13_load_compare: {exc}") from exc
+
+
 class FilterModule:
     def filters(self):
         return {
             "cuda13_probe_compare": cuda13_probe_compare,
             "cuda13_accept_length_compare": cuda13_accept_length_compare,
+            "cuda13_load_compare": cuda13_load_compare,
         }

@@ -225,3 +225,40 @@ def test_accept_length_collapsing_to_one_fails_and_a_small_drop_passes():
         ValueError, match=r"verify_throughput_accept_length_drop_pct must be a number >= 0 \(got -1\)"
     ):
         probe.compare_accept_length(old, old, max_drop_pct=-1)
+
+
+def test_load_checks_each_have_their_own_tolerance():
+    from cuda13_upgrade import load
+
+    old = {
+        "ttft_prompt_len": 2000,
+        "ttft_long_ms": [300.0, 310.0, 305.0],
+        "concurrency": 4,
+        "concurrent_output_tok_s": 350.0,
+    }
+    same = load.compare_load(old, dict(old))
+    assert same["passed"] and same["ttft"]["change_pct"] == 0.0
+    # sgl-project/sglang#5396: prefill 652 -> 198 tok/s with decode unchanged.
+    slow_prefill = {**old, "ttft_long_ms": [t * 652 / 198 for t in old["ttft_long_ms"]]}
+    result = load.compare_load(old, slow_prefill)
+    assert not result["passed"] and result["concurrency"]["passed"]
+    assert result["reasons"][0].startswith(
+        "plain: median TTFT at a 2000-word prompt 305 -> 1004 ms (+229.3 %"
+    )
+    under_load = {**old, "concurrent_output_tok_s": 330.0}
+    assert not load.compare_load(old, under_load)["passed"]  # -5.7 % beyond 5 %
+    assert load.compare_load(old, under_load, concurrency_tolerance_pct=6)["passed"]
+    with pytest.raises(
+        ValueError, match=r"verify_throughput_ttft_tolerance_pct must be a number >= 0 \(got -1\)"
+    ):
+        load.compare_load(old, old, ttft_tolerance_pct=-1)
+    with pytest.raises(ValueError, match="measured on one stack only"):
+        load.compare_load(old, {**old, "ttft_long_ms": None})
+    off = {"ttft_long_ms": None, "concurrent_output_tok_s": None}
+    assert load.compare_load(off, off) == {
+        "profile": "plain",
+        "ttft": None,
+        "concurrency": None,
+        "reasons": [],
+        "passed": True,
+    }

@@ -81,6 +81,7 @@ def _result(host: str, **over: Any) -> dict[str, Any]:
         "speculative": {},
         "probe": {},
         "accept_length": {},
+        "load": {},
         "reason": None,
         "rollback": {"performed": False, "seconds": None, "checks": {}, "confirmed": None},
     }

@@ -95,3 +95,16 @@ def test_accept_length_collapsing_to_one_rolls_back(collapse):
     assert {d["verdict"] for d in result["decisions"].values()} == {"keep"}
     # Plain decode has no speculative counters: no verdict there.
     assert result["accept_length"]["plain"]["passed"] is None
+
+
+def test_long_prompt_ttft_and_concurrent_throughput_are_gated(drift):
+    result = _result(drift)
+    for profile in ("plain", "eagle3"):
+        checks = result["load"][profile]
+        assert checks["passed"] is True
+        assert checks["ttft"]["passed"] and checks["concurrency"]["passed"]
+        new = result["throughput"]["candidate"][profile]["load"]
+        assert new["ttft_prompt_len"] == 512 and len(new["ttft_long_ms"]) == 2
+        # Four streams at once give about four times one stream's output rate.
+        single = result["throughput"]["candidate"][profile]["summary"]["median"]
+        assert new["concurrent_output_tok_s"] > 3 * single

@@ -171,6 +171,73 @@ def measure(
     }
 
 
+def load_metrics(
+    url: str,
+    *,
+    prompts: list[str],
+    seed: int,
+    max_tokens: int,
+    ttft_prompt_len: int = 0,
+    ttft_requests: int = 3,
+    concurrency: int = 0,
+    model: str | None = None,
+    timeout: float = 300.0,
+) -> dict:
+    """The optional gated metrics beyond single-stream decode.
+
+    * ``ttft_prompt_len`` > 0: ``ttft_requests`` completions of 2 tokens, each on its own
+      prompt of ``ttft_prompt_len`` words with the prefix cache flushed first; their TTFTs in
+      ms (``ttft_long_ms``): the prefill of a long prompt.
+    * ``concurrency`` > 0: that many streams of ``max_tokens`` at once, each its own prompt;
+      ``concurrent_output_tok_s`` = all output tokens / wall time (tok/s), what bench_serving
+      calls "Output token throughput" at ``--max-concurrency`` C.
+
+    Returns ``{"ttft_prompt_len", "ttft_long_ms": [ms] | None, "concurrency",
+    "concurrent_output_tok_s": float | None}``.
+    """
+    import threading
+
+    out: dict = {
+        "ttft_prompt_len": ttft_prompt_len,
+        "ttft_long_ms": None,
+        "concurrency": concurrency,
+        "concurrent_output_tok_s": None,
+    }
+    if ttft_prompt_len > 0:
+        ttfts = []
+        for number in range(ttft_requests):
+            flush_cache(url, timeout)
+            prompt = workload_prompt(prompts, seed, 50_000 + number, ttft_prompt_len)
+            start, arrivals, _ = _stream_completion(url, model, prompt, 2, timeout)
+            if not arrivals:
+                raise ValueError("the long-prompt completion streamed no token")
+            ttfts.append(round((arrivals[0] - start) * 1000.0, 3))
+        out["ttft_long_ms"] = ttfts
+    if concurrency > 0:
+        flush_cache(url, timeout)
+        counts = [0] * concurrency
+        errors: list[BaseException] = []
+
+        def stream(index: int) -> None:
+            try:
+                prompt = workload_prompt(prompts, seed, 60_000 + index, 64)
+                counts[index] = len(_stream_completion(url, model, prompt, max_tokens, timeout)[1])
+            except BaseException as exc:  # noqa: BLE001 (reported below)
+                errors.append(exc)
+
+        threads = [threading.Thread(target=stream, args=(i,)) for i in range(concurrency)]
+        began = time.perf_counter()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        elapsed = time.perf_counter() - began
+        if errors:
+            raise ValueError(f"a concurrent stream failed: {errors[0]}")
+        out["concurrent_output_tok_s"] = round(sum(counts) / elapsed, 3)
+    return out
+
+
 def bench_serving_trial(python: str, url: str, *, max_tokens: int, prompt_len: int, prompts: int) -> dict:
     """One trial with SGLang's own client, ``python -m sglang.bench_serving``.
 
@@ -243,7 +310,43 @@ def main(argv: list[str] | None = None) -> int:
         "--prompt-file", default=None, help='JSON {"seed": int, "prompts": [...]} of the workload'
     )
     parser.add_argument("--flush-cache", action="store_true", help="POST /flush_cache before each trial")
+    parser.add_argument(
+        "--load-metrics",
+        action="store_true",
+        help="measure only the gated extra metrics (needs --prompt-file), print {'load': {...}}",
+    )
+    parser.add_argument("--ttft-prompt-len", type=int, default=0, help="words of the long prompt (0: off)")
+    parser.add_argument("--ttft-requests", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=0, help="streams at once (0: off)")
     args = parser.parse_args(argv)
+
+    if args.load_metrics:
+        if not args.prompt_file:
+            print("--load-metrics needs --prompt-file", file=sys.stderr)
+            return 2
+        with open(args.prompt_file, encoding="utf-8") as handle:
+            workload = json.load(handle)
+        try:
+            load = load_metrics(
+                args.url,
+                prompts=workload["prompts"],
+                seed=int(workload.get("seed", 0)),
+                max_tokens=args.max_tokens,
+                ttft_prompt_len=args.ttft_prompt_len,
+                ttft_requests=args.ttft_requests,
+                concurrency=args.concurrency,
+                model=args.model,
+                timeout=args.timeout,
+            )
+        except (urllib.error.URLError, OSError) as exc:
+            print(f"cannot reach the server at {args.url}: {exc}", file=sys.stderr)
+            return 2
+        except (ValueError, json.JSONDecodeError) as exc:
+            print(f"unexpected answer from {args.url}: {exc}", file=sys.stderr)
+            return 2
+        json.dump({"url": args.url, "load": load}, sys.stdout)
+        sys.stdout.write("\n")
+        return 0
 
     previous: list[dict] = []
     if args.append:
