@@ -421,3 +421,35 @@ def test_ttft_grows_with_the_uncached_prompt_and_the_cache_flushes(venv_cu128, n
     assert warm < cold - 0.8  # a prefix-cache hit
     assert flushed > cold - 0.2
     assert "#cached-token: 2000" in server.stdout_path.read_text()
+
+
+def test_flashinfer_allreduce_fusion_refuses_to_start_on_the_cuda_12_8_stack(
+    venv_cu128, venv_cu130, scenario, no_ld_conf, tmp_path
+):
+    flag = "--enable-flashinfer-allreduce-fusion"
+    env = server_env(venv_cu128, scenario, no_ld_conf)
+    port = testkit.free_port()
+    cmd = [
+        str(venv_cu128.python),
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        "m",
+        "--port",
+        str(port),
+        flag,
+    ]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0
+    # sgl-project/sglang#15650, FlashInfer's allreduce fusion on sm_120.
+    assert proc.stderr.rstrip().endswith(
+        "Exception: Capture cuda graph failed: No supported CUDA architectures found for major versions [9, 10]."
+    )
+    server = testkit.SimServer(
+        venv_cu130.python, server_env(venv_cu130, scenario, no_ld_conf), tmp_path, flag
+    )
+    try:
+        # The CUDA 13 stack starts with the flag and generates.
+        assert testkit.http_get(server.url + "/health_generate")[0] == 200
+    finally:
+        server.close()

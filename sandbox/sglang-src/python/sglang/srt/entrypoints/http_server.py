@@ -447,6 +447,13 @@ def launch_server(server_args: ServerArgs) -> None:
         f"sgl-kernel {stack['sgl_kernel']}, flashinfer {stack['flashinfer_python']}"
     )
     time.sleep(float(scenario.get("startup_s", 0.0)))
+    if tag == "cu128" and "--enable-flashinfer-allreduce-fusion" in server_args.ignored_args:
+        # FlashInfer's TRT-LLM allreduce fusion kernels of the CUDA 12.8 stack are built for
+        # SM90/SM100 only; on sm_120 CUDA graph capture fails with this text
+        # (sgl-project/sglang#15650). The CUDA 13 stack's FlashInfer runs them.
+        raise Exception(
+            "Capture cuda graph failed: No supported CUDA architectures found for major versions [9, 10]."
+        )
     log(f"Load weight end. Simulated decode: {tag}/{profile} at {model.rate_tok_s} tok/s ({source})")
 
     httpd = SimHTTPServer((server_args.host, server_args.port), Handler)
