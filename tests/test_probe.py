@@ -169,6 +169,10 @@ def test_the_summary_shows_a_failed_probe_with_both_outputs_and_both_command_lin
             },
         },
     }
+    result["accept_length"] = {
+        "eagle3": probe.compare_accept_length(_spec([(32, 10)] * 8), _spec([(32, 32)] * 8)),
+        "plain": probe.compare_accept_length(_outputs("same"), _outputs("same"), profile="plain"),
+    }
     rows = report.summary_rows([result])
     assert rows[0]["probe"]["plain"]["passed"] is False
     text = report.render_markdown("run-1", rows)
@@ -177,6 +181,8 @@ def test_the_summary_shows_a_failed_probe_with_both_outputs_and_both_command_lin
         in text
     )
     assert f"  - prompt: `{failed['example']['prompt']}`" in text
+    assert "- gpu-node-02 eagle3: 3.20 -> 1.00 tokens per verify step (-68.8 %, rolled back)" in text
+    assert "gpu-node-02 plain: " not in text.split("## Speculative accept length")[1]
     assert "  - old stack: `/opt/ml-env/bin/python -m sglang.launch_server --x 1`" in text
     assert (
         "  - new stack: `/opt/ml-env-cu130/bin/python -m sglang.launch_server --x 1 --enable-torch-symm-mem`"

@@ -198,6 +198,11 @@ def summary_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
             }
         row["probe"] = probe_summary(r.get("probe") or {})
         row["commands"] = command_lines(r.get("throughput") or {})
+        row["accept_length"] = {
+            name: {k: v.get(k) for k in ("old", "new", "change_pct", "passed")}
+            for name, v in (r.get("accept_length") or {}).items()
+            if isinstance(v, dict) and v.get("passed") is not None
+        }
         row["decision"] = decision_text(row)
         rows.append(row)
     return rows
@@ -345,7 +350,16 @@ def _probe_lines(rows: list[dict[str, Any]]) -> list[str]:
                 for label, key in (("prompt", "prompt"), ("old stack", "old"), ("new stack", "new")):
                     text = " ".join(str(example.get(key) or "").split())
                     lines.append(f"  - {label}: `{text[:200]}`")
-    return ["", "## Correctness probe", "", *lines] if lines else []
+    accept = []
+    for row in rows:
+        for name, value in (row.get("accept_length") or {}).items():
+            verdict = "healthy" if value["passed"] else "rolled back"
+            accept.append(
+                f"- {row['host']} {name}: {value['old']:.2f} -> {value['new']:.2f} tokens per verify step "
+                f"({value['change_pct']:+.1f} %, {verdict})"
+            )
+    out = ["", "## Correctness probe", "", *lines] if lines else []
+    return out + (["", "## Speculative accept length", "", *accept] if accept else [])
 
 
 def render_markdown(run_id: str, rows: list[dict[str, Any]]) -> str:

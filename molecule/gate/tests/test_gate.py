@@ -108,3 +108,9 @@ def test_long_prompt_ttft_and_concurrent_throughput_are_gated(drift):
         # Four streams at once give about four times one stream's output rate.
         single = result["throughput"]["candidate"][profile]["summary"]["median"]
         assert new["concurrent_output_tok_s"] > 3 * single
+
+
+def test_the_report_shows_the_accept_length(collapse):
+    summary = (RUN / "summary.md").read_text()
+    assert "## Speculative accept length" in summary
+    assert "- cuda13-gate-3 eagle3: 3.20 -> 1.00 tokens per verify step (-68.8 %, rolled back)" in summary
