@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -294,3 +295,168 @@ def test_refuses_a_cu128_jit_cache_without_a_cuda12_runtime(
         "OSError: libcudart.so.12: cannot open shared object file: No such file or directory"
     )
     assert "flashinfer/jit/core.py" in proc.stderr
+
+
+def _scenario_file(tmp_path: Path, **extra) -> Path:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "scenario.json"
+    path.write_text(json.dumps({**FAST, **extra}))
+    return path
+
+
+def _probe(url: str, tmp_path: Path) -> list[dict]:
+    """Run the correctness probe host script against a server, as the role does."""
+    from cuda13_upgrade.hostscripts import correctness_probe
+
+    prompts = Path(__file__).resolve().parents[1] / "roles" / "verify_throughput" / "files" / "prompts.json"
+    out = subprocess.run(
+        [sys.executable, correctness_probe.__file__, "--url", url, "--prompts", str(prompts), "--count", "4"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(out.stdout)["outputs"]
+
+
+def test_health_is_200_in_the_warmup_window_while_health_generate_waits(venv_cu130, no_ld_conf, tmp_path):
+    scenario = _scenario_file(tmp_path, warmup_window_s={"cu130": 3})
+    env = server_env(venv_cu130, scenario, no_ld_conf, SGLANG_HEALTH_CHECK_TIMEOUT="1")
+    server = testkit.SimServer(venv_cu130.python, env, tmp_path)
+    try:
+        assert testkit.http_get(server.url + "/health")[0] == 200
+        # SGLang's health_generate answers 503 when no token came within its timeout.
+        status, _ = testkit.http_get(server.url + "/health_generate", timeout=10)
+        assert status == 503
+        assert get_json(server.url + "/get_server_info")["simulation"]["warmup_left_s"] > 0
+        # A completion sent now blocks until the window is over, and is counted.
+        chunks, ttft, _ = stream_completion(server.url, 4)
+        assert ttft > 1.0 and len(chunks) == 4
+        assert get_json(server.url + "/get_server_info")["simulation"]["requests_in_warmup"] == 1
+        assert testkit.http_get(server.url + "/health_generate", timeout=10)[0] == 200
+    finally:
+        server.close()
+    assert "arrived in the warm-up window" in server.stdout_path.read_text()
+
+
+def test_greedy_tokens_are_the_same_on_both_stacks_unless_the_scenario_says(
+    venv_cu128, venv_cu130, no_ld_conf, tmp_path
+):
+    servers = {
+        "cu128": testkit.SimServer(
+            venv_cu128.python, server_env(venv_cu128, _scenario_file(tmp_path / "a"), no_ld_conf), tmp_path
+        ),
+        "same": testkit.SimServer(
+            venv_cu130.python, server_env(venv_cu130, _scenario_file(tmp_path / "b"), no_ld_conf), tmp_path
+        ),
+        "garbage": testkit.SimServer(
+            venv_cu130.python,
+            server_env(
+                venv_cu130, _scenario_file(tmp_path / "c", tokens={"cu130": {"mode": "garbage"}}), no_ld_conf
+            ),
+            tmp_path,
+        ),
+        "drift": testkit.SimServer(
+            venv_cu130.python,
+            server_env(
+                venv_cu130,
+                _scenario_file(tmp_path / "d", tokens={"cu130": {"mode": "drift", "after": 5}}),
+                no_ld_conf,
+            ),
+            tmp_path,
+        ),
+    }
+    try:
+        outputs = {name: _probe(server.url, tmp_path) for name, server in servers.items()}
+        again = _probe(servers["cu128"].url, tmp_path)
+    finally:
+        for server in servers.values():
+            server.close()
+    from cuda13_upgrade import probe
+
+    assert outputs["cu128"] == again  # greedy decoding is deterministic
+    assert all(len(o["output_ids"]) == 32 and len(o["text"].split()) == 32 for o in outputs["cu128"])
+    assert probe.compare_outputs(outputs["cu128"], outputs["same"])["per_prompt"][0]["common_prefix"] == 32
+    assert not probe.compare_outputs(outputs["cu128"], outputs["garbage"])["passed"]
+    drift = probe.compare_outputs(outputs["cu128"], outputs["drift"], min_prefix_tokens=5)
+    assert drift["passed"] and {p["common_prefix"] for p in drift["per_prompt"]} == {5}
+
+
+def test_speculative_counters_per_request_and_cumulative(venv_cu130, no_ld_conf, tmp_path):
+    scenario = _scenario_file(
+        tmp_path, spec_accept_length={"cu130": {"eagle3": 1.0}, "cu128": {"eagle3": 3.2}}
+    )
+    server = testkit.SimServer(
+        venv_cu130.python, server_env(venv_cu130, scenario, no_ld_conf), tmp_path, *EAGLE3
+    )
+    try:
+        outputs = _probe(server.url, tmp_path)
+        info = get_json(server.url + "/get_server_info")
+    finally:
+        server.close()
+    assert all(o["spec_verify_ct"] == o["completion_tokens"] == 32 for o in outputs)
+    assert info["internal_states"][0]["avg_spec_accept_length"] == 1.0
+
+
+def _ttft(url: str, prompt: str) -> float:
+    body = json.dumps({"prompt": prompt, "max_tokens": 2, "ignore_eos": True, "stream": True})
+    req = urllib.request.Request(
+        url + "/v1/completions", data=body.encode(), headers={"Content-Type": "application/json"}
+    )
+    start = time.perf_counter()
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        for raw in resp:
+            if raw.strip().startswith(b"data: {"):
+                return time.perf_counter() - start
+    raise AssertionError("no token")
+
+
+def test_ttft_grows_with_the_uncached_prompt_and_the_cache_flushes(venv_cu128, no_ld_conf, tmp_path):
+    scenario = _scenario_file(tmp_path, prefill_tok_s=2000, noise_pct=0)
+    server = testkit.SimServer(venv_cu128.python, server_env(venv_cu128, scenario, no_ld_conf), tmp_path)
+    long_prompt = " ".join(f"w{i}" for i in range(2000))
+    try:
+        short = _ttft(server.url, "a short prompt")
+        cold = _ttft(server.url, long_prompt)
+        warm = _ttft(server.url, long_prompt)
+        req = urllib.request.Request(server.url + "/flush_cache", data=b"{}", method="POST")
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            assert resp.status == 200
+        flushed = _ttft(server.url, long_prompt)
+    finally:
+        server.close()
+    assert cold > short + 0.8  # 2000 prompt tokens at 2000 tok/s of prefill
+    assert warm < cold - 0.8  # a prefix-cache hit
+    assert flushed > cold - 0.2
+    assert "#cached-token: 2000" in server.stdout_path.read_text()
+
+
+def test_flashinfer_allreduce_fusion_refuses_to_start_on_the_cuda_12_8_stack(
+    venv_cu128, venv_cu130, scenario, no_ld_conf, tmp_path
+):
+    flag = "--enable-flashinfer-allreduce-fusion"
+    env = server_env(venv_cu128, scenario, no_ld_conf)
+    port = testkit.free_port()
+    cmd = [
+        str(venv_cu128.python),
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        "m",
+        "--port",
+        str(port),
+        flag,
+    ]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0
+    # sgl-project/sglang#15650, FlashInfer's allreduce fusion on sm_120.
+    assert proc.stderr.rstrip().endswith(
+        "Exception: Capture cuda graph failed: No supported CUDA architectures found for major versions [9, 10]."
+    )
+    server = testkit.SimServer(
+        venv_cu130.python, server_env(venv_cu130, scenario, no_ld_conf), tmp_path, flag
+    )
+    try:
+        # The CUDA 13 stack starts with the flag and generates.
+        assert testkit.http_get(server.url + "/health_generate")[0] == 200
+    finally:
+        server.close()

@@ -252,6 +252,13 @@ def summary_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "spread": {phase: _spread(r, phase, name) for phase in PHASES},
                 "trials": {phase: trial_values((phases.get(phase) or {}).get(name)) for phase in PHASES},
             }
+        row["probe"] = probe_summary(r.get("probe") or {})
+        row["commands"] = command_lines(r.get("throughput") or {})
+        row["accept_length"] = {
+            name: {k: v.get(k) for k in ("old", "new", "change_pct", "passed")}
+            for name, v in (r.get("accept_length") or {}).items()
+            if isinstance(v, dict) and v.get("passed") is not None
+        }
         row["decision"] = decision_text(row)
         rows.append(row)
     return rows
@@ -368,6 +375,82 @@ def _reason_cell(row: dict[str, Any]) -> str:
     return reason if len(reason) <= 160 else reason[:159] + "…"
 
 
+def probe_summary(probe: dict[str, Any]) -> dict[str, Any]:
+    """Per profile, the correctness probe of a result (``cuda13_upgrade.probe``) in short:
+    ``{profile: {"passed", "agreeing", "prompts", "min_prefix_tokens", "example"}}``, the
+    example (prompt, old and new output, common prefix in tokens) only where it failed."""
+    out: dict[str, Any] = {}
+    for name, result in probe.items():
+        if not isinstance(result, dict):
+            continue
+        out[name] = {
+            "passed": result.get("passed"),
+            "agreeing": result.get("agreeing"),
+            "prompts": result.get("prompts"),
+            "min_prefix_tokens": result.get("min_prefix_tokens"),
+            "example": None if result.get("passed") else result.get("example"),
+        }
+    return out
+
+
+def command_lines(throughput: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per profile with new-stack-only arguments, the server command on each stack:
+    ``{profile: {"old": str | None, "new": str | None, "new_stack_args": [str]}}`` from the
+    result's ``throughput`` (``baseline`` and ``candidate`` phases)."""
+    out: dict[str, dict[str, Any]] = {}
+    candidate = throughput.get("candidate") or {}
+    baseline = throughput.get("baseline") or {}
+    for name, measured in candidate.items():
+        extra = (measured or {}).get("new_stack_args") or []
+        if extra:
+            out[name] = {
+                "old": (baseline.get(name) or {}).get("command"),
+                "new": measured.get("command"),
+                "new_stack_args": list(extra),
+            }
+    return out
+
+
+def _command_lines(rows: list[dict[str, Any]]) -> list[str]:
+    lines: list[str] = []
+    for row in rows:
+        for name, commands in (row.get("commands") or {}).items():
+            lines.append(f"- {row['host']} {name} (new stack only: {' '.join(commands['new_stack_args'])})")
+            lines.append(f"  - old stack: `{commands['old'] or '-'}`")
+            lines.append(f"  - new stack: `{commands['new'] or '-'}`")
+    return ["", "## Command lines", "", *lines] if lines else []
+
+
+def _probe_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The correctness probe's section of the summary: one line per host and profile, and
+    for a failed probe the prompt with the shortest common prefix and both outputs."""
+    lines: list[str] = []
+    for row in rows:
+        for name, probe in (row.get("probe") or {}).items():
+            verdict = (
+                "output matches the old stack" if probe["passed"] else "output differs from the old stack"
+            )
+            lines.append(
+                f"- {row['host']} {name}: {verdict} ({probe['agreeing']} of {probe['prompts']} prompts "
+                f"agree for at least {probe['min_prefix_tokens']} tokens)"
+            )
+            example = probe.get("example")
+            if example:
+                for label, key in (("prompt", "prompt"), ("old stack", "old"), ("new stack", "new")):
+                    text = " ".join(str(example.get(key) or "").split())
+                    lines.append(f"  - {label}: `{text[:200]}`")
+    accept = []
+    for row in rows:
+        for name, value in (row.get("accept_length") or {}).items():
+            verdict = "healthy" if value["passed"] else "rolled back"
+            accept.append(
+                f"- {row['host']} {name}: {value['old']:.2f} -> {value['new']:.2f} tokens per verify step "
+                f"({value['change_pct']:+.1f} %, {verdict})"
+            )
+    out = ["", "## Correctness probe", "", *lines] if lines else []
+    return out + (["", "## Speculative accept length", "", *accept] if accept else [])
+
+
 def render_markdown(run_id: str, rows: list[dict[str, Any]]) -> str:
     """The fleet summary as Markdown: a title, a count per status, and a table
     with one row per host (decision, stacks, median tok/s per profile before
@@ -416,6 +499,8 @@ def render_markdown(run_id: str, rows: list[dict[str, Any]]) -> str:
     if any(profiles):
         lines += ["", "Medians in tok/s, with [min–max, n=trials] of each stack's trials."]
     lines += _durations_table(rows)
+    lines += _probe_lines(rows)
+    lines += _command_lines(rows)
     return "\n".join(lines) + "\n"
 
 

@@ -15,6 +15,14 @@ Per trial it reports, from the client's clock:
 * ``output_tok_s``: output throughput, ``tokens / e2e`` (tok/s), the figure
   ``sglang.bench_serving`` calls "Output token throughput" at concurrency 1.
 
+Workload: with ``--prompt-file`` (``{"seed": int, "prompts": [str, ...]}``) every trial
+gets its own prompt of exactly ``--prompt-len`` words, made of the set's prompts in an
+order fixed by the seed, starting at the trial's own position (``workload_prompt``); with
+``--flush-cache`` the server's prefix cache is emptied (SGLang's ``POST /flush_cache``)
+before each trial, so no trial is a cache hit of an earlier one. The warm-up requests use
+another prompt and are not measured. Without a prompt file every trial sends the same
+``hello`` prompt (a degenerate workload, kept for comparison).
+
 Prints one JSON object on stdout: ``{"url": ..., "warmup": n, "trials": [...]}``.
 Exit status 2 with a message on stderr when the server cannot be reached or
 answers something that is not a completion stream.
@@ -65,6 +73,38 @@ def _stream_completion(url: str, model: str | None, prompt: str, max_tokens: int
     return start, arrivals, end
 
 
+def workload_prompt(prompts: list[str], seed: int, index: int, words: int) -> str:
+    """The prompt of trial ``index``: ``words`` words of the prompt set, shuffled by ``seed``.
+
+    The set is put in one order by ``random.Random(seed)``; trial ``index`` starts at the
+    ``index``-th prompt of that order (modulo its length) and takes the following ones until it
+    has ``words`` words. Different indices give different prompts for up to ``len(prompts)``
+    trials; beyond that a trial number is put first so that no two trials share a prefix.
+    """
+    import random
+
+    order = list(prompts)
+    random.Random(seed).shuffle(order)
+    start = index % len(order)
+    text: list[str] = [] if index < len(order) else [f"({index})"]
+    position = start
+    while len(text) < words:
+        text.extend(order[position % len(order)].split())
+        position += 1
+    return " ".join(text[:words])
+
+
+def flush_cache(url: str, timeout: float) -> bool:
+    """``POST /flush_cache``; True when the server answered 200."""
+    request = urllib.request.Request(url.rstrip("/") + "/flush_cache", data=b"{}", method="POST")
+    request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status == 200
+    except urllib.error.HTTPError:
+        return False
+
+
 def measure(
     url: str,
     *,
@@ -74,6 +114,10 @@ def measure(
     warmup: int = 1,
     model: str | None = None,
     timeout: float = 300.0,
+    prompts: list[str] | None = None,
+    seed: int = 0,
+    first_index: int = 0,
+    flush: bool = False,
 ) -> dict:
     """Run ``warmup`` unmeasured and ``trials`` measured streamed completions.
 
@@ -81,13 +125,23 @@ def measure(
     each trial ``{"tokens", "ttft_ms", "itl_mean_ms", "itl_median_ms",
     "decode_tok_s", "output_tok_s", "e2e_s"}``. Raises ``ValueError`` when a
     completion streams fewer than two tokens (no decode rate can be measured).
+    ``prompts``/``seed``/``first_index``: the workload (module doc), trial ``i`` of this call
+    being trial ``first_index + i`` of the phase; ``flush``: empty the prefix cache first.
     """
-    prompt = " ".join(["hello"] * prompt_len)
-    for _ in range(warmup):
-        _stream_completion(url, model, prompt, min(max_tokens, 16), timeout)
+
+    def prompt_for(index: int) -> str:
+        if not prompts:
+            return " ".join(["hello"] * prompt_len)
+        return workload_prompt(prompts, seed, index, prompt_len)
+
+    for number in range(warmup):
+        _stream_completion(url, model, "warm-up " + prompt_for(10_000 + number), min(max_tokens, 16), timeout)
     results = []
-    for _ in range(trials):
-        start, arrivals, end = _stream_completion(url, model, prompt, max_tokens, timeout)
+    for number in range(trials):
+        flushed = flush_cache(url, timeout) if flush else None
+        start, arrivals, end = _stream_completion(
+            url, model, prompt_for(first_index + number), max_tokens, timeout
+        )
         if len(arrivals) < 2:
             raise ValueError(
                 f"the completion streamed {len(arrivals)} token(s); need at least 2 "
@@ -104,6 +158,8 @@ def measure(
                 "decode_tok_s": round((len(arrivals) - 1) / decode_s, 3),
                 "output_tok_s": round(len(arrivals) / (end - start), 3),
                 "e2e_s": round(end - start, 4),
+                "prompt_index": first_index + number if prompts else None,
+                "cache_flushed": flushed,
             }
         )
     return {
@@ -113,6 +169,73 @@ def measure(
         "warmup": warmup,
         "trials": results,
     }
+
+
+def load_metrics(
+    url: str,
+    *,
+    prompts: list[str],
+    seed: int,
+    max_tokens: int,
+    ttft_prompt_len: int = 0,
+    ttft_requests: int = 3,
+    concurrency: int = 0,
+    model: str | None = None,
+    timeout: float = 300.0,
+) -> dict:
+    """The optional gated metrics beyond single-stream decode.
+
+    * ``ttft_prompt_len`` > 0: ``ttft_requests`` completions of 2 tokens, each on its own
+      prompt of ``ttft_prompt_len`` words with the prefix cache flushed first; their TTFTs in
+      ms (``ttft_long_ms``): the prefill of a long prompt.
+    * ``concurrency`` > 0: that many streams of ``max_tokens`` at once, each its own prompt;
+      ``concurrent_output_tok_s`` = all output tokens / wall time (tok/s), what bench_serving
+      calls "Output token throughput" at ``--max-concurrency`` C.
+
+    Returns ``{"ttft_prompt_len", "ttft_long_ms": [ms] | None, "concurrency",
+    "concurrent_output_tok_s": float | None}``.
+    """
+    import threading
+
+    out: dict = {
+        "ttft_prompt_len": ttft_prompt_len,
+        "ttft_long_ms": None,
+        "concurrency": concurrency,
+        "concurrent_output_tok_s": None,
+    }
+    if ttft_prompt_len > 0:
+        ttfts = []
+        for number in range(ttft_requests):
+            flush_cache(url, timeout)
+            prompt = workload_prompt(prompts, seed, 50_000 + number, ttft_prompt_len)
+            start, arrivals, _ = _stream_completion(url, model, prompt, 2, timeout)
+            if not arrivals:
+                raise ValueError("the long-prompt completion streamed no token")
+            ttfts.append(round((arrivals[0] - start) * 1000.0, 3))
+        out["ttft_long_ms"] = ttfts
+    if concurrency > 0:
+        flush_cache(url, timeout)
+        counts = [0] * concurrency
+        errors: list[BaseException] = []
+
+        def stream(index: int) -> None:
+            try:
+                prompt = workload_prompt(prompts, seed, 60_000 + index, 64)
+                counts[index] = len(_stream_completion(url, model, prompt, max_tokens, timeout)[1])
+            except BaseException as exc:  # noqa: BLE001 (reported below)
+                errors.append(exc)
+
+        threads = [threading.Thread(target=stream, args=(i,)) for i in range(concurrency)]
+        began = time.perf_counter()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        elapsed = time.perf_counter() - began
+        if errors:
+            raise ValueError(f"a concurrent stream failed: {errors[0]}")
+        out["concurrent_output_tok_s"] = round(sum(counts) / elapsed, 3)
+    return out
 
 
 def bench_serving_trial(python: str, url: str, *, max_tokens: int, prompt_len: int, prompts: int) -> dict:
@@ -186,7 +309,47 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--method", choices=["builtin", "bench_serving"], default="builtin")
     parser.add_argument("--python", default=None, help="venv python for --method bench_serving")
     parser.add_argument("--prompts", type=int, default=4, help="requests per bench_serving trial")
+    parser.add_argument(
+        "--prompt-file", default=None, help='JSON {"seed": int, "prompts": [...]} of the workload'
+    )
+    parser.add_argument("--flush-cache", action="store_true", help="POST /flush_cache before each trial")
+    parser.add_argument(
+        "--load-metrics",
+        action="store_true",
+        help="measure only the gated extra metrics (needs --prompt-file), print {'load': {...}}",
+    )
+    parser.add_argument("--ttft-prompt-len", type=int, default=0, help="words of the long prompt (0: off)")
+    parser.add_argument("--ttft-requests", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=0, help="streams at once (0: off)")
     args = parser.parse_args(argv)
+
+    if args.load_metrics:
+        if not args.prompt_file:
+            print("--load-metrics needs --prompt-file", file=sys.stderr)
+            return 2
+        with open(args.prompt_file, encoding="utf-8") as handle:
+            workload = json.load(handle)
+        try:
+            load = load_metrics(
+                args.url,
+                prompts=workload["prompts"],
+                seed=int(workload.get("seed", 0)),
+                max_tokens=args.max_tokens,
+                ttft_prompt_len=args.ttft_prompt_len,
+                ttft_requests=args.ttft_requests,
+                concurrency=args.concurrency,
+                model=args.model,
+                timeout=args.timeout,
+            )
+        except (urllib.error.URLError, OSError) as exc:
+            print(f"cannot reach the server at {args.url}: {exc}", file=sys.stderr)
+            return 2
+        except (ValueError, json.JSONDecodeError) as exc:
+            print(f"unexpected answer from {args.url}: {exc}", file=sys.stderr)
+            return 2
+        json.dump({"url": args.url, "load": load}, sys.stdout)
+        sys.stdout.write("\n")
+        return 0
 
     previous: list[dict] = []
     if args.append:
@@ -215,6 +378,10 @@ def main(argv: list[str] | None = None) -> int:
             ]
             result = {"url": args.url, "method": "bench_serving", "trials": trials}
         else:
+            workload = {"prompts": None, "seed": 0}
+            if args.prompt_file:
+                with open(args.prompt_file, encoding="utf-8") as handle:
+                    workload = json.load(handle)
             result = measure(
                 args.url,
                 max_tokens=args.max_tokens,
@@ -223,6 +390,10 @@ def main(argv: list[str] | None = None) -> int:
                 warmup=0 if previous else args.warmup,
                 model=args.model,
                 timeout=args.timeout,
+                prompts=workload.get("prompts"),
+                seed=int(workload.get("seed", 0)),
+                first_index=len(previous),
+                flush=args.flush_cache,
             )
             result["method"] = "builtin"
     except (urllib.error.URLError, OSError) as exc:

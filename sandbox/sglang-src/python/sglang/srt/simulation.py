@@ -9,8 +9,25 @@ built-in ``DEFAULT_SCENARIO`` when the file does not exist. Schema::
       "noise_pct": 1.0,          # per-request gaussian multiplicative noise (sigma, %)
       "ttft_ms": 150,            # time to first token
       "startup_s": 1.0,          # simulated weight loading before the port opens
-      "spec_accept_length": {"eagle3": 3.2}   # optional, reported for speculative profiles
+      "spec_accept_length": {"eagle3": 3.2},  # optional: accept length of speculative profiles,
+                                              # or per CUDA tag {"cu130": {"eagle3": 1.0}}
+      "warmup_window_s": {"cu130": 20},       # optional: after the port opens, /health is 200
+                                              # but generation blocks this long (per CUDA tag)
+      "tokens": {"cu130": {"mode": "drift", "after": 24}},  # optional, per CUDA tag
+      "prefill_tok_s": 4000      # optional: TTFT grows by uncached prompt tokens / this
     }
+
+With ``prefill_tok_s`` the TTFT of a request is ``ttft_ms`` plus its prompt tokens that are
+not in the prefix cache divided by ``prefill_tok_s``: a long prompt takes longer to its
+first token, and a prompt that repeats an earlier one's prefix is faster (the radix cache
+keeps every prompt until ``/flush_cache``).
+
+Greedy tokens are deterministic: token ``i`` of a completion is a function of the prompt and
+the tokens before it (a hash chain, ``greedy_token_ids``), the same on every stack unless
+``tokens`` says otherwise for the stack's CUDA tag: ``same`` (default), ``garbage`` (other
+tokens from the first one on: a broken kernel) or ``drift`` (the same first ``after`` tokens,
+then another continuation: the small numeric divergence of two correct stacks, which changes
+a near-tie's argmax and everything after it).
 
 The rate key is the CUDA tag of the torch really imported (``torch.version.cuda`` "13.0" ->
 ``cu130``) and the profile ``eagle3`` for ``--speculative-algorithm EAGLE3`` or ``EAGLE``,
@@ -108,20 +125,89 @@ class DecodeModel:
         factor = self.rng.gauss(1.0, self.noise) if self.noise > 0 else 1.0
         return self.rate_tok_s * max(factor, 0.05)
 
-    def schedule(self, n_tokens: int, rate: float) -> list[float]:
-        """Offsets (s from the request's arrival) at which each of ``n_tokens`` is emitted."""
+    def schedule(self, n_tokens: int, rate: float, prefill_s: float = 0.0) -> list[float]:
+        """Offsets (s from the request's arrival) at which each of ``n_tokens`` is emitted;
+        ``prefill_s`` (the uncached prompt's prefill) is added to the TTFT."""
         if n_tokens <= 0:
             return []
-        duration = max(n_tokens / rate, self.ttft_s)
+        ttft = self.ttft_s + prefill_s
+        duration = max(n_tokens / rate + prefill_s, ttft)
         if n_tokens == 1:
             return [duration]
-        step = (duration - self.ttft_s) / (n_tokens - 1)
-        return [self.ttft_s + i * step for i in range(n_tokens)]
+        step = (duration - ttft) / (n_tokens - 1)
+        return [ttft + i * step for i in range(n_tokens)]
 
 
-def token_text(request_seed: int, index: int) -> str:
+class PrefixCache:
+    """The prompts seen since the last flush, as word lists (the stand-in tokenizer's tokens)."""
+
+    def __init__(self) -> None:
+        self.prompts: list[list[str]] = []
+
+    def match(self, words: list[str]) -> int:
+        """Tokens of ``words`` already cached (longest common prefix); then caches ``words``."""
+        best = 0
+        for cached in self.prompts:
+            n = 0
+            for a, b in zip(cached, words, strict=False):
+                if a != b:
+                    break
+                n += 1
+            best = max(best, n)
+        self.prompts.append(words)
+        return best
+
+    def flush(self) -> None:
+        self.prompts.clear()
+
+
+VOCAB_SIZE = 32000
+
+
+def warmup_window_s(scenario: dict, tag: str) -> float:
+    """Seconds after start during which generation blocks (0 when the scenario has none)."""
+    window = scenario.get("warmup_window_s", 0)
+    if isinstance(window, dict):
+        window = window.get(tag, 0)
+    return float(window or 0)
+
+
+def token_mode(scenario: dict, tag: str) -> tuple[str, int]:
+    """``(mode, after)`` of the stack's greedy tokens: same, garbage or drift (module doc)."""
+    spec = (scenario.get("tokens") or {}).get(tag) or {}
+    mode = spec.get("mode", "same")
+    if mode not in ("same", "garbage", "drift"):
+        raise ValueError(f"sandbox scenario: tokens.{tag}.mode must be same, garbage or drift (got {mode!r})")
+    return mode, int(spec.get("after", 0))
+
+
+def greedy_token_ids(prompt: str, n_tokens: int, mode: str = "same", after: int = 0) -> list[int]:
+    """The ``n_tokens`` token ids a greedy (temperature 0) completion of ``prompt`` yields."""
+    import hashlib
+
+    state = hashlib.sha256(prompt.encode()).digest()
+    ids = []
+    for index in range(n_tokens):
+        salt = b""
+        if mode == "garbage" or (mode == "drift" and index >= after):
+            salt = b"other stack"
+        state = hashlib.sha256(state + salt).digest()
+        ids.append(int.from_bytes(state[:4], "big") % VOCAB_SIZE)
+    return ids
+
+
+def accept_length(scenario: dict, tag: str, profile: str) -> float | None:
+    """The accept length (tokens per verify step) of a speculative profile, or None."""
+    table = scenario.get("spec_accept_length") or {}
+    if isinstance(table.get(tag), dict):
+        table = table[tag]
+    value = table.get(profile)
+    return None if value is None else float(value)
+
+
+def token_text(token_id: int) -> str:
     """The text of one generated token: a leading space and a word."""
-    return " " + _WORDS[(request_seed * 7 + index * 13) % len(_WORDS)]
+    return " " + _WORDS[token_id % len(_WORDS)]
 
 
 def count_tokens(text: str) -> int:

@@ -5,7 +5,12 @@ inconsistent stack ends the process here with the real traceback), load the weig
 sleep ``startup_s`` of the scenario), open the port, and log ``The server is fired up and
 ready to roll!``. Endpoints, in the shapes SGLang serves them:
 
-* ``GET /health``, ``GET /health_generate`` -- 200 with an empty body once ready;
+* ``GET /health`` -- 200 with an empty body once the port is open (as SGLang's ``/health``
+  without generation); ``GET /health_generate`` -- 200 once a one-token generation finishes,
+  503 when none finished within ``SGLANG_HEALTH_CHECK_TIMEOUT`` (20 s), as SGLang's
+  ``health_generate``. A scenario's ``warmup_window_s`` makes generation block for that long
+  after start while ``/health`` is already 200 (sgl-project/sglang#33719); generation requests
+  that arrive in the window are counted in ``simulation.requests_in_warmup``;
 * ``GET /get_server_info`` -- the server arguments as top-level keys (as SGLang returns
   ``dataclasses.asdict(server_args)``), ``version``, ``internal_states`` (with
   ``avg_spec_accept_length`` for speculative decoding), plus ``stack`` (torch version and
@@ -63,14 +68,46 @@ class SimState:
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
     running: int = 0
     last_gen_throughput: float = 0.0
+    ready_at: float = 0.0
+    requests_in_warmup: int = 0
+    token_mode: tuple = ("same", 0)
+    accept_length: float | None = None
+    prefix_cache: simulation.PrefixCache = dataclasses.field(default_factory=simulation.PrefixCache)
+    spec_tokens: int = 0
+    spec_verify_ct: int = 0
+
+    def verify_steps(self, completion_tokens: int) -> int:
+        """Verify steps a speculative request of ``completion_tokens`` takes."""
+        import math
+
+        return max(1, math.ceil(completion_tokens / (self.accept_length or 1.0)))
+
+    def count_speculative(self, completion_tokens: int) -> None:
+        """Add a finished request to the server's cumulative speculative counters."""
+        if self.server_args.speculative_algorithm and self.accept_length and completion_tokens:
+            with self.lock:
+                self.spec_tokens += completion_tokens
+                self.spec_verify_ct += self.verify_steps(completion_tokens)
+
+    def wait_until_ready(self, limit: float | None = None) -> bool:
+        """Block while the warm-up window lasts (at most ``limit`` s); True when it is over."""
+        remaining = self.ready_at - time.monotonic()
+        if remaining > 0:
+            time.sleep(remaining if limit is None else min(remaining, limit))
+        return time.monotonic() >= self.ready_at
 
     def server_info(self) -> dict:
         args = dataclasses.asdict(self.server_args)
         args.pop("ignored_args", None)
         internal: dict = {"last_gen_throughput": round(self.last_gen_throughput, 2)}
-        accept = self.scenario.get("spec_accept_length", {})
         if self.server_args.speculative_algorithm:
-            internal["avg_spec_accept_length"] = accept.get(self.profile)
+            # Cumulative over the server's life, as SGLang's: the scenario's value until a
+            # speculative request has finished.
+            internal["avg_spec_accept_length"] = (
+                round(self.spec_tokens / self.spec_verify_ct, 4)
+                if self.spec_verify_ct
+                else self.accept_length
+            )
         return {
             **args,
             "version": __version__,
@@ -82,6 +119,9 @@ class SimState:
                 "rate_tok_s": self.model.rate_tok_s,
                 "ttft_ms": self.model.ttft_s * 1000.0,
                 "noise_pct": self.model.noise * 100.0,
+                "token_mode": self.token_mode[0],
+                "warmup_left_s": round(max(self.ready_at - time.monotonic(), 0.0), 3),
+                "requests_in_warmup": self.requests_in_warmup,
             },
         }
 
@@ -163,8 +203,12 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 (stdlib name)
         state = self.server.state
         path = self.path.split("?", 1)[0]
-        if path in ("/health", "/health_generate"):
+        if path == "/health":
             self._send(200, b"", "text/plain; charset=utf-8")
+        elif path == "/health_generate":
+            limit = float(os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT", 20))
+            ready = state.wait_until_ready(limit)
+            self._send(200 if ready else 503, b"", "text/plain; charset=utf-8")
         elif path in ("/get_server_info", "/server_info"):
             self._json(200, state.server_info())
         elif path == "/get_model_info":
@@ -204,6 +248,8 @@ class Handler(BaseHTTPRequestHandler):
             self._error(400, f"invalid request body: {exc}")
             return
         if path == "/flush_cache":
+            with self.server.state.lock:
+                self.server.state.prefix_cache.flush()
             self._send(200, b"Cache flushed.\n", "text/plain; charset=utf-8")
         elif path == "/v1/completions":
             self._completions(body)
@@ -218,26 +264,35 @@ class Handler(BaseHTTPRequestHandler):
             prompt = prompt[0] if prompt else ""
         return simulation.count_tokens(str(prompt))
 
-    def _tokens(self, n_tokens: int, prompt_tokens: int):
-        """Yield (index, text) at the scheduled times; update the shared counters."""
+    def _tokens(self, n_tokens: int, prompt_tokens: int, prompt: str = ""):
+        """Yield (index, token id, text) at the scheduled times; update the shared counters."""
         state = self.server.state
+        if time.monotonic() < state.ready_at:
+            with state.lock:
+                state.requests_in_warmup += 1
+            log("A generation request arrived in the warm-up window; it waits until the server generates")
+            state.wait_until_ready()
         rate = state.model.request_rate()
-        seed = state.model.rng.randrange(1 << 30)
+        ids = simulation.greedy_token_ids(prompt, n_tokens, *state.token_mode)
+        with state.lock:
+            cached = min(state.prefix_cache.match(prompt.split()), prompt_tokens)
+        prefill_tok_s = float(state.scenario.get("prefill_tok_s") or 0)
+        prefill_s = (prompt_tokens - cached) / prefill_tok_s if prefill_tok_s else 0.0
         start = time.monotonic()
         with state.lock:
             state.running += 1
             running = state.running
         log(
-            f"Prefill batch. #new-seq: 1, #new-token: {prompt_tokens}, #cached-token: 0, "
+            f"Prefill batch. #new-seq: 1, #new-token: {prompt_tokens - cached}, #cached-token: {cached}, "
             f"token usage: 0.00, #running-req: {running - 1}, #queue-req: 0, "
         )
         try:
             window_start, window_tokens = start, 0
-            for index, offset in enumerate(state.model.schedule(n_tokens, rate)):
+            for index, offset in enumerate(state.model.schedule(n_tokens, rate, prefill_s)):
                 delay = start + offset - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
-                yield index, simulation.token_text(seed, index)
+                yield index, ids[index], simulation.token_text(ids[index])
                 window_tokens += 1
                 if window_tokens == 40:
                     now = time.monotonic()
@@ -249,6 +304,7 @@ class Handler(BaseHTTPRequestHandler):
                         f"gen throughput (token/s): {throughput:.2f}, #queue-req: 0, "
                     )
                     window_start, window_tokens = now, 0
+            state.count_speculative(n_tokens)
         finally:
             with state.lock:
                 state.running -= 1
@@ -260,7 +316,9 @@ class Handler(BaseHTTPRequestHandler):
         except (TypeError, ValueError):
             self._error(400, "max_tokens must be an integer")
             return
-        prompt_tokens = self._prompt_tokens(body.get("prompt", ""))
+        prompt = body.get("prompt", "")
+        prompt_tokens = self._prompt_tokens(prompt)
+        prompt = prompt if isinstance(prompt, str) else json.dumps(prompt)
         rid = f"cmpl-{uuid.uuid4().hex}"
         model = body.get("model") or state.server_args.served_model_name
         created = int(time.time())
@@ -294,7 +352,7 @@ class Handler(BaseHTTPRequestHandler):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             self._start_stream()
             try:
-                for index, text in self._tokens(n_tokens, prompt_tokens):
+                for index, _, text in self._tokens(n_tokens, prompt_tokens, prompt):
                     finish = "length" if index == n_tokens - 1 else None
                     self._event(json.dumps(chunk(text, finish, None)))
                 if include_usage:
@@ -306,7 +364,7 @@ class Handler(BaseHTTPRequestHandler):
             except (BrokenPipeError, ConnectionResetError):
                 self.close_connection = True
             return
-        text = "".join(t for _, t in self._tokens(n_tokens, prompt_tokens))
+        text = "".join(t for _, _, t in self._tokens(n_tokens, prompt_tokens, prompt))
         self._json(200, chunk(text, "length", usage(n_tokens)))
 
     def _generate(self, body: dict) -> None:
@@ -318,11 +376,24 @@ class Handler(BaseHTTPRequestHandler):
             return
         prompt = body.get("text", body.get("input_ids", ""))
         prompt_tokens = self._prompt_tokens(prompt)
+        prompt = prompt if isinstance(prompt, str) else json.dumps(prompt)
         rid = uuid.uuid4().hex
         started = time.monotonic()
 
+        # Speculative counters only where the scenario gives an accept length.
+        speculative = bool(
+            self.server.state.server_args.speculative_algorithm and self.server.state.accept_length
+        )
+
         def meta(completion: int, done: bool) -> dict:
+            spec = {}
+            if speculative and done:
+                # SGLang's meta_info: spec_verify_ct, and spec_accept_length =
+                # completion_tokens / spec_verify_ct (tokenizer_manager).
+                steps = self.server.state.verify_steps(completion)
+                spec = {"spec_verify_ct": steps, "spec_accept_length": completion / steps}
             return {
+                **spec,
                 "id": rid,
                 "finish_reason": {"type": "length", "length": completion} if done else None,
                 "prompt_tokens": prompt_tokens,
@@ -333,19 +404,30 @@ class Handler(BaseHTTPRequestHandler):
 
         if body.get("stream"):
             self._start_stream()
-            text = ""
+            text, output_ids = "", []
             try:
-                for index, piece in self._tokens(n_tokens, prompt_tokens):
+                for index, token_id, piece in self._tokens(n_tokens, prompt_tokens, prompt):
                     text += piece
+                    output_ids.append(token_id)
                     done = index == n_tokens - 1
-                    self._event(json.dumps({"text": text, "meta_info": meta(index + 1, done), "index": 0}))
+                    event = {
+                        "text": text,
+                        "output_ids": output_ids,
+                        "meta_info": meta(index + 1, done),
+                        "index": 0,
+                    }
+                    self._event(json.dumps(event))
                 self._event("[DONE]")
                 self._end_stream()
             except (BrokenPipeError, ConnectionResetError):
                 self.close_connection = True
             return
-        text = "".join(t for _, t in self._tokens(n_tokens, prompt_tokens))
-        self._json(200, {"text": text, "meta_info": meta(n_tokens, True), "index": 0})
+        tokens = list(self._tokens(n_tokens, prompt_tokens, prompt))
+        text = "".join(t for _, _, t in tokens)
+        output_ids = [token_id for _, token_id, _ in tokens]
+        self._json(
+            200, {"text": text, "output_ids": output_ids, "meta_info": meta(n_tokens, True), "index": 0}
+        )
 
 
 def _terminate(signum, frame) -> None:
@@ -365,10 +447,21 @@ def launch_server(server_args: ServerArgs) -> None:
         f"sgl-kernel {stack['sgl_kernel']}, flashinfer {stack['flashinfer_python']}"
     )
     time.sleep(float(scenario.get("startup_s", 0.0)))
+    if tag == "cu128" and "--enable-flashinfer-allreduce-fusion" in server_args.ignored_args:
+        # FlashInfer's TRT-LLM allreduce fusion kernels of the CUDA 12.8 stack are built for
+        # SM90/SM100 only; on sm_120 CUDA graph capture fails with this text
+        # (sgl-project/sglang#15650). The CUDA 13 stack's FlashInfer runs them.
+        raise Exception(
+            "Capture cuda graph failed: No supported CUDA architectures found for major versions [9, 10]."
+        )
     log(f"Load weight end. Simulated decode: {tag}/{profile} at {model.rate_tok_s} tok/s ({source})")
 
     httpd = SimHTTPServer((server_args.host, server_args.port), Handler)
     httpd.state = SimState(server_args, stack, scenario, source, tag, profile, model, int(time.time()))
+    httpd.state.token_mode = simulation.token_mode(scenario, tag)
+    httpd.state.accept_length = simulation.accept_length(scenario, tag, profile)
+    window = simulation.warmup_window_s(scenario, tag)
+    httpd.state.ready_at = time.monotonic() + window
     signal.signal(signal.SIGTERM, _terminate)
     host, port = httpd.server_address[:2]
     print(f"INFO:     Started server process [{os.getpid()}]", flush=True)
@@ -376,6 +469,8 @@ def launch_server(server_args: ServerArgs) -> None:
     print("INFO:     Application startup complete.", flush=True)
     print(f"INFO:     Uvicorn running on http://{host}:{port} (Press CTRL+C to quit)", flush=True)
     log("The server is fired up and ready to roll!")
+    if window:
+        log(f"Simulated warm-up: generation blocks for {window:.1f} s while /health answers 200")
     try:
         httpd.serve_forever(poll_interval=0.2)
     except KeyboardInterrupt:

@@ -1,0 +1,19 @@
+"""testinfra hosts of the gate scenario, by name."""
+
+import pytest
+import testinfra
+
+
+@pytest.fixture(scope="module")
+def drift():
+    return testinfra.get_host("podman://cuda13-gate-1")
+
+
+@pytest.fixture(scope="module")
+def garbage():
+    return testinfra.get_host("podman://cuda13-gate-2")
+
+
+@pytest.fixture(scope="module")
+def collapse():
+    return testinfra.get_host("podman://cuda13-gate-3")

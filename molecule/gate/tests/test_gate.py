@@ -1,0 +1,116 @@
+"""The gate's correctness probe and readiness, on a drifting-but-correct and a garbage stack."""
+
+import json
+import os
+from pathlib import Path
+
+RUN = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "reports" / "molecule-gate"
+
+
+def _result(host):
+    return json.loads(host.file("/var/lib/cuda13-upgrade/result.json").content_string)
+
+
+def _serving_venv(host):
+    pid = host.check_output("systemctl show -p MainPID --value sglang.service")
+    return host.file(f"/proc/{pid}/cmdline").content_string.split("\0")[0]
+
+
+def test_numeric_drift_is_kept(drift):
+    result = _result(drift)
+    assert result["status"] == "kept", result["reason"]
+    assert _serving_venv(drift) == "/opt/ml-env-cu130/bin/python"
+    for profile in ("plain", "eagle3"):
+        probe = result["probe"][profile]
+        assert probe["passed"] is True
+        # The scenario's stacks agree on the first 12 tokens of every prompt, then drift.
+        assert {p["common_prefix"] for p in probe["per_prompt"]} == {12}
+        assert probe["prompts"] == 8
+
+
+def test_no_request_is_measured_before_the_server_generates(drift):
+    journal = drift.check_output("journalctl --unit sglang.service --no-pager --output cat")
+    # Every start of the new stack had a window where /health was 200 and generation blocked...
+    assert journal.count("Simulated warm-up: generation blocks for 8.0 s") >= 4
+    # ...and no probe, warm-up or measured request was sent into it.
+    assert "arrived in the warm-up window" not in journal
+    for profile in ("plain", "eagle3"):
+        trials = _result(drift)["throughput"]["candidate"][profile]["trials"]
+        assert max(t["ttft_ms"] for t in trials) < 2000
+
+
+def test_trials_vary_their_prompts_and_flush_the_cache(drift):
+    trials = _result(drift)["throughput"]["candidate"]["plain"]["trials"]
+    assert [t["prompt_index"] for t in trials] == list(range(len(trials)))
+    assert all(t["cache_flushed"] is True for t in trials)
+
+
+def test_faster_garbage_rolls_back_with_the_output_reason(garbage):
+    result = _result(garbage)
+    assert result["status"] == "rolled_back"
+    assert _serving_venv(garbage) == "/opt/ml-env/bin/python"
+    assert "output differs from the old stack" in result["reason"]
+    # It was not slower: the output alone decided.
+    assert {d["verdict"] for d in result["decisions"].values()} == {"keep"}
+    probe = result["probe"]["plain"]
+    assert probe["passed"] is False and probe["agreeing"] == 0
+    example = probe["example"]
+    assert example["prompt"] and example["old"] and example["new"]
+    assert example["old"] != example["new"]
+    assert result["rollback"]["performed"] is True
+
+
+def test_new_stack_only_arguments_are_kept_and_both_command_lines_reported(drift):
+    result = _result(drift)
+    eagle3 = result["throughput"]
+    flags = ["--enable-flashinfer-allreduce-fusion", "--enable-torch-symm-mem"]
+    old, new = eagle3["baseline"]["eagle3"]["command"], eagle3["candidate"]["eagle3"]["command"]
+    assert old.startswith("/opt/ml-env/bin/python -m sglang.launch_server")
+    assert new.startswith("/opt/ml-env-cu130/bin/python -m sglang.launch_server")
+    assert all(flag not in old for flag in flags)
+    assert new.endswith(" ".join(flags))
+    assert result["decisions"]["eagle3"]["verdict"] == "keep"
+    summary = (RUN / "summary.md").read_text()
+    assert "## Command lines" in summary
+    assert f"old stack: `{old}`" in summary and f"new stack: `{new}`" in summary
+
+
+def test_the_report_shows_the_probe(garbage):
+    summary = (RUN / "summary.md").read_text()
+    assert "## Correctness probe" in summary
+    assert "cuda13-gate-2 plain: output differs from the old stack (0 of 8" in summary
+    assert "cuda13-gate-1 plain: output matches the old stack (8 of 8" in summary
+
+
+def test_accept_length_collapsing_to_one_rolls_back(collapse):
+    result = _result(collapse)
+    assert result["status"] == "rolled_back"
+    assert _serving_venv(collapse) == "/opt/ml-env/bin/python"
+    eagle3 = result["accept_length"]["eagle3"]
+    assert eagle3["passed"] is False
+    assert eagle3["old"] > 3.0 and eagle3["new"] == 1.0
+    assert "eagle3: speculative accept length collapsed to 1.00 on the new stack" in result["reason"]
+    # Output was correct and decode not slower: the accept length alone decided.
+    assert "output differs" not in result["reason"]
+    assert {d["verdict"] for d in result["decisions"].values()} == {"keep"}
+    # Plain decode has no speculative counters: no verdict there.
+    assert result["accept_length"]["plain"]["passed"] is None
+
+
+def test_long_prompt_ttft_and_concurrent_throughput_are_gated(drift):
+    result = _result(drift)
+    for profile in ("plain", "eagle3"):
+        checks = result["load"][profile]
+        assert checks["passed"] is True
+        assert checks["ttft"]["passed"] and checks["concurrency"]["passed"]
+        new = result["throughput"]["candidate"][profile]["load"]
+        assert new["ttft_prompt_len"] == 512 and len(new["ttft_long_ms"]) == 2
+        # Four streams at once give about four times one stream's output rate.
+        single = result["throughput"]["candidate"][profile]["summary"]["median"]
+        assert new["concurrent_output_tok_s"] > 3 * single
+
+
+def test_the_report_shows_the_accept_length(collapse):
+    summary = (RUN / "summary.md").read_text()
+    assert "## Speculative accept length" in summary
+    assert "- cuda13-gate-3 eagle3: 3.20 -> 1.00 tokens per verify step (-68.8 %, rolled back)" in summary

@@ -1,0 +1,213 @@
+"""The correctness probe: do the new stack's greedy outputs match the old stack's?
+
+A stack that decodes faster but wrongly must not pass the gate (sgl-project/sglang#18874:
+completely incorrect output on RTX PRO 6000, sm_120, with the flashinfer backend;
+vllm-project/vllm#41871: a stale Triton cache gives garbled output). The probe sends the
+same fixed prompts (``roles/verify_throughput/files/prompts.json``) to both stacks with greedy
+decoding (temperature 0) and compares the token ids.
+
+The comparison rule (``compare_outputs``). Two correct stacks do not produce identical
+greedy continuations forever: another kernel or reduction order changes the logits in the
+last bits, and where two candidate tokens are nearly tied the argmax flips; from there on
+the continuations differ (each token is conditioned on the previous ones), so positional
+agreement after the first divergence says nothing. What a correct stack keeps is the
+beginning: the *common prefix* of the two token sequences. A broken stack differs from the
+first tokens on nearly every prompt. So, per prompt:
+
+* ``common_prefix`` = the number of leading token ids that are equal;
+* the prompt *agrees* when ``common_prefix >= min(min_prefix_tokens, len(old), len(new))``;
+
+and the probe passes when the share of agreeing prompts is at least ``min_agreeing_share``.
+Defaults (``verify_throughput_probe_min_prefix_tokens: 4``,
+``verify_throughput_probe_min_agreeing_share: 0.75``): garbage differs at token 0, or after
+a common first token or two (a space, "The"), on every prompt; a correct stack meets a
+near-tie within the first 4 tokens on few prompts, and a quarter of them may. With a flip
+probability of 1 % per token, 8 prompts give 0.3 % false rollbacks with these values and
+2.2 % with 8 tokens (``benchmarks/gate_error_rates.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+DEFAULT_MIN_PREFIX_TOKENS = 4
+DEFAULT_MIN_AGREEING_SHARE = 0.75
+REASON = "output differs from the old stack"
+
+
+def common_prefix(old: Sequence[int], new: Sequence[int]) -> int:
+    """Number of leading tokens two sequences share (0 when the first tokens differ)."""
+    count = 0
+    for a, b in zip(old, new, strict=False):
+        if a != b:
+            break
+        count += 1
+    return count
+
+
+def _ids(output: Mapping[str, Any], side: str, index: int) -> list[int]:
+    ids = output.get("output_ids")
+    if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+        raise ValueError(
+            f"probe output {index} of the {side} stack has no list of integer output_ids (got {ids!r})"
+        )
+    return ids
+
+
+def compare_outputs(
+    old: Sequence[Mapping[str, Any]],
+    new: Sequence[Mapping[str, Any]],
+    *,
+    min_prefix_tokens: int = DEFAULT_MIN_PREFIX_TOKENS,
+    min_agreeing_share: float = DEFAULT_MIN_AGREEING_SHARE,
+    profile: str = "plain",
+) -> dict[str, Any]:
+    """Compare the probe outputs of the old and the new stack (rule in the module doc).
+
+    ``old`` and ``new``: one output per prompt, in the same order, each
+    ``{"prompt": str, "output_ids": [int, ...], "text": str}`` (what the probe script writes).
+    ``profile`` names the server profile in the reason. Returns ``{"profile": str,
+    "passed": bool, "agreeing": int, "prompts": int, "share": float,
+    "min_prefix_tokens": int, "min_agreeing_share": float, "per_prompt": [{"prompt",
+    "common_prefix", "tokens"}], "example": {"prompt", "old", "new", "common_prefix"} | None,
+    "reason": str}``; ``example`` is the prompt with the shortest common prefix, with both
+    outputs' texts. Raises ``ValueError`` when the lists are empty, of different lengths, for
+    different prompts, or an output has no integer ``output_ids``, or a threshold is out of
+    range (``min_prefix_tokens >= 1``, ``0 < min_agreeing_share <= 1``).
+    """
+    if isinstance(min_prefix_tokens, bool) or not isinstance(min_prefix_tokens, int) or min_prefix_tokens < 1:
+        raise ValueError(
+            f"verify_throughput_probe_min_prefix_tokens must be an integer >= 1 (got {min_prefix_tokens!r})"
+        )
+    if not isinstance(min_agreeing_share, int | float) or not 0 < float(min_agreeing_share) <= 1:
+        raise ValueError(
+            "verify_throughput_probe_min_agreeing_share must be a number in (0, 1] "
+            f"(got {min_agreeing_share!r})"
+        )
+    if not old or len(old) != len(new):
+        raise ValueError(
+            "the probe needs the same non-empty prompt list on both stacks "
+            f"(old: {len(old)} outputs, new: {len(new)})"
+        )
+    per_prompt = []
+    for index, (a, b) in enumerate(zip(old, new, strict=True)):
+        if a.get("prompt") != b.get("prompt"):
+            raise ValueError(f"probe output {index} is for different prompts on the two stacks")
+        old_ids, new_ids = _ids(a, "old", index), _ids(b, "new", index)
+        prefix = common_prefix(old_ids, new_ids)
+        needed = min(min_prefix_tokens, len(old_ids), len(new_ids))
+        per_prompt.append(
+            {
+                "prompt": a.get("prompt", ""),
+                "common_prefix": prefix,
+                "tokens": min(len(old_ids), len(new_ids)),
+                "agrees": prefix >= needed,
+                "old": a.get("text", ""),
+                "new": b.get("text", ""),
+            }
+        )
+    agreeing = sum(p["agrees"] for p in per_prompt)
+    share = agreeing / len(per_prompt)
+    passed = share >= float(min_agreeing_share)
+    worst = min(per_prompt, key=lambda p: p["common_prefix"])
+    example = {
+        "prompt": worst["prompt"],
+        "old": worst["old"],
+        "new": worst["new"],
+        "common_prefix": worst["common_prefix"],
+    }
+    summary = (
+        f"{agreeing} of {len(per_prompt)} probe prompts agree for at least {min_prefix_tokens} tokens "
+        f"(needed {min_agreeing_share:.0%})"
+    )
+    if passed:
+        reason = f"{profile}: output matches the old stack: {summary}"
+    else:
+        reason = (
+            f"{profile}: {REASON}: {summary}; e.g. prompt {_clip(example['prompt'])!r}: "
+            f"old {_clip(example['old'])!r}, "
+            f"new {_clip(example['new'])!r} (first {example['common_prefix']} tokens equal)"
+        )
+    return {
+        "profile": profile,
+        "passed": passed,
+        "agreeing": agreeing,
+        "prompts": len(per_prompt),
+        "share": round(share, 4),
+        "min_prefix_tokens": min_prefix_tokens,
+        "min_agreeing_share": float(min_agreeing_share),
+        "per_prompt": [
+            {k: p[k] for k in ("prompt", "common_prefix", "tokens", "agrees")} for p in per_prompt
+        ],
+        "example": example,
+        "reason": reason,
+    }
+
+
+DEFAULT_ACCEPT_LENGTH_DROP_PCT = 15.0
+
+
+def accept_length(outputs: Sequence[Mapping[str, Any]]) -> float | None:
+    """Accept length of speculative decoding over the probe's requests, tokens per verify step.
+
+    ``sum(completion_tokens) / sum(spec_verify_ct)`` over the outputs that carry both (SGLang's
+    per-request ``meta_info``; its ``spec_accept_length`` is the same ratio per request). A
+    per-request count, unlike ``/get_server_info``'s ``avg_spec_accept_length``, which is
+    cumulative over the server's life (warm-up included). None when no output has the counters
+    (no speculative decoding).
+    """
+    tokens = steps = 0
+    for output in outputs:
+        n, ct = output.get("completion_tokens"), output.get("spec_verify_ct")
+        if isinstance(n, int) and isinstance(ct, int) and ct > 0:
+            tokens, steps = tokens + n, steps + ct
+    return tokens / steps if steps else None
+
+
+def compare_accept_length(
+    old: Sequence[Mapping[str, Any]],
+    new: Sequence[Mapping[str, Any]],
+    *,
+    max_drop_pct: float = DEFAULT_ACCEPT_LENGTH_DROP_PCT,
+    profile: str = "eagle3",
+) -> dict[str, Any]:
+    """Speculative health: the new stack's accept length against the old stack's.
+
+    Fails when the new accept length is 1.0 or less (no draft token accepted: speculative
+    decoding silently off, as sgl-project/sglang PR #21272 describes with a wrong algorithm
+    flag), or lower than the old one by more than ``max_drop_pct`` percent. Returns
+    ``{"profile", "old", "new", "change_pct", "passed", "reason"}``; ``passed`` is None (no
+    verdict) when either stack has no speculative counters. Raises ``ValueError`` for a
+    negative ``max_drop_pct``.
+    """
+    if isinstance(max_drop_pct, bool) or not isinstance(max_drop_pct, int | float) or max_drop_pct < 0:
+        raise ValueError(
+            f"verify_throughput_accept_length_drop_pct must be a number >= 0 (got {max_drop_pct!r})"
+        )
+    before, after = accept_length(old), accept_length(new)
+    out: dict[str, Any] = {"profile": profile, "old": before, "new": after, "change_pct": None}
+    if before is None or after is None:
+        return {**out, "passed": None, "reason": f"{profile}: no speculative accept length to compare"}
+    change = (after / before - 1.0) * 100.0
+    out["change_pct"] = round(change, 2)
+    figures = f"accept length {before:.2f} -> {after:.2f} tokens per step ({change:+.1f} %)"
+    if after <= 1.0 + 1e-9:
+        return {
+            **out,
+            "passed": False,
+            "reason": f"{profile}: speculative accept length collapsed to {after:.2f} on the new stack "
+            f"(no draft token accepted; {figures})",
+        }
+    if change < -max_drop_pct:
+        return {
+            **out,
+            "passed": False,
+            "reason": f"{profile}: speculative accept length dropped beyond {max_drop_pct:g} % ({figures})",
+        }
+    return {**out, "passed": True, "reason": f"{profile}: {figures}"}
+
+
+def _clip(text: str, limit: int = 60) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,118 @@
+"""roles/verify_throughput/tasks/decide.yml on localhost: which checks roll back, with which reason.
+
+The decision's Jinja (probe, accept length, load, throughput, speculative gain) runs in
+ansible-playbook on recorded trial shapes: trials at the sandbox's rates and probe outputs
+from the simulated server's greedy tokens (same, garbage, drift stacks).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "sandbox" / "sglang-src" / "python"))
+from sglang.srt import simulation  # noqa: E402
+
+PROMPTS = json.loads((REPO / "roles" / "verify_throughput" / "files" / "prompts.json").read_text())[
+    "prompts"
+][:8]
+
+
+def _probe(mode: str = "same", after: int = 0, verify_ct: int | None = None) -> list[dict]:
+    return [
+        {
+            "prompt": p,
+            "output_ids": simulation.greedy_token_ids(p, 32, mode, after),
+            "text": "",
+            "completion_tokens": 32,
+            "spec_verify_ct": verify_ct,
+        }
+        for p in PROMPTS
+    ]
+
+
+def _trials(rate: float) -> list[dict]:
+    return [{"output_tok_s": rate * f, "decode_tok_s": rate * f} for f in (0.99, 1.0, 1.01, 1.0, 0.995)]
+
+
+def _decide(
+    tmp_path: Path, *, probe_new: list[dict], rate_new: float = 92.0, accept_new: int | None = None
+) -> dict:
+    profiles = [{"name": "plain", "server_args": []}]
+    old_probe = _probe(verify_ct=None if accept_new is None else 10)
+    if accept_new is not None:
+        probe_new = [{**o, "spec_verify_ct": accept_new} for o in probe_new]
+    facts = {
+        "verify_throughput_profiles": profiles,
+        "verify_throughput_baseline": {"plain": _trials(89.5)},
+        "verify_throughput_baseline_probe": {"plain": old_probe},
+        "verify_throughput_results": {
+            "candidate": {"plain": {"trials": _trials(rate_new), "probe": probe_new, "load": {}}}
+        },
+        "verify_throughput_min_trials": 5,
+    }
+    (tmp_path / "vars.json").write_text(json.dumps(facts))
+    out = tmp_path / "decision.json"
+    playbook = tmp_path / "decide.yml"
+    playbook.write_text(
+        f"""---
+- hosts: all
+  gather_facts: false
+  tasks:
+    - ansible.builtin.include_role:
+        name: verify_throughput
+        tasks_from: decide
+    - ansible.builtin.copy:
+        dest: {out}
+        content: "{{{{ {{'regressed': verify_throughput_regressed, 'reason': verify_throughput_reason,
+                        'probe': verify_throughput_probe_results,
+                        'accept_length': verify_throughput_accept_length}} | to_json }}}}"
+        mode: "0644"
+"""
+    )
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+    env["ANSIBLE_ROLES_PATH"] = str(REPO / "roles")
+    env["ANSIBLE_FILTER_PLUGINS"] = str(REPO / "filter_plugins")
+    argv = [
+        str(Path(sys.executable).with_name("ansible-playbook")),
+        str(playbook),
+        "-i",
+        "localhost,",
+        "-c",
+        "local",
+    ]
+    argv += ["-e", f"ansible_python_interpreter={sys.executable}", "-e", f"@{tmp_path / 'vars.json'}"]
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads(out.read_text())
+
+
+def test_faster_garbage_regresses_with_the_output_reason(tmp_path):
+    decision = _decide(tmp_path, probe_new=_probe("garbage"), rate_new=97.0)
+    assert decision["regressed"] is True
+    assert decision["reason"].startswith(
+        "plain: output differs from the old stack: 0 of 8 probe prompts agree"
+    )
+    assert "not slower" not in decision["reason"]
+
+
+def test_numeric_drift_at_the_same_rate_is_kept(tmp_path):
+    decision = _decide(tmp_path, probe_new=_probe("drift", after=12))
+    assert decision["regressed"] is False
+    assert "not slower" in decision["reason"]
+    assert decision["probe"]["plain"]["passed"] is True
+
+
+@pytest.mark.parametrize(("verify_ct", "regressed"), [(32, True), (10, False)])
+def test_accept_length_collapse_regresses(tmp_path, verify_ct, regressed):
+    decision = _decide(tmp_path, probe_new=_probe(), accept_new=verify_ct)
+    assert decision["regressed"] is regressed
+    if regressed:
+        assert "plain: speculative accept length collapsed to 1.00 on the new stack" in decision["reason"]
+    assert decision["accept_length"]["plain"]["passed"] is (not regressed)
