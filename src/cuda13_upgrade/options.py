@@ -386,6 +386,10 @@ RULES: dict[str, Callable[[Any], tuple[str, str] | None]] = {
     "nvidia_driver_check_min_python_version": _version,
 }
 
+#: Options whose rule looks at the value as given, before Ansible's conversion
+#: (which turns server_args "--a b" into ["--a b"] and 3 into "3").
+_RAW_RULES = ("cuda13_profiles", "verify_throughput_profiles")
+
 _ALIAS_RE = re.compile(r"^\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}$")
 
 
@@ -513,11 +517,13 @@ def _cross_checks(values: Mapping[str, Any], given: Mapping[str, Any]) -> list[d
         new_path, old_path = values.get(new), values.get(old)
         if isinstance(new_path, str) and isinstance(old_path, str) and new_path and old_path:
             if _inside(new_path, old_path) or _inside(old_path, new_path):
+                option = old if old in given and new not in given else new
                 failures.append(
                     _failure(
-                        new,
-                        new_path,
-                        f"is or overlaps {what} {old}={old_path!r}, which must stay untouched",
+                        option,
+                        values[option],
+                        f"makes the new path {new}={new_path!r} and {what} {old}={old_path!r} "
+                        "the same or one inside the other; the serving one must stay untouched",
                         "a separate path beside it, e.g. '/opt/ml-env-cu130' or '/opt/sglang-cu130'",
                     )
                 )
@@ -628,6 +634,8 @@ def validate(
     converted, failures = _type_failures(given, all_specs)
     for option, value in converted.items():
         rule = RULES.get(option)
+        if option in _RAW_RULES and isinstance(given[option], list):
+            value = given[option]  # Ansible's list type splits a string; the rule sees what was given
         problem = rule(value) if rule else None
         if problem:
             failures.append(_failure(option, given[option], *problem))
