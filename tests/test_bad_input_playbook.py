@@ -210,7 +210,10 @@ def test_wrong_value_stops_in_the_preflight_naming_the_option(table_run, row, op
     if "argument_errors:" in mine:
         # A type error of an option of the preflight's own roles (cuda13, nvidia_driver_check):
         # their argument validation (the spec is the rule) refuses it as they start, naming it.
-        assert option.startswith(("cuda13_", "nvidia_driver_check_")) and f"'{option}'" in mine.split("argument_spec_data:")[0]
+        assert (
+            option.startswith(("cuda13_", "nvidia_driver_check_"))
+            and f"'{option}'" in mine.split("argument_spec_data:")[0]
+        )
     else:
         assert "invalid option values; nothing on the host was changed" in mine
         assert f"Option: {option}." in mine and expected in mine, mine[:3000]
