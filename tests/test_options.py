@@ -146,3 +146,10 @@ def test_host_failures_name_the_option(specs):
         "indexes": {"https://download.pytorch.org/whl/cu130": "200 OK"},
     }
     assert options.host_failures(fine, values) == []
+
+
+def test_docs_options_table_is_the_generated_one(specs):
+    text = (REPO / "docs" / "options.md").read_text()
+    assert text.endswith(options.options_table(specs))
+    for option in specs:
+        assert f"| `{option}` |" in text

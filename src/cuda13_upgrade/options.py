@@ -80,6 +80,7 @@ def _min(low: float) -> Callable[[Any], tuple[str, str] | None]:
             return "is out of range", f"a number >= {low:g}"
         return None
 
+    rule.__doc__ = f"a number >= {low:g}"
     return rule
 
 
@@ -92,16 +93,19 @@ def _between(low: float, high: float, *, high_open: bool = False) -> Callable[[A
             return "is out of range", f"a number >= {low:g} and {upper}"
         return None
 
+    rule.__doc__ = f"a number >= {low:g} and {'<' if high_open else '<='} {high:g}"
     return rule
 
 
 def _positive(value: Any) -> tuple[str, str] | None:
+    """a number > 0"""
     if value is not None and value <= 0:
         return "is out of range", "a number > 0"
     return None
 
 
 def _release(value: Any) -> tuple[str, str] | None:
+    """MAJOR.MINOR of a CUDA 13 release NVIDIA ships (driver table)"""
     shipped = ", ".join(shipped_releases())
     if not isinstance(value, str) or not _RELEASE_RE.match(value.strip()):
         return "is not a CUDA toolkit release", f"MAJOR.MINOR of a release NVIDIA ships ({shipped}), quoted"
@@ -111,6 +115,7 @@ def _release(value: Any) -> tuple[str, str] | None:
 
 
 def _package_version(value: Any) -> tuple[str, str] | None:
+    """MAJOR.MINOR.UPDATE-BUILD apt version"""
     if not isinstance(value, str) or not _PACKAGE_VERSION_RE.match(value.strip()):
         return (
             "is not an apt version of cuda-toolkit-<major>-<minor>",
@@ -129,10 +134,12 @@ def _url(*, empty_ok: bool = False, schemes: tuple[str, ...] = ("http", "https")
             return "is not a URL", f"an absolute {expected} URL" + (" or ''" if empty_ok else "")
         return None
 
+    rule.__doc__ = "a " + "/".join(schemes) + " URL" + (" or ''" if empty_ok else "")
     return rule
 
 
 def _urls(value: Any) -> tuple[str, str] | None:
+    """a list of http(s)/file URLs"""
     for url in value or []:
         if _url(schemes=("http", "https", "file"))(url):
             return f"holds {url!r}, which is not a URL", "a list of http(s):// or file:// index URLs"
@@ -150,10 +157,12 @@ def _abs_path(*, empty_ok: bool = False) -> Callable[[Any], tuple[str, str] | No
             )
         return None
 
+    rule.__doc__ = "an absolute path other than /" + (" or ''" if empty_ok else "")
     return rule
 
 
 def _abs_paths(value: Any) -> tuple[str, str] | None:
+    """a list of absolute paths"""
     for path in value or []:
         if _abs_path()(path):
             return f"holds {path!r}, which is not an absolute path", "a list of absolute paths"
@@ -161,24 +170,28 @@ def _abs_paths(value: Any) -> tuple[str, str] | None:
 
 
 def _unit(value: Any) -> tuple[str, str] | None:
+    """a systemd service unit name (NAME.service)"""
     if not isinstance(value, str) or not _UNIT_RE.match(value):
         return "is not a systemd service unit name", "a unit name with its suffix, e.g. 'sglang.service'"
     return None
 
 
 def _dropin(value: Any) -> tuple[str, str] | None:
+    """a drop-in file name (NAME.conf, no directory)"""
     if not isinstance(value, str) or not _DROPIN_RE.match(value):
         return "is not a drop-in file name", "a file name ending in .conf, without a directory"
     return None
 
 
 def _nonempty(value: Any) -> tuple[str, str] | None:
+    """non-empty"""
     if not value or (isinstance(value, str) and not value.strip()):
         return "is empty", "a non-empty value"
     return None
 
 
 def _profiles(value: Any) -> tuple[str, str] | None:
+    """non-empty list of {name: unique word, server_args: list of strings}, nothing else"""
     expected = "a non-empty list of {name: unique name, server_args: list of strings}"
     if not value:
         return "is empty", expected
@@ -201,6 +214,7 @@ def _profiles(value: Any) -> tuple[str, str] | None:
 
 
 def _requirements(value: Any) -> tuple[str, str] | None:
+    """PEP 508 requirements (packaging)"""
     for line in value or []:
         try:
             Requirement(line)
@@ -213,6 +227,7 @@ def _requirements(value: Any) -> tuple[str, str] | None:
 
 
 def _driver_version(value: Any) -> tuple[str, str] | None:
+    """'' or an NVIDIA driver version"""
     if value in ("", None):
         return None
     try:
@@ -223,6 +238,7 @@ def _driver_version(value: Any) -> tuple[str, str] | None:
 
 
 def _capabilities(value: Any) -> tuple[str, str] | None:
+    """non-empty list of compute capabilities MAJOR.MINOR"""
     if not value:
         return "is empty", "a non-empty list of compute capabilities such as ['12.0']"
     for cc in value:
@@ -234,12 +250,14 @@ def _capabilities(value: Any) -> tuple[str, str] | None:
 
 
 def _python_version(value: Any) -> tuple[str, str] | None:
+    """'3.MINOR'"""
     if not isinstance(value, str) or not _PYTHON_VERSION_RE.match(value):
         return "is not a Python version", "'3.MINOR', e.g. '3.10'"
     return None
 
 
 def _version(value: Any) -> tuple[str, str] | None:
+    """a PEP 440 version (packaging)"""
     try:
         Version(str(value))
     except InvalidVersion:
@@ -248,6 +266,7 @@ def _version(value: Any) -> tuple[str, str] | None:
 
 
 def _serial(value: Any) -> tuple[str, str] | None:
+    """batch sizes: int >= 1 or 'N%' (1-100), or a list of them"""
     expected = "a batch size (an int >= 1 or a percentage such as '25%') or a list of them"
     batches = value if isinstance(value, list) else [value]
     if not batches or not all(_SERIAL_RE.match(str(b).strip()) for b in batches):
@@ -256,6 +275,7 @@ def _serial(value: Any) -> tuple[str, str] | None:
 
 
 def _hook(value: Any) -> tuple[str, str] | None:
+    """'' or a task file (.yml/.yaml)"""
     if value in ("", None):
         return None
     if not str(value).endswith((".yml", ".yaml")):
@@ -264,6 +284,7 @@ def _hook(value: Any) -> tuple[str, str] | None:
 
 
 def _speculative_pairs(value: Any) -> tuple[str, str] | None:
+    """a list of {speculative: profile, plain: profile}"""
     for pair in value or []:
         if not isinstance(pair.get("speculative"), str) or not isinstance(pair.get("plain"), str):
             return f"holds {pair!r}", "a list of {speculative: profile name, plain: profile name}"
@@ -753,3 +774,54 @@ def host_failures(facts: Mapping[str, Any], values: Mapping[str, Any]) -> list[d
                 )
             )
     return failures
+
+
+#: The rules that compare values (:func:`_cross_checks`) and those against the host
+#: (:func:`host_failures`), per option, as the options table states them.
+RELATIONS: dict[str, str] = {
+    "cuda13_toolkit_release": "same MAJOR.MINOR as cuda13_toolkit_package_version",
+    "cuda13_toolkit_package_version": "offered by cuda_toolkit_apt_repo_url's Packages index (host)",
+    "cuda_toolkit_release": "equal to cuda13_toolkit_release",
+    "cuda_toolkit_package_version": "equal to cuda13_toolkit_package_version",
+    "cuda_toolkit_apt_repo_url": "answers from the host (its Packages index)",
+    "cuda13_old_venv": "has bin/python on the host; the unit runs its Python (or, switched, the new venv's)",
+    "cuda13_new_venv": "not cuda13_old_venv / cuda13_old_sglang_src, nor inside them or they inside it",
+    "cuda13_new_sglang_src": "not cuda13_old_sglang_src / cuda13_old_venv / cuda13_new_venv, nor inside",
+    "cu130_wheels_venv": "not cuda13_old_venv nor inside it",
+    "sglang_build_venv": "not cuda13_old_venv nor inside it",
+    "sglang_build_src": "not cuda13_old_sglang_src nor inside it",
+    "stack_switch_new_venv": "not cuda13_old_venv nor inside it",
+    "cuda13_service_name": "a unit the host's systemd knows (LoadState=loaded)",
+    "cuda13_wheels_index_url": "answers HTTP 200 from the host (unless cuda13_artifact_cache)",
+    "cuda13_wheels_extra_index_urls": "each answers HTTP 200 from the host (unless cuda13_artifact_cache)",
+    "verify_throughput_max_trials": ">= verify_throughput_min_trials",
+    "cuda13_profile_dropin": "differs from cuda13_switch_dropin",
+    "cu130_wheels_expected_cuda_major": "the major of cuda13_toolkit_release",
+    "verify_throughput_require_speculative_gain": "names profiles of cuda13_profiles",
+}
+
+
+def options_table(specs: Mapping[str, Mapping[str, Any]]) -> str:
+    """The Markdown table of every option with the checks that guard it (docs/options.md).
+
+    Args:
+        specs: ``{option: argument spec entry}`` of every role, merged.
+
+    Returns:
+        The table's text: option, type (the spec, with choices), rule and relations.
+    """
+    rows = [
+        "| option | type (argument spec) | rule | against other values or the host |",
+        "| --- | --- | --- | --- |",
+    ]
+    for option in sorted({**PLAY_OPTIONS, **specs}):
+        spec = {**PLAY_OPTIONS, **specs}[option]
+        kind = spec.get("type", "str")
+        if spec.get("elements"):
+            kind += f" of {spec['elements']}"
+        if spec.get("choices"):
+            kind += " in " + ", ".join(str(c) for c in spec["choices"])
+        rule = RULES.get(option)
+        doc = (rule.__doc__ or "").strip() if rule else ""
+        rows.append(f"| `{option}` | {kind} | {doc} | {RELATIONS.get(option, '')} |")
+    return "\n".join(rows) + "\n"
