@@ -272,3 +272,95 @@ def test_numbers_and_booleans_as_key_value_strings_pass_and_are_used_as_numbers(
     assert "1 of 1 hosts passed the preflight" in out
     # The disk check read 0.005 GiB as a number.
     assert "0.005" in out and "not a number" not in out
+
+
+@pytest.fixture
+def local_repository(tmp_path):
+    """An apt flat repository and a PEP 503 index served on 127.0.0.1 (a thread)."""
+    import functools
+    import http.server
+    import threading
+
+    root = tmp_path / "www"
+    (root / "cuda").mkdir(parents=True)
+    # The stanza fields of NVIDIA's flat repository's Packages index (Package, Version).
+    (root / "cuda" / "Packages").write_text(
+        "Package: cuda-toolkit-13-0\nVersion: 13.0.2-1\nArchitecture: amd64\n\n"
+        "Package: cuda-toolkit-13-1\nVersion: 13.1.0-1\nArchitecture: amd64\n"
+    )
+    (root / "whl" / "cu130").mkdir(parents=True)
+    (root / "whl" / "cu130" / "index.html").write_text("<html><body></body></html>\n")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def test_options_against_the_host_name_each_option(tmp_path, local_repository):
+    """The read-only checks against the host on localhost: a repository without the pinned
+    version, an index that does not answer, an old venv without Python, a unit that is not
+    there (this machine runs no systemd, or no such unit)."""
+    url = local_repository
+    proc = _preflight(
+        tmp_path,
+        "-e",
+        "nvidia_driver_check_host_checks=true",
+        "-e",
+        "cuda13_service_name=nosuch-cuda13-test.service",
+        "-e",
+        f"cuda13_old_venv={tmp_path}/nosuch-venv",
+        "-e",
+        f"cuda13_new_venv={tmp_path}/new-venv",
+        "-e",
+        f"cuda13_new_sglang_src={tmp_path}/new-src",
+        "-e",
+        f"cuda_toolkit_apt_repo_url={url}/cuda/",
+        "-e",
+        "cuda13_toolkit_package_version=13.0.1-1",
+        "-e",
+        f"cuda13_wheels_index_url={url}/whl/cu130/",
+        "-e",
+        f'{{"cuda13_wheels_extra_index_urls": ["{url}/whl/nosuch/"]}}',
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    refusal = out[out.index("option values that do not fit the host; nothing on the host was changed") :]
+    assert "Option: cuda13_service_name." in refusal
+    assert "Option: cuda13_old_venv." in refusal and "has no bin/python" in refusal
+    assert "Option: cuda13_toolkit_package_version." in refusal
+    assert "for cuda-toolkit-13-0 (it offers: 13.0.2-1)" in refusal
+    assert "Option: cuda13_wheels_extra_index_urls." in refusal and "/whl/nosuch/" in refusal
+    # the index that answers is not named
+    assert f"'{url}/whl/cu130/'" not in refusal
+    assert "Query the GPUs with nvidia-smi" not in out
+    assert not (tmp_path / "new-venv").exists()
+
+
+def test_options_against_the_host_pass_when_they_fit(tmp_path, local_repository):
+    url = local_repository
+    proc = _preflight(
+        tmp_path,
+        "-e",
+        "nvidia_driver_check_host_checks=true",
+        "-e",
+        f"cuda13_old_venv={Path(sys.executable).parents[1]}",
+        "-e",
+        f"cuda13_new_venv={tmp_path}/new-venv",
+        "-e",
+        f"cuda_toolkit_apt_repo_url={url}/cuda/",
+        "-e",
+        f"cuda13_wheels_index_url={url}/whl/cu130/",
+        "-e",
+        '{"cuda13_wheels_extra_index_urls": []}',
+    )
+    out = proc.stdout + proc.stderr
+    refusal = (
+        out[out.index("option values that do not fit the host") :] if "do not fit the host" in out else ""
+    )
+    # Only the unit can be missing here (no systemd unit sglang.service on a build machine).
+    assert "Option: cuda13_old_venv." not in refusal
+    assert "Option: cuda13_toolkit_package_version." not in refusal
+    assert "Option: cuda_toolkit_apt_repo_url." not in refusal
+    assert "Option: cuda13_wheels_index_url." not in refusal
