@@ -153,3 +153,21 @@ def test_docs_options_table_is_the_generated_one(specs):
     assert text.endswith(options.options_table(specs))
     for option in specs:
         assert f"| `{option}` |" in text
+
+
+def test_host_failures_read_systemctl_show_text(specs):
+    """The form systemctl show prints: ExecStart's value holds '=' and ';' itself."""
+    values = options.validate({}, specs)["values"]
+    show = (
+        "LoadState=loaded\n"
+        "ExecStart={ path=/opt/ml-env/bin/python ; argv[]=/opt/ml-env/bin/python -m sglang.launch_server "
+        "--model-path /models/x ; ignore_errors=no ; start_time=[n/a] ; pid=0 ; code=(null) ; status=0/0 }\n"
+    )
+    base = {"old_python_exists": True}
+    assert options.host_failures({**base, "unit_show": show, "unit_rc": 0}, values) == []
+    switched = show.replace("/opt/ml-env/", "/opt/ml-env-cu130/")
+    assert (
+        options.host_failures({**base, "unit_show": switched, "new_venv": "/opt/ml-env-cu130"}, values) == []
+    )
+    missing = options.host_failures({**base, "unit_show": "LoadState=not-found\nExecStart=\n"}, values)
+    assert [f["option"] for f in missing] == ["cuda13_service_name"]

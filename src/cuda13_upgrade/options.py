@@ -706,6 +706,16 @@ def host_failures(facts: Mapping[str, Any], values: Mapping[str, Any]) -> list[d
         A list of failures like :func:`validate`'s.
     """
     failures = []
+    if "unit_show" in facts:  # the text of systemctl show --property=LoadState --property=ExecStart
+        shown = dict(line.partition("=")[::2] for line in str(facts["unit_show"]).splitlines() if "=" in line)
+        facts = {
+            **facts,
+            "unit_load_state": shown.get("LoadState")
+            or ("not-found" if int(facts.get("unit_rc", 0)) else None),
+        }
+        exec_start = shown.get("ExecStart", "")
+        new_venv = str(facts.get("new_venv") or "").rstrip("/")
+        facts["unit_exec_start"] = None if new_venv and f"{new_venv}/bin/python" in exec_start else exec_start
     service = values.get("cuda13_service_name", "sglang.service")
     old_venv = str(values.get("cuda13_old_venv", "/opt/ml-env")).rstrip("/")
     if facts.get("unit_load_state") not in (None, "loaded"):
