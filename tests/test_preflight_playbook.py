@@ -23,6 +23,9 @@ def _preflight(tmp_path, *extra):
         "cuda13_target_hosts=all",
         "-e",
         f"cuda13_new_venv={tmp_path}/venv",
+        # localhost has no serving stack: the checks against the host are the molecule bad-input scenario's
+        "-e",
+        "nvidia_driver_check_host_checks=false",
         *extra,
     ]
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
@@ -70,6 +73,7 @@ def test_one_refused_host_stops_the_run_after_every_host_was_checked(tmp_path):
         "        ansible_connection: local\n"
         f"        ansible_python_interpreter: {sys.executable}\n"
         "        nvidia_driver_check_required_disk_gib: 0.001\n"
+        "        nvidia_driver_check_host_checks: false\n"
         f"        cuda13_new_venv: {tmp_path}/venv\n"
     )
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}

@@ -1,0 +1,110 @@
+"""Filters that check every option of the upgrade once (see cuda13_upgrade.options)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+
+try:
+    from cuda13_upgrade import options
+except ImportError:  # the package is not installed: use the checkout's copy
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+    from cuda13_upgrade import options
+
+DOCUMENTATION = r"""
+  - name: cuda13_validate_options
+    short_description: Check and convert every option (types, ranges, formats, values against each other).
+    positional: _input, specs
+    options:
+      _input:
+        description: The options the inventory or -e gave, option name to value.
+        type: dict
+        required: true
+      specs:
+        description: The roles' argument specs (each file's parsed content), merged in order.
+        type: list
+        required: true
+  - name: cuda13_option_names
+    short_description: Names of every option of the specs and of the playbooks.
+    positional: _input
+    options:
+      _input:
+        description: The roles' argument specs (each file's parsed content).
+        type: list
+        required: true
+  - name: cuda13_option_host_failures
+    short_description: Host-dependent rules (unit, old venv, apt repository, indexes) from read-only facts.
+    positional: _input, values
+    options:
+      _input:
+        description: Facts observed on the host (see cuda13_upgrade.options.host_failures).
+        type: dict
+        required: true
+      values:
+        description: The validated options (cuda13_validate_options' values).
+        type: dict
+        required: true
+"""
+
+EXAMPLES = r"""
+report: "{{ given | cuda13_validate_options(query('file', *spec_files) | map('from_yaml') | list) }}"
+failures: "{{ facts | cuda13_option_host_failures(cuda13_options) }}"
+"""
+
+RETURN = r"""
+  _value:
+    description: >
+      cuda13_validate_options - dict (ok, failures [{option, value, message}], values);
+      cuda13_option_host_failures - list of failures.
+"""
+
+
+def cuda13_validate_options(given: Any, specs: Any) -> dict[str, Any]:
+    """Filter: :func:`cuda13_upgrade.options.validate` over the merged specs."""
+    if not isinstance(given, Mapping):
+        raise AnsibleFilterError(f"cuda13_validate_options: input must be a dict of options, got {given!r}")
+    if not isinstance(specs, list) or not all(isinstance(s, Mapping) for s in specs):
+        raise AnsibleFilterError(
+            "cuda13_validate_options: specs must be a list of argument_specs.yml contents"
+        )
+    merged: dict[str, Any] = {}
+    for spec in specs:
+        try:
+            merged.update(spec["argument_specs"]["main"]["options"])
+        except (KeyError, TypeError) as exc:
+            raise AnsibleFilterError(f"cuda13_validate_options: not an argument spec: {spec!r}") from exc
+    return options.validate(dict(given), merged)
+
+
+def cuda13_option_host_failures(facts: Any, values: Any) -> list[dict[str, Any]]:
+    """Filter: :func:`cuda13_upgrade.options.host_failures`."""
+    if not isinstance(facts, Mapping) or not isinstance(values, Mapping):
+        raise AnsibleFilterError(
+            "cuda13_option_host_failures: takes two dicts (host facts, validated options)"
+        )
+    return options.host_failures(facts, values)
+
+
+def cuda13_option_names(specs: Any) -> list[str]:
+    """Filter: the names of every option in the specs and of the playbooks' own options."""
+    if not isinstance(specs, list) or not all(isinstance(s, Mapping) for s in specs):
+        raise AnsibleFilterError("cuda13_option_names: specs must be a list of argument_specs.yml contents")
+    names = list(options.PLAY_OPTIONS)
+    for spec in specs:
+        names.extend(spec["argument_specs"]["main"]["options"])
+    return sorted(set(names))
+
+
+class FilterModule:
+    """The option filters."""
+
+    def filters(self) -> dict[str, Any]:
+        return {
+            "cuda13_validate_options": cuda13_validate_options,
+            "cuda13_option_host_failures": cuda13_option_host_failures,
+            "cuda13_option_names": cuda13_option_names,
+        }

@@ -1,0 +1,173 @@
+"""cuda13_upgrade.options: each option checked and converted once."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cuda13_upgrade import options
+
+REPO = Path(__file__).resolve().parents[1]
+ROLES = [
+    "cuda13",
+    "stack_snapshot",
+    "cuda_toolkit",
+    "cu130_wheels",
+    "sglang_build",
+    "stack_switch",
+    "verify_throughput",
+    "rollback",
+    "artifact_cache",
+    "nvidia_driver_check",
+]
+
+
+@pytest.fixture(scope="module")
+def specs():
+    merged = {}
+    for role in ROLES:
+        text = (REPO / "roles" / role / "meta" / "argument_specs.yml").read_text()
+        merged.update(yaml.safe_load(text)["argument_specs"]["main"]["options"])
+    return merged
+
+
+def test_defaults_pass(specs):
+    report = options.validate({}, specs)
+    assert report["ok"], report["failures"]
+    # literal defaults and aliases of them are there for the later steps
+    assert report["values"]["verify_throughput_tolerance_pct"] == 3.0
+    assert report["values"]["stack_switch_health_timeout"] == 900
+    assert report["values"]["cu130_wheels_venv"] == "/opt/ml-env-cu130"
+
+
+def test_key_value_strings_are_converted_to_the_spec_type(specs):
+    given = {
+        "nvidia_driver_check_required_disk_gib": "0.005",
+        "verify_throughput_min_trials": "9",
+        "cuda13_reverify": "yes",
+        "nvidia_driver_check_require_jit": "false",
+        "cuda13_health_timeout": "120",
+    }
+    report = options.validate(given, specs)
+    assert report["ok"], report["failures"]
+    values = report["values"]
+    assert values["nvidia_driver_check_required_disk_gib"] == 0.005
+    assert values["verify_throughput_min_trials"] == 9
+    assert values["cuda13_reverify"] is True
+    assert values["nvidia_driver_check_require_jit"] is False
+    assert values["cuda13_health_timeout"] == 120
+    # an alias takes the converted value
+    assert values["rollback_health_timeout"] == 120
+
+
+def test_the_issue_tolerance_is_refused_with_the_value_as_given(specs):
+    report = options.validate({"verify_throughput_tolerance_pct": "-5"}, specs)
+    assert not report["ok"]
+    (failure,) = report["failures"]
+    assert failure["option"] == "verify_throughput_tolerance_pct"
+    assert failure["message"] == (
+        "verify_throughput_tolerance_pct is out of range: '-5'. "
+        "Option: verify_throughput_tolerance_pct. Fix: give a number >= 0 and < 100."
+    )
+
+
+@pytest.mark.parametrize("release", ["13", "13.x", "13.9", "abc", "12.8", "13.0.2"])
+def test_a_release_must_be_major_minor_of_a_shipped_cuda_13(specs, release):
+    report = options.validate({"cuda13_toolkit_release": release}, specs)
+    assert [f["option"] for f in report["failures"]] == ["cuda13_toolkit_release"]
+
+
+def test_release_and_package_version_must_agree(specs):
+    report = options.validate({"cuda13_toolkit_release": "13.1"}, specs)
+    (failure,) = report["failures"]
+    assert failure["option"] == "cuda13_toolkit_release"
+    assert "cuda13_toolkit_package_version '13.0.2-1' is a 13.0 version" in failure["message"]
+    both = options.validate(
+        {"cuda13_toolkit_release": "13.1", "cuda13_toolkit_package_version": "13.1.0-1"}, specs
+    )
+    assert both["ok"], both["failures"]
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("cuda13_new_venv", "/opt/ml-env"),
+        ("cuda13_new_venv", "/opt/ml-env/new"),
+        ("cuda13_new_venv", "/opt"),  # the old venv inside the new one
+        ("cuda13_new_sglang_src", "/opt/sglang/"),
+    ],
+)
+def test_new_stack_is_neither_the_serving_one_nor_inside_it(specs, option, value):
+    report = options.validate({option: value}, specs)
+    assert option in [f["option"] for f in report["failures"]]
+
+
+def test_profiles_unique_names_and_string_arguments(specs):
+    dup = options.validate(
+        {"cuda13_profiles": [{"name": "a", "server_args": []}, {"name": "a", "server_args": []}]}, specs
+    )
+    assert "more than once" in dup["failures"][0]["message"]
+    bad_args = options.validate({"cuda13_profiles": [{"name": "a", "server_args": [1]}]}, specs)
+    assert "not a list of strings" in bad_args["failures"][0]["message"]
+    one_string = options.validate({"cuda13_profiles": [{"name": "a", "server_args": "--x 1"}]}, specs)
+    assert "not a list of strings" in one_string["failures"][0]["message"]
+
+
+def test_packages_versions_reads_the_stanzas():
+    text = (
+        "Package: cuda-toolkit-13-0\nVersion: 13.0.2-1\nArchitecture: amd64\n\n"
+        "Package: cuda-toolkit-13-1\nVersion: 13.1.0-1\n\n"
+        "Package: cuda-toolkit-13-0\nVersion: 13.0.1-1\n"
+    )
+    assert options.packages_versions(text, "cuda-toolkit-13-0") == ["13.0.2-1", "13.0.1-1"]
+    assert options.packages_versions(text, "cuda-toolkit-13-9") == []
+
+
+def test_host_failures_name_the_option(specs):
+    values = options.validate({}, specs)["values"]
+    facts = {
+        "unit_load_state": "not-found",
+        "old_python_exists": False,
+        "apt_packages": "Package: cuda-toolkit-13-0\nVersion: 13.0.1-1\n",
+        "indexes": {"https://download.pytorch.org/whl/cu130": "404 Not Found"},
+    }
+    names = [f["option"] for f in options.host_failures(facts, values)]
+    assert names == [
+        "cuda13_service_name",
+        "cuda13_old_venv",
+        "cuda13_toolkit_package_version",
+        "cuda13_wheels_index_url",
+    ]
+    fine = {
+        "unit_load_state": "loaded",
+        "unit_exec_start": "{ path=/opt/ml-env/bin/python ; argv[]=/opt/ml-env/bin/python -m sglang.launch_server }",
+        "old_python_exists": True,
+        "apt_packages": "Package: cuda-toolkit-13-0\nVersion: 13.0.2-1\n",
+        "indexes": {"https://download.pytorch.org/whl/cu130": "200 OK"},
+    }
+    assert options.host_failures(fine, values) == []
+
+
+def test_docs_options_table_is_the_generated_one(specs):
+    text = (REPO / "docs" / "options.md").read_text()
+    assert text.endswith(options.options_table(specs))
+    for option in specs:
+        assert f"| `{option}` |" in text
+
+
+def test_host_failures_read_systemctl_show_text(specs):
+    """The form systemctl show prints: ExecStart's value holds '=' and ';' itself."""
+    values = options.validate({}, specs)["values"]
+    show = (
+        "LoadState=loaded\n"
+        "ExecStart={ path=/opt/ml-env/bin/python ; argv[]=/opt/ml-env/bin/python -m sglang.launch_server "
+        "--model-path /models/x ; ignore_errors=no ; start_time=[n/a] ; pid=0 ; code=(null) ; status=0/0 }\n"
+    )
+    base = {"old_python_exists": True}
+    assert options.host_failures({**base, "unit_show": show, "unit_rc": 0}, values) == []
+    switched = show.replace("/opt/ml-env/", "/opt/ml-env-cu130/")
+    assert (
+        options.host_failures({**base, "unit_show": switched, "new_venv": "/opt/ml-env-cu130"}, values) == []
+    )
+    missing = options.host_failures({**base, "unit_show": "LoadState=not-found\nExecStart=\n"}, values)
+    assert [f["option"] for f in missing] == ["cuda13_service_name"]

@@ -1,0 +1,81 @@
+"""A rollback that itself fails is reported with what it left, not as "One or more items failed".
+
+Runs playbooks/tasks/rescue-host.yml on localhost after a failed step, with no snapshot
+to roll back from (the rollback's first read fails): the host's failure message names
+the first failure, the rollback task that failed, the service's state, its drop-ins and
+where /usr/local/cuda points.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_failed_rollback_reports_what_it_left(tmp_path):
+    playbook = tmp_path / "rescue.yml"
+    playbook.write_text(
+        f"""
+- name: A step fails after the host changed
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Shared settings
+      ansible.builtin.import_role:
+        name: cuda13
+    - name: The validated options, as the preflight leaves them
+      ansible.builtin.set_fact:
+        nvidia_driver_check_options:
+          cuda13_rollback_verify: true
+          verify_throughput_tolerance_pct: 3.0
+    - name: Upgrade
+      block:
+        - name: From here on the host changes
+          ansible.builtin.set_fact:
+            __cuda13_changed: true
+            __cuda13_step: wheels
+        - name: The wheels step fails
+          ansible.builtin.fail:
+            msg: the wheels step failed
+      rescue:
+        - name: Roll the host back
+          ansible.builtin.import_tasks: {REPO}/playbooks/tasks/rescue-host.yml
+"""
+    )
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_ROLES_PATH": str(REPO / "roles"),
+    }
+    proc = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("ansible-playbook")),
+            str(playbook),
+            "-i",
+            "localhost,",
+            "-c",
+            "local",
+            "-e",
+            f"ansible_python_interpreter={sys.executable}",
+            "-e",
+            f"cuda13_state_dir={tmp_path}/state",
+            "-e",
+            "cuda13_service_name=nosuch-cuda13-test.service",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    final = out[out.rindex("Fail the host so the rollout counts it") :]
+    assert "failed at step 'wheels': the wheels step failed" in final
+    assert "Then the rollback itself failed at 'Read the pre-upgrade snapshot'" in final
+    assert "Left on the host: service nosuch-cuda13-test.service" in final
+    assert "/usr/local/cuda ->" in final
+    assert "playbooks/rollback.yml --limit localhost" in final
+    assert "One or more items failed" not in final
