@@ -279,7 +279,7 @@ def test_refuses_a_cu128_jit_cache_without_a_cuda12_runtime(
         venv_cu130.python,
         *("--no-deps", "--target", str(overlay)),
         *("--index-url", f"{mirror_url}/flashinfer-whl/cu128"),
-        "flashinfer-jit-cache==0.6.1+cu128",
+        "flashinfer-jit-cache==0.6.3+cu128",
     )
     env = server_env(venv_cu130, scenario, no_ld_conf, PYTHONPATH=str(overlay))
     proc = refused(venv_cu130.python, env)

@@ -335,6 +335,7 @@ SGL_KERNEL_BUILDS: tuple[KernelBuild, ...] = (
 FLASHINFER_VERSIONS: tuple[str, ...] = ("0.6.1", "0.6.3")
 FLASHINFER_JIT_CACHE_BUILDS: tuple[KernelBuild, ...] = (
     KernelBuild("flashinfer-jit-cache", "0.6.1+cu128", "flashinfer-whl/cu128"),
+    KernelBuild("flashinfer-jit-cache", "0.6.3+cu128", "flashinfer-whl/cu128"),
     KernelBuild("flashinfer-jit-cache", "0.6.3+cu130", "flashinfer-whl/cu130"),
 )
 
