@@ -46,7 +46,8 @@ import zipfile
 from pathlib import Path
 
 from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name
+from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
+from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDS = ROOT / "sandbox" / "mirror" / "records"
@@ -100,11 +101,16 @@ def download(req: str, sdist: bool) -> tuple[Path, list[str]]:
 
 
 def _matches(filename: str, name: str, version: str) -> bool:
-    stem = re.sub(r"[-_.]+", "_", name).lower()
-    return filename.lower().startswith(f"{stem}-{version}-") or filename.lower() in (
-        f"{stem}-{version}.tar.gz",
-        f"{name.lower()}-{version}.tar.gz",
-    )
+    """Whether ``filename`` is a wheel or sdist of ``name`` at ``version`` (PEP 440 equal:
+    ``cuda-toolkit==13.0.3`` is ``cuda_toolkit-13.0.3.0-...whl``)."""
+    try:
+        if filename.endswith(".whl"):
+            got_name, got_version, _, _ = parse_wheel_filename(filename)
+        else:
+            got_name, got_version = parse_sdist_filename(filename)
+    except ValueError:
+        return False
+    return got_name == canonicalize_name(name) and got_version == Version(version)
 
 
 def _metadata(text: bytes) -> dict:
