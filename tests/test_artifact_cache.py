@@ -30,7 +30,7 @@ HOSTS = ("host-a", "host-b")
 
 pytestmark = pytest.mark.skipif(not ANSIBLE_PLAYBOOK.exists(), reason="ansible-playbook is not installed")
 
-# A wheel the server sent: "GET /whl/cu130/torch-2.10.0%2Bcu130-cp311-....whl HTTP/1.1" 200
+# A wheel the server sent: "GET /whl/cu130/torch-2.9.1%2Bcu130-cp311-....whl HTTP/1.1" 200
 _WHEEL_GET = re.compile(r'"GET (?P<path>/\S+\.whl) HTTP/1\.[01]" 200 ')
 _RECAP = re.compile(r"^(?P<host>\S+)\s+: ok=\d+\s+changed=(?P<changed>\d+)\s+unreachable=0\s+failed=0", re.M)
 
@@ -191,7 +191,7 @@ def test_the_first_run_fetches_each_wheel_once_for_the_fleet(rollout):
     assert pinned <= distributions
     assert any(d.startswith("nvidia_") for d in distributions), distributions
     torch = [n for n in fetched if n.startswith("torch-")]
-    assert torch == ["torch-2.10.0+cu130-cp311-cp311-manylinux_2_28_x86_64.whl"]
+    assert torch == ["torch-2.9.1+cu130-cp311-cp311-manylinux_2_28_x86_64.whl"]
     assert all(_changed(output)[host] > 0 for host in HOSTS), output
 
 

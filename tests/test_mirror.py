@@ -189,7 +189,7 @@ def test_torch_links_declare_requires_python(sandbox_mirror):
     page = sandbox_mirror.out / "whl" / "cu130" / "torch" / "index.html"
     links = anchors(page)
     assert {a["data-requires-python"] for a in links} == {">=3.10"}
-    assert "torch-2.10.0%2Bcu130-cp311-cp311-manylinux_2_28_x86_64.whl" in links[1]["href"]
+    assert "torch-2.9.1%2Bcu130-cp311-cp311-manylinux_2_28_x86_64.whl" in links[1]["href"]
 
 
 def _wheel_metadata(path: Path) -> tuple[str, str, zipfile.ZipFile]:
@@ -202,16 +202,12 @@ def _wheel_metadata(path: Path) -> tuple[str, str, zipfile.ZipFile]:
     ("relpath", "requires"),
     [
         (
-            "whl/cu128/torch-2.10.0+cu128-cp311-cp311-manylinux_2_28_x86_64.whl",
-            'nvidia-cuda-runtime-cu12==12.8.90; platform_system == "Linux"',
+            "whl/cu128/torch-2.9.1+cu128-cp311-cp311-manylinux_2_28_x86_64.whl",
+            'nvidia-cuda-runtime-cu12==12.8.90; platform_system == "Linux" and platform_machine == "x86_64"',
         ),
         (
-            "whl/cu130/torch-2.10.0+cu130-cp311-cp311-manylinux_2_28_x86_64.whl",
-            'nvidia-cuda-runtime==13.0.96; platform_system == "Linux"',
-        ),
-        (
-            "whl/nightly/cu130/torch-2.11.0.dev20260215+cu130-cp311-cp311-manylinux_2_28_x86_64.whl",
-            "cuda-toolkit[cublas,cudart,cupti,nvjitlink,nvrtc,nvtx]==13.0.2",
+            "whl/cu130/torch-2.9.1+cu130-cp311-cp311-manylinux_2_28_x86_64.whl",
+            'nvidia-cuda-runtime==13.0.96; platform_system == "Linux" and platform_machine == "x86_64"',
         ),
     ],
 )
@@ -238,43 +234,12 @@ def test_kernel_wheel_names_and_tags(sandbox_mirror):
     out = sandbox_mirror.out
     assert (out / "sgl-whl/cu130/sgl_kernel-0.3.21+cu130-cp310-abi3-manylinux2014_x86_64.whl").is_file()
     assert (
-        out / "flashinfer-whl/cu130/flashinfer_jit_cache-0.6.1+cu130-cp39-abi3-manylinux_2_28_x86_64.whl"
+        out / "flashinfer-whl/cu130/flashinfer_jit_cache-0.6.3+cu130-cp39-abi3-manylinux_2_28_x86_64.whl"
     ).is_file()
-    metadata, wheel, _ = _wheel_metadata(out / "pypi/packages/flashinfer_python-0.6.1-py3-none-any.whl")
-    assert "Name: flashinfer-python\nVersion: 0.6.1\n" in metadata
+    metadata, wheel, _ = _wheel_metadata(out / "pypi/packages/flashinfer_python-0.6.3-py3-none-any.whl")
+    assert "Name: flashinfer-python\nVersion: 0.6.3\n" in metadata
+    assert "Requires-Dist: torch\n" in metadata
     assert "Root-Is-Purelib: true" in wheel
-
-
-def test_nightly_index_resolves_cuda_toolkit_extras(mirror_url, tmp_path):
-    report = tmp_path / "report.json"
-    testkit.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "--dry-run",
-            "--ignore-installed",
-            "--no-cache-dir",
-            "--report",
-            str(report),
-            "--pre",
-            "--index-url",
-            f"{mirror_url}/whl/nightly/cu130",
-            "--only-binary",
-            ":all:",
-            "--target",
-            str(tmp_path / "t"),
-            "torch",
-        ],
-        testkit.clean_env(),
-    )
-    installs = json.loads(report.read_text())["install"]
-    versions = {i["metadata"]["name"]: i["metadata"]["version"] for i in installs}
-    assert versions["torch"] == "2.11.0.dev20260215+cu130"
-    assert versions["cuda-toolkit"] == "13.0.2"
-    assert versions["nvidia-cuda-runtime"] == "13.0.96"
-    assert versions["nvidia-nccl-cu13"] == "2.28.9"
 
 
 # -- installs into a venv ---------------------------------------------------------------
@@ -294,24 +259,24 @@ def _probe(venv: testkit.StackVenv, no_ld_conf: Path) -> dict:
 
 def test_cu130_stack_installs_from_the_mirror(venv_cu130, no_ld_conf):
     probe = _probe(venv_cu130, no_ld_conf)
-    assert probe["torch"] == "2.10.0+cu130"
+    assert probe["torch"] == "2.9.1+cu130"
     assert probe["cuda"] == "13.0"
     assert probe["available"] is False and probe["arch"] == []
     assert probe["dists"] == {
-        "torch": "2.10.0+cu130",
+        "torch": "2.9.1+cu130",
         "sgl-kernel": "0.3.21+cu130",
-        "flashinfer-python": "0.6.1",
-        "flashinfer-cubin": "0.6.1",
-        "flashinfer-jit-cache": "0.6.1+cu130",
+        "flashinfer-python": "0.6.3",
+        "flashinfer-cubin": "0.6.3",
+        "flashinfer-jit-cache": "0.6.3+cu130",
     }
     show = testkit.run([str(venv_cu130.python), "-m", "pip", "show", "torch"], testkit.clean_env())
-    assert "Version: 2.10.0+cu130" in show.stdout
+    assert "Version: 2.9.1+cu130" in show.stdout
     assert "nvidia-cuda-runtime" in show.stdout
 
 
 def test_cu128_stack_installs_from_the_mirror(venv_cu128, no_ld_conf):
     probe = _probe(venv_cu128, no_ld_conf)
-    assert (probe["torch"], probe["cuda"]) == ("2.10.0+cu128", "12.8")
+    assert (probe["torch"], probe["cuda"]) == ("2.9.1+cu128", "12.8")
     assert probe["dists"]["sgl-kernel"] == "0.3.21+cu128"
     assert probe["dists"]["flashinfer-jit-cache"] == "0.6.1+cu128"
 
@@ -332,7 +297,7 @@ def test_torch_without_its_runtime_wheel_fails_like_the_real_one(mirror_url, tmp
         str(target),
         "--index-url",
         f"{mirror_url}/whl/cu130",
-        "torch==2.10.0+cu130",
+        "torch==2.9.1+cu130",
     )
     env = testkit.clean_env(PYTHONPATH=str(target), SANDBOX_LD_SO_CONF_D=str(no_ld_conf))
     proc = subprocess.run([sys.executable, "-c", "import torch"], env=env, capture_output=True, text=True)
@@ -353,7 +318,7 @@ def test_sglang_repo_clones_over_dumb_http(sandbox_mirror, mirror_url, tmp_path)
     clone = testkit.clone_sglang(mirror_url, "v0.5.8", tmp_path / "sglang")
     pyproject = (clone / "python" / "pyproject.toml").read_text()
     assert 'name = "sglang"' in pyproject and 'version = "0.5.8"' in pyproject
-    for dep in ('"sgl-kernel==0.3.21"', '"flashinfer_python==0.6.1"', '"torch==2.10.0"'):
+    for dep in ('"sgl-kernel==0.3.21"', '"flashinfer_python==0.6.1"', '"torch==2.9.1"'):
         assert dep in pyproject
     assert (clone / "python" / "setup.py").is_file()
 

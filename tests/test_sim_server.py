@@ -127,7 +127,7 @@ def test_server_info_reports_args_and_the_installed_stack(plain_cu128, venv_cu12
     assert info["tp_size"] == 8 and info["port"] == plain_cu128.port
     assert info["speculative_algorithm"] is None
     stack = info["stack"]
-    assert stack["torch"] == {"version": "2.10.0+cu128", "cuda": "12.8"}
+    assert stack["torch"] == {"version": "2.9.1+cu128", "cuda": "12.8"}
     assert stack["sgl_kernel"] == "0.3.21+cu128"
     assert stack["flashinfer_python"] == "0.6.1"
     assert stack["flashinfer_jit_cache"] == "0.6.1+cu128"
@@ -287,7 +287,7 @@ def test_refuses_a_cu128_jit_cache_without_a_cuda12_runtime(
         venv_cu130.python,
         *("--no-deps", "--target", str(overlay)),
         *("--index-url", f"{mirror_url}/flashinfer-whl/cu128"),
-        "flashinfer-jit-cache==0.6.1+cu128",
+        "flashinfer-jit-cache==0.6.3+cu128",
     )
     env = server_env(venv_cu130, scenario, no_ld_conf, PYTHONPATH=str(overlay))
     proc = refused(venv_cu130.python, env)

@@ -25,10 +25,10 @@ def test_cuda_12_8_is_still_installed(host):
 
 def test_new_venv_holds_the_matching_cu130_wheels(host):
     dists = pip_freeze(host, "/opt/ml-env-cu130")
-    assert dists["torch"] == "2.10.0+cu130"
+    assert dists["torch"] == "2.9.1+cu130"
     assert dists["sgl-kernel"] == "0.3.21+cu130"
-    assert dists["flashinfer-jit-cache"] == "0.6.1+cu130"
-    assert dists["flashinfer-python"] == dists["flashinfer-cubin"] == "0.6.1"
+    assert dists["flashinfer-jit-cache"] == "0.6.3+cu130"
+    assert dists["flashinfer-python"] == dists["flashinfer-cubin"] == "0.6.3"
     cuda = host.check_output("/opt/ml-env-cu130/bin/python -c 'import torch; print(torch.version.cuda)'")
     assert cuda == "13.0"
 
@@ -45,7 +45,7 @@ def test_old_venv_is_exactly_the_snapshot(host):
     snapshot = _snapshot(host)
     now = sorted(host.check_output("/opt/ml-env/bin/python -m pip freeze --all --isolated").splitlines())
     assert now == snapshot["venv"]["pip_freeze"]
-    assert pip_freeze(host, "/opt/ml-env")["torch"] == "2.10.0+cu128"
+    assert pip_freeze(host, "/opt/ml-env")["torch"] == "2.9.1+cu128"
 
 
 def test_service_runs_from_the_new_venv_with_its_own_caches(host):

@@ -40,7 +40,7 @@ def test_apt_source_is_signed(host):
 
 def test_venv_holds_cu128_stack(host):
     dists = pip_freeze(host, "/opt/ml-env")
-    assert dists["torch"] == "2.10.0+cu128"
+    assert dists["torch"] == "2.9.1+cu128"
     assert dists["sgl-kernel"] == "0.3.21+cu128"
     assert dists["flashinfer-python"] == "0.6.1"
     assert dists["flashinfer-cubin"] == "0.6.1"

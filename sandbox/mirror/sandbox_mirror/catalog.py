@@ -7,7 +7,10 @@ metadata file: change them here and every index, wheel and .deb follows.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+
+from sandbox_mirror import records
 
 # Fixed time of every file in the mirror and of the apt Release "Date" (2025-11-10T00:00:00Z):
 # deterministic archives, and a date in the past so apt never finds the Release "not valid yet".
@@ -116,276 +119,170 @@ DEB_MAINTAINER = "cudatools <cudatools@nvidia.com>"
 # --------------------------------------------------------------------------------------
 
 
+# Every name, version, Requires-Dist, tag and library below is read from a record in
+# sandbox/mirror/records/ (sandbox_mirror.records); a unit test compares each stand-in with
+# its record. Only what the records cannot hold is stated here: which index serves a build,
+# and torch's arch list (see TORCH_BUILDS).
+
+
 @dataclass(frozen=True)
 class NvidiaWheel:
-    """A CUDA runtime wheel (``nvidia-*``) that holds shared libraries only.
+    """A wheel that holds shared libraries (``nvidia-*``, ``triton``), built from its record.
 
-    ``libs`` are paths inside the wheel; each becomes a small placeholder file.
+    ``libs`` are the shared objects' paths inside the real wheel; each becomes a small
+    placeholder file. ``imports`` are the packages that get an ``__init__.py`` (``nvidia`` is
+    a namespace package and gets none).
     """
 
     name: str
     version: str
-    tags: tuple[str, ...]
+    tag: str
     libs: tuple[str, ...]
     summary: str
     requires: tuple[str, ...] = ()
+    requires_python: str | None = None
+    imports: tuple[str, ...] = ()
+    extras: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class CudaToolkitWheel:
-    """The ``cuda-toolkit`` meta wheel newer PyTorch builds depend on with extras."""
+def recorded_wheel(name: str, version: str) -> NvidiaWheel:
+    """The stand-in description of ``name`` ``version`` from its record."""
+    rec = records.load(name, version)
+    meta = rec["metadata"]
+    return NvidiaWheel(
+        name=meta["Name"],
+        version=meta["Version"],
+        tag=records.wheel_tag(rec),
+        libs=tuple(records.shared_objects(rec)),
+        summary=meta.get("Summary") or "",
+        requires=tuple(imitated_requirements(rec)),
+        requires_python=meta.get("Requires-Python"),
+        imports=tuple(i for i in rec.get("import_names", []) if i != "nvidia"),
+        extras=tuple(meta.get("Provides-Extra", [])),
+    )
 
-    version: str
-    extras: dict[str, str]
+
+# Distributions the sandbox builds stand-ins of. A stand-in keeps the Requires-Dist lines of
+# its record that name one of these, verbatim, and drops the others (pure-Python libraries
+# such as filelock or jinja2 that the simulated server does not need; the record keeps them).
+_IMITATED_PATTERN = re.compile(
+    r"^(torch|triton|sgl-kernel|flashinfer-python|flashinfer-cubin|flashinfer-jit-cache"
+    r"|nvidia-(cuda-nvrtc|cuda-runtime|cuda-cupti|cublas|cufft|curand|cusolver|cusparse|cufile|nvtx"
+    r"|nvjitlink)(-cu12)?|nvidia-(cudnn|cusparselt|nccl|nvshmem)-cu1[23])$"
+)
+
+
+def is_imitated(name: str) -> bool:
+    """Whether the sandbox's mirror holds a stand-in of the distribution ``name``."""
+    return bool(_IMITATED_PATTERN.match(records.normalize(name)))
+
+
+def imitated_requirements(record: dict) -> list[str]:
+    """The record's ``Requires-Dist`` lines that name an imitated distribution, verbatim."""
+    return [r for r in records.requires_dist(record) if is_imitated(records.requirement_name(r))]
+
+
+def _pinned_closure(record: dict, seen: dict[str, NvidiaWheel]) -> None:
+    """Add every library wheel ``record`` pins with ``==`` (and what those pin) to ``seen``."""
+    for line in imitated_requirements(record):
+        name = records.requirement_name(line)
+        if not re.match(r"^(nvidia-|triton$|cuda-toolkit$)", name):
+            continue
+        version = records.exact_pin(record, name)
+        if version is None or "*" in version or name in seen:
+            continue
+        seen[name] = recorded_wheel(name, version)
+        _pinned_closure(records.load(name, version), seen)
+
+
+def library_wheels(record: dict) -> tuple[NvidiaWheel, ...]:
+    """The library wheels a torch record pins (CUDA runtime wheels, triton), by name."""
+    seen: dict[str, NvidiaWheel] = {}
+    _pinned_closure(record, seen)
+    return tuple(seen[n] for n in sorted(seen))
 
 
 @dataclass(frozen=True)
 class TorchBuild:
-    """A PyTorch wheel build: version with local label, CUDA release, and what it requires."""
+    """A PyTorch wheel build, its facts read from ``records/torch-<version>.json``.
+
+    ``arch_list`` (``torch.cuda.get_arch_list()``) is not in any file of the wheel that the
+    recorder reads; where it comes from is said at TORCH_BUILDS.
+    """
 
     version: str
-    cuda: str
     index: str
     arch_list: tuple[str, ...]
-    requires: tuple[str, ...]
-    cudart_soname: str
-    runpath: tuple[str, ...]
     pythons: tuple[str, ...] = ("cp310", "cp311", "cp312")
     platform: str = "manylinux_2_28_x86_64"
+
+    @property
+    def record(self) -> dict:
+        return records.load("torch", self.version)
 
     @property
     def label(self) -> str:
         return self.version.split("+", 1)[1]
 
+    @property
+    def cuda(self) -> str:
+        """``torch.version.cuda`` as the record states it (``torch/version.py``)."""
+        return self.record["runtime"]["torch/version.py"]["cuda"]
+
+    @property
+    def requires(self) -> tuple[str, ...]:
+        return tuple(imitated_requirements(self.record))
+
+    @property
+    def requires_python(self) -> str:
+        return self.record["metadata"]["Requires-Python"]
+
+    @property
+    def cudart_soname(self) -> str:
+        soname = records.cuda_runtime_needed(self.record)
+        if soname is None:
+            raise ValueError(f"record of torch {self.version} names no libcudart in NEEDED")
+        return soname
+
+    @property
+    def runpath(self) -> tuple[str, ...]:
+        return (RUNTIME_WHEEL_LIBDIR[int(self.cuda.split(".")[0])],)
+
+    @property
+    def library_wheels(self) -> tuple[NvidiaWheel, ...]:
+        return library_wheels(self.record)
+
 
 # Where the CUDA runtime wheel of each CUDA major puts libcudart (relative to site-packages):
-# the RUNPATH of the libraries built against it.
+# the RUNPATH of the libraries built against it (records: nvidia-cuda-runtime-cu12 12.8.90
+# ships nvidia/cuda_runtime/lib/libcudart.so.12, nvidia-cuda-runtime 13.0.96
+# nvidia/cu13/lib/libcudart.so.13).
 RUNTIME_WHEEL_LIBDIR = {12: "nvidia/cuda_runtime/lib", 13: "nvidia/cu13/lib"}
 
-_MANYLINUX_2014 = ("manylinux2014_x86_64", "manylinux_2_17_x86_64")
-_MANYLINUX_2_27 = ("manylinux_2_27_x86_64",)
-_LINUX = 'platform_system == "Linux"'
-
-
-def _cu12(name: str, version: str, libs: tuple[str, ...], summary: str, tags=_MANYLINUX_2014):
-    return NvidiaWheel(name, version, tags, libs, summary)
-
-
-# torch 2.10.0+cu128's CUDA dependencies, versions as pip resolves them for torch 2.10.0
-# (public listings of "NVIDIA runtime libs (transitive from torch 2.10.0)"). The cu12 wheels
-# keep one directory per component: nvidia/<component>/lib.
-CU128_WHEELS: tuple[NvidiaWheel, ...] = (
-    _cu12(
-        "nvidia-cuda-nvrtc-cu12",
-        "12.8.93",
-        ("nvidia/cuda_nvrtc/lib/libnvrtc.so.12",),
-        "NVRTC native runtime libraries",
-    ),
-    _cu12(
-        "nvidia-cuda-runtime-cu12",
-        "12.8.90",
-        ("nvidia/cuda_runtime/lib/libcudart.so.12",),
-        "CUDA Runtime native Libraries",
-    ),
-    _cu12(
-        "nvidia-cuda-cupti-cu12",
-        "12.8.90",
-        ("nvidia/cuda_cupti/lib/libcupti.so.12",),
-        "CUDA profiling tools runtime libs.",
-    ),
-    _cu12(
-        "nvidia-cudnn-cu12",
-        "9.10.2.21",
-        ("nvidia/cudnn/lib/libcudnn.so.9",),
-        "cuDNN runtime libraries",
-        _MANYLINUX_2_27,
-    ),
-    _cu12(
-        "nvidia-cublas-cu12",
-        "12.8.4.1",
-        ("nvidia/cublas/lib/libcublas.so.12", "nvidia/cublas/lib/libcublasLt.so.12"),
-        "CUBLAS native runtime libraries",
-        _MANYLINUX_2_27,
-    ),
-    _cu12(
-        "nvidia-nccl-cu12",
-        "2.27.5",
-        ("nvidia/nccl/lib/libnccl.so.2",),
-        "NVIDIA Collective Communication Library (NCCL) Runtime",
-    ),
-    _cu12(
-        "nvidia-nvshmem-cu12",
-        "3.4.5",
-        ("nvidia/nvshmem/lib/libnvshmem_host.so.3",),
-        "NVSHMEM creates a global address space for data that spans the memory of multiple GPUs.",
-    ),
-    _cu12(
-        "nvidia-nvtx-cu12",
-        "12.8.90",
-        ("nvidia/nvtx/lib/libnvToolsExt.so.1",),
-        "NVIDIA Tools Extension",
-    ),
-    _cu12(
-        "nvidia-nvjitlink-cu12",
-        "12.8.93",
-        ("nvidia/nvjitlink/lib/libnvJitLink.so.12",),
-        "Nvidia JIT LTO Library",
-    ),
-)
-
-# CUDA 13 runtime wheels dropped the -cu12 style suffix (nvidia-cuda-runtime, nvidia-cublas,
-# ...) and share one directory, nvidia/cu13/lib; cuDNN, NCCL and NVSHMEM keep a -cu13 name
-# and their own directories. Versions: the set that cuda-toolkit 13.0.2 pins (runtime
-# 13.0.96, nvrtc 13.0.88, cupti 13.0.85, cublas 13.1.0.3, nvjitlink 13.0.88, nvtx 13.0.85).
-# cuDNN/NCCL for torch 2.10.0+cu130 are *unverified* (torch 2.9's cu130 pins).
-_CU13_COMMON: tuple[NvidiaWheel, ...] = (
-    _cu12("nvidia-cuda-nvrtc", "13.0.88", ("nvidia/cu13/lib/libnvrtc.so.13",), "NVRTC runtime"),
-    _cu12(
-        "nvidia-cuda-runtime",
-        "13.0.96",
-        ("nvidia/cu13/lib/libcudart.so.13",),
-        "CUDA Runtime native Libraries",
-    ),
-    _cu12(
-        "nvidia-cuda-cupti",
-        "13.0.85",
-        ("nvidia/cu13/lib/libcupti.so.13",),
-        "CUDA profiling tools runtime libs.",
-    ),
-    _cu12(
-        "nvidia-cublas",
-        "13.1.0.3",
-        ("nvidia/cu13/lib/libcublas.so.13", "nvidia/cu13/lib/libcublasLt.so.13"),
-        "CUBLAS native runtime libraries",
-        _MANYLINUX_2_27,
-    ),
-    _cu12(
-        "nvidia-nvjitlink",
-        "13.0.88",
-        ("nvidia/cu13/lib/libnvJitLink.so.13",),
-        "Nvidia JIT LTO Library",
-    ),
-    _cu12(
-        "nvidia-nvtx",
-        "13.0.85",
-        ("nvidia/cu13/lib/libnvtx3interop.so.1",),
-        "NVIDIA Tools Extension",
-    ),
-    _cu12(
-        "nvidia-nvshmem-cu13",
-        "3.4.5",
-        ("nvidia/nvshmem/lib/libnvshmem_host.so.3",),
-        "NVSHMEM creates a global address space for data that spans the memory of multiple GPUs.",
-    ),
-)
-
-CU130_WHEELS: tuple[NvidiaWheel, ...] = _CU13_COMMON + (
-    _cu12(
-        "nvidia-cudnn-cu13",
-        "9.13.0.50",
-        ("nvidia/cudnn/lib/libcudnn.so.9",),
-        "cuDNN runtime libraries",
-        _MANYLINUX_2_27,
-    ),
-    _cu12(
-        "nvidia-nccl-cu13",
-        "2.27.7",
-        ("nvidia/nccl/lib/libnccl.so.2",),
-        "NVIDIA Collective Communication Library (NCCL) Runtime",
-    ),
-)
-
-# Nightly 2.11 builds depend on the cuda-toolkit meta wheel with extras (torch >= 2.11),
-# plus cuDNN 9.17.1.4 and NCCL 2.28.9 (public 2026-02 nightly install logs).
-NIGHTLY_CU130_WHEELS: tuple[NvidiaWheel, ...] = _CU13_COMMON + (
-    _cu12(
-        "nvidia-cudnn-cu13",
-        "9.17.1.4",
-        ("nvidia/cudnn/lib/libcudnn.so.9",),
-        "cuDNN runtime libraries",
-        _MANYLINUX_2_27,
-    ),
-    _cu12(
-        "nvidia-nccl-cu13",
-        "2.28.9",
-        ("nvidia/nccl/lib/libnccl.so.2",),
-        "NVIDIA Collective Communication Library (NCCL) Runtime",
-    ),
-)
-
-CUDA_TOOLKIT_WHEEL = CudaToolkitWheel(
-    version="13.0.2",
-    extras={
-        "cudart": "nvidia-cuda-runtime==13.0.96.*",
-        "nvrtc": "nvidia-cuda-nvrtc==13.0.88.*",
-        "cupti": "nvidia-cuda-cupti==13.0.85.*",
-        "cublas": "nvidia-cublas==13.1.0.3.*",
-        "nvjitlink": "nvidia-nvjitlink==13.0.88.*",
-        "nvtx": "nvidia-nvtx==13.0.85.*",
-    },
-)
-
-
-def _pins(wheels: tuple[NvidiaWheel, ...]) -> tuple[str, ...]:
-    return tuple(f"{w.name}=={w.version}; {_LINUX}" for w in wheels)
-
-
-# What a torch >= 2.11 build pins itself, beside the cuda-toolkit[...] meta requirement.
-_OWN_PINS_CU13 = ("nvidia-cudnn-cu13", "nvidia-nccl-cu13", "nvidia-nvshmem-cu13")
-
-
-# torch.cuda.get_arch_list() of 2.10.0+cu128 is verified (pytorch/pytorch#182250). The x86_64
+# torch.cuda.get_arch_list() of the cu128 builds is verified for 2.10.0+cu128
+# (pytorch/pytorch#182250) and taken for 2.9.1+cu128 (same CUDA 12.8 build matrix). The x86_64
 # cu130 list is *unverified*: CUDA 13 drops sm_70 and adds sm_110 (Thor); aarch64 cu130
 # builds report ['sm_80', 'sm_90', 'sm_100', 'sm_110', 'sm_120'].
+_ARCH_CU128 = ("sm_70", "sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120")
+_ARCH_CU130 = ("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_110", "sm_120")
 TORCH_BUILDS: tuple[TorchBuild, ...] = (
-    TorchBuild(
-        version="2.10.0+cu128",
-        cuda="12.8",
-        index="whl/cu128",
-        arch_list=("sm_70", "sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"),
-        requires=_pins(CU128_WHEELS),
-        cudart_soname="libcudart.so.12",
-        runpath=("nvidia/cuda_runtime/lib",),
-    ),
-    TorchBuild(
-        version="2.10.0+cu130",
-        cuda="13.0",
-        index="whl/cu130",
-        arch_list=("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_110", "sm_120"),
-        requires=_pins(CU130_WHEELS),
-        cudart_soname="libcudart.so.13",
-        runpath=("nvidia/cu13/lib",),
-    ),
-    TorchBuild(
-        version="2.11.0.dev20260215+cu130",
-        cuda="13.0",
-        index="whl/nightly/cu130",
-        arch_list=("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_110", "sm_120"),
-        requires=(
-            f"cuda-toolkit[cublas,cudart,cupti,nvjitlink,nvrtc,nvtx]=={CUDA_TOOLKIT_WHEEL.version}; {_LINUX}",
-            *_pins(tuple(w for w in NIGHTLY_CU130_WHEELS if w.name in _OWN_PINS_CU13)),
-        ),
-        cudart_soname="libcudart.so.13",
-        runpath=("nvidia/cu13/lib",),
-    ),
+    TorchBuild(version="2.9.1+cu128", index="whl/cu128", arch_list=_ARCH_CU128),
+    TorchBuild(version="2.9.1+cu130", index="whl/cu130", arch_list=_ARCH_CU130),
 )
-
-TORCH_INDEX_WHEELS: dict[str, tuple[NvidiaWheel, ...]] = {
-    "whl/cu128": CU128_WHEELS,
-    "whl/cu130": CU130_WHEELS,
-    "whl/nightly/cu130": NIGHTLY_CU130_WHEELS,
-}
 
 
 @dataclass(frozen=True)
 class KernelBuild:
-    """A CUDA-specific build of a kernel wheel (sgl-kernel, flashinfer-jit-cache)."""
+    """A CUDA-specific build of a kernel wheel (sgl-kernel, flashinfer-jit-cache), from its record."""
 
+    name: str
     version: str
-    cuda: str
     index: str
-    cudart_soname: str
     torch_series: str = ""
+
+    @property
+    def record(self) -> dict:
+        return records.load(self.name, self.version)
 
     @property
     def label(self) -> str:
@@ -395,22 +292,51 @@ class KernelBuild:
     def public(self) -> str:
         return self.version.split("+", 1)[0]
 
+    @property
+    def cuda(self) -> str:
+        """``12.8`` for ``+cu128``: the CUDA release the local label names."""
+        digits = self.label.removeprefix("cu")
+        return f"{digits[:-1]}.{digits[-1]}"
 
-# sgl-kernel wheels as at docs.sglang.ai/whl/cu1xx: cp310-abi3-manylinux2014_x86_64; each
-# +cuXXX build is compiled against one torch series and CUDA release.
-SGL_KERNEL_TAG = "cp310-abi3-manylinux2014_x86_64"
+    @property
+    def cudart_soname(self) -> str:
+        soname = records.cuda_runtime_needed(self.record)
+        if soname is None:
+            raise ValueError(f"record of {self.name} {self.version} names no libcudart in NEEDED")
+        return soname
+
+    @property
+    def tag(self) -> str:
+        return records.wheel_tag(self.record)
+
+    @property
+    def requires(self) -> tuple[str, ...]:
+        return tuple(imitated_requirements(self.record))
+
+    @property
+    def requires_python(self) -> str | None:
+        return self.record["metadata"].get("Requires-Python")
+
+    @property
+    def summary(self) -> str:
+        return self.record["metadata"].get("Summary") or ""
+
+
+# sgl-kernel wheels as at docs.sglang.ai/whl/cu1xx; each +cuXXX build is compiled against one
+# torch series (SGLang 0.5.8 and 0.5.9 pin sgl-kernel 0.3.21 with torch 2.9.1).
 SGL_KERNEL_BUILDS: tuple[KernelBuild, ...] = (
-    KernelBuild("0.3.21+cu128", "12.8", "sgl-whl/cu128", "libcudart.so.12", torch_series="2.10"),
-    KernelBuild("0.3.21+cu130", "13.0", "sgl-whl/cu130", "libcudart.so.13", torch_series="2.10"),
+    KernelBuild("sgl-kernel", "0.3.21+cu128", "sgl-whl/cu128", torch_series="2.9"),
+    KernelBuild("sgl-kernel", "0.3.21+cu130", "sgl-whl/cu130", torch_series="2.9"),
 )
 
-# flashinfer: flashinfer-python and flashinfer-cubin are pure wheels on PyPI; the jit-cache
-# (precompiled kernels) is per CUDA release at flashinfer.ai/whl/cu1xx.
-FLASHINFER_VERSION = "0.6.1"
-FLASHINFER_JIT_CACHE_TAG = "cp39-abi3-manylinux_2_28_x86_64"
+# flashinfer: flashinfer-python and flashinfer-cubin are on PyPI (recorded); the jit-cache
+# (precompiled kernels) is per CUDA release at flashinfer.ai/whl/cu1xx. SGLang 0.5.8 pins
+# 0.6.1, 0.5.9 pins 0.6.3 (their PKG-INFO).
+FLASHINFER_VERSIONS: tuple[str, ...] = ("0.6.1", "0.6.3")
 FLASHINFER_JIT_CACHE_BUILDS: tuple[KernelBuild, ...] = (
-    KernelBuild("0.6.1+cu128", "12.8", "flashinfer-whl/cu128", "libcudart.so.12"),
-    KernelBuild("0.6.1+cu130", "13.0", "flashinfer-whl/cu130", "libcudart.so.13"),
+    KernelBuild("flashinfer-jit-cache", "0.6.1+cu128", "flashinfer-whl/cu128"),
+    KernelBuild("flashinfer-jit-cache", "0.6.3+cu128", "flashinfer-whl/cu128"),
+    KernelBuild("flashinfer-jit-cache", "0.6.3+cu130", "flashinfer-whl/cu130"),
 )
 
 # Symbols the dynamic linker reports missing when sgl-kernel meets another torch build:
@@ -441,5 +367,18 @@ SGLANG_RELEASES: tuple[SglangRelease, ...] = (
     SglangRelease("0.5.8", "2026-01-20T12:00:00+00:00", "Release v0.5.8"),
     SglangRelease("0.5.9", "2026-02-10T12:00:00+00:00", "Release v0.5.9"),
 )
+
+
+def sglang_dependencies(version: str) -> list[str]:
+    """What SGLang ``version``'s real ``pyproject.toml`` declares about imitated distributions.
+
+    Read from ``records/sglang-<version>.json`` (the release's sdist, ``pyproject_dependencies``),
+    verbatim and in order; the other dependencies (transformers, fastapi, ...) are left out:
+    the simulated server needs none of them.
+    """
+    deps = records.load("sglang", version)["pyproject_dependencies"]
+    return [d for d in deps if is_imitated(records.requirement_name(d))]
+
+
 SGLANG_AUTHOR = ("SGLang Sandbox", "sglang-sandbox@localhost")
 SGLANG_SOURCE_VERSION = "0.5.9"  # the version written in sandbox/sglang-src

@@ -3,7 +3,10 @@
 It is built from ``sandbox/sglang-src`` (the stand-in source tree, at version
 ``catalog.SGLANG_SOURCE_VERSION``): one commit per release of ``catalog.SGLANG_RELEASES``
 with the version strings of ``python/pyproject.toml`` and ``python/sglang/version.py``
-rewritten, an annotated tag ``v<version>`` on each, branch ``main`` at the last. Authors and
+rewritten and the ``[project].dependencies`` of ``python/pyproject.toml`` set to what that
+release's real ``pyproject.toml`` declares about the imitated distributions
+(``catalog.sglang_dependencies``, from the recorded sdist), an annotated tag ``v<version>``
+on each, branch ``main`` at the last. Authors and
 dates are fixed and git runs without user or system configuration, so the commit ids are the
 same on every rebuild and every machine. ``git update-server-info`` writes ``info/refs`` and
 ``objects/info/packs`` so that ``python3 -m http.server`` can serve clones.
@@ -12,12 +15,13 @@ same on every rebuild and every machine. ``git update-server-info`` writes ``inf
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
-from sandbox_mirror.catalog import SGLANG_AUTHOR, SGLANG_RELEASES, SGLANG_SOURCE_VERSION
+from sandbox_mirror.catalog import SGLANG_AUTHOR, SGLANG_RELEASES, SGLANG_SOURCE_VERSION, sglang_dependencies
 
 _VERSIONED = {
     "python/pyproject.toml": 'version = "{v}"',
@@ -49,7 +53,17 @@ def _versioned(files: dict[str, bytes], version: str) -> dict[str, bytes]:
         if current not in text:
             raise ValueError(f"{rel} does not contain {current!r}")
         out[rel] = text.replace(current, pattern.format(v=version)).encode()
+    out["python/pyproject.toml"] = with_dependencies(out["python/pyproject.toml"].decode(), version).encode()
     return out
+
+
+def with_dependencies(pyproject: str, version: str) -> str:
+    """``pyproject`` with its ``dependencies = [...]`` list set to SGLang ``version``'s."""
+    block = "dependencies = [\n" + "".join(f'  "{d}",\n' for d in sglang_dependencies(version)) + "]"
+    new, count = re.subn(r"(?ms)^dependencies = \[.*?^\]", lambda _: block, pyproject)
+    if count != 1:
+        raise ValueError("python/pyproject.toml has no dependencies = [...] list")
+    return new
 
 
 def _git(args: list[str], cwd: Path, env: dict[str, str]) -> str:

@@ -2,8 +2,8 @@
 
 Index layout (paths under the mirror root, shaped like the real servers):
 
-* ``whl/cu128/``, ``whl/cu130/``, ``whl/nightly/cu130/`` -- download.pytorch.org/whl/...:
-  torch and the CUDA runtime wheels it requires (files beside the index pages);
+* ``whl/cu128/``, ``whl/cu130/`` -- download.pytorch.org/whl/...: torch and the CUDA runtime
+  wheels and triton it requires (files beside the index pages);
 * ``sgl-whl/cu128/``, ``sgl-whl/cu130/`` -- docs.sglang.ai/whl/cu1xx: sgl-kernel;
 * ``flashinfer-whl/cu128/``, ``flashinfer-whl/cu130/`` -- flashinfer.ai/whl/cu1xx:
   flashinfer-jit-cache;
@@ -12,8 +12,11 @@ Index layout (paths under the mirror root, shaped like the real servers):
   ``python3-setuptools-whl``/``python3-wheel-whl`` packages, which a source build of SGLang
   needs (``bdist_wheel`` comes from ``wheel`` for setuptools < 70.1).
 
-The stand-in packages' Python sources live in ``sandbox/mirror/stubs/<package>/``; the build
-adds per-build generated modules (versions, CUDA release, library placeholders).
+Every name, version, tag, ``Requires-Python`` and ``Requires-Dist`` line comes from the
+distribution's record (``sandbox_mirror.records``; ``catalog.imitated_requirements`` keeps the
+lines that name an imitated distribution). The stand-in packages' Python sources live in
+``sandbox/mirror/stubs/<package>/``; the build adds per-build generated modules (versions,
+CUDA release, library placeholders).
 """
 
 from __future__ import annotations
@@ -24,17 +27,13 @@ import zipfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from sandbox_mirror import catalog
+from sandbox_mirror import catalog, records
 from sandbox_mirror.catalog import (
-    CUDA_TOOLKIT_WHEEL,
     FLASHINFER_JIT_CACHE_BUILDS,
-    FLASHINFER_JIT_CACHE_TAG,
-    FLASHINFER_VERSION,
+    FLASHINFER_VERSIONS,
     RUNTIME_WHEEL_LIBDIR,
     SGL_KERNEL_BUILDS,
-    SGL_KERNEL_TAG,
     TORCH_BUILDS,
-    TORCH_INDEX_WHEELS,
     KernelBuild,
     NvidiaWheel,
     TorchBuild,
@@ -112,61 +111,40 @@ RUNPATH = {build.runpath!r}
             ("Author", "PyTorch Team"),
             ("Author-email", "packages@pytorch.org"),
             ("License", "BSD-3-Clause"),
-            ("Requires-Python", ">=3.10"),
+            ("Requires-Python", build.requires_python),
             *(("Requires-Dist", r) for r in build.requires),
+            *(("Provides-Extra", e) for e in build.record["metadata"]["Provides-Extra"]),
         ),
         description=_STANDIN_NOTE,
     )
 
 
 def nvidia_spec(wheel: NvidiaWheel) -> WheelSpec:
-    """A CUDA runtime wheel holding placeholder libraries."""
+    """A library wheel (CUDA runtime, triton) holding placeholder libraries."""
     files = {
         lib: _placeholder({"library": lib.rsplit("/", 1)[1], "from": f"{wheel.name} {wheel.version}"})
         for lib in wheel.libs
     }
+    for package in wheel.imports:
+        files.setdefault(f"{package}/__init__.py", b"")
+    metadata: list[tuple[str, str]] = [("Summary", wheel.summary)]
+    if wheel.requires_python:
+        metadata.append(("Requires-Python", wheel.requires_python))
+    metadata += [("Requires-Dist", r) for r in wheel.requires]
+    metadata += [("Provides-Extra", e) for e in wheel.extras]
     return WheelSpec(
         name=wheel.name,
         version=wheel.version,
-        tag="py3-none-" + ".".join(wheel.tags),
+        tag=wheel.tag,
         files=files,
-        metadata=(
-            ("Summary", wheel.summary),
-            ("Home-page", "https://developer.nvidia.com/cuda-zone"),
-            ("Author", "Nvidia CUDA Installer Team"),
-            ("Author-email", "compute_installer@nvidia.com"),
-            ("License", "NVIDIA Proprietary Software"),
-            ("Requires-Python", ">=3"),
-            *(("Requires-Dist", r) for r in wheel.requires),
-        ),
-        description=_STANDIN_NOTE,
-    )
-
-
-def cuda_toolkit_spec() -> WheelSpec:
-    """``cuda-toolkit``: metadata only, one extra per CUDA component."""
-    metadata: list[tuple[str, str]] = [
-        ("Summary", "CUDA Toolkit meta-package"),
-        ("Home-page", "https://developer.nvidia.com/cuda-toolkit"),
-        ("License", "NVIDIA Proprietary Software"),
-        ("Requires-Python", ">=3"),
-    ]
-    for extra, requirement in sorted(CUDA_TOOLKIT_WHEEL.extras.items()):
-        metadata.append(("Provides-Extra", extra))
-        metadata.append(("Requires-Dist", f'{requirement}; extra == "{extra}"'))
-    return WheelSpec(
-        name="cuda-toolkit",
-        version=CUDA_TOOLKIT_WHEEL.version,
-        tag="py3-none-any",
-        files={},
         metadata=tuple(metadata),
         description=_STANDIN_NOTE,
-        purelib=True,
+        purelib=not wheel.libs,
     )
 
 
 def sgl_kernel_spec(build: KernelBuild) -> WheelSpec:
-    """``sgl_kernel-0.3.21+cuXXX-cp310-abi3-manylinux2014_x86_64.whl``."""
+    """``sgl_kernel-0.3.21+cuXXX-cp310-abi3-manylinux2014_x86_64.whl`` from its record."""
     files = stub_files("sgl_kernel")
     major = _major(build.cuda)
     files["sgl_kernel/version.py"] = _py(f'__version__ = "{build.public}"')
@@ -194,81 +172,93 @@ RUNPATH = ("{RUNTIME_WHEEL_LIBDIR[major]}",)
     files["sgl_kernel/sm90/common_ops.abi3.so"] = ops
     files["sgl_kernel/sm100/common_ops.abi3.so"] = ops
     return WheelSpec(
-        name="sgl-kernel",
+        name=build.name,
         version=build.version,
-        tag=SGL_KERNEL_TAG,
+        tag=build.tag,
         files=files,
         metadata=(
-            ("Summary", "Kernel Library for SGLang"),
-            ("Home-page", "https://github.com/sgl-project/sglang/tree/main/sgl-kernel"),
-            ("License", "Apache-2.0"),
-            ("Requires-Python", ">=3.10"),
+            ("Summary", build.summary),
+            ("Requires-Python", build.requires_python),
+            *(("Requires-Dist", r) for r in build.requires),
         ),
         description=_STANDIN_NOTE,
     )
 
 
-def flashinfer_python_spec() -> WheelSpec:
-    """``flashinfer_python-0.6.1-py3-none-any.whl`` (pure; requires torch)."""
+def _pure_metadata(record: dict) -> tuple[tuple[str, str], ...]:
+    meta = record["metadata"]
+    fields: list[tuple[str, str]] = [("Summary", meta.get("Summary") or "")]
+    if meta.get("Requires-Python"):
+        fields.append(("Requires-Python", meta["Requires-Python"]))
+    fields += [("Requires-Dist", r) for r in catalog.imitated_requirements(record)]
+    fields += [("Provides-Extra", e) for e in meta.get("Provides-Extra", [])]
+    return tuple(fields)
+
+
+def flashinfer_python_spec(version: str) -> WheelSpec:
+    """``flashinfer_python-<version>-py3-none-any.whl`` from its record (pure)."""
+    record = records.load("flashinfer-python", version)
     files = stub_files("flashinfer")
-    files["flashinfer/version.py"] = _py(f'__version__ = "{FLASHINFER_VERSION}"')
+    files["flashinfer/version.py"] = _py(f'__version__ = "{version}"')
     return WheelSpec(
         name="flashinfer-python",
-        version=FLASHINFER_VERSION,
-        tag="py3-none-any",
+        version=version,
+        tag=records.wheel_tag(record),
         files=files,
-        metadata=(
-            ("Summary", "FlashInfer: Kernel Library for LLM Serving"),
-            ("Home-page", "https://github.com/flashinfer-ai/flashinfer"),
-            ("License", "Apache-2.0"),
-            ("Requires-Python", ">=3.10"),
-            ("Requires-Dist", "torch"),
-        ),
+        metadata=_pure_metadata(record),
         description=_STANDIN_NOTE,
         purelib=True,
     )
 
 
-def flashinfer_cubin_spec() -> WheelSpec:
-    """``flashinfer_cubin-0.6.1-py3-none-any.whl``."""
+def flashinfer_cubin_spec(version: str) -> WheelSpec:
+    """``flashinfer_cubin-<version>-py3-none-any.whl`` from its record."""
+    record = records.load("flashinfer-cubin", version)
     files = stub_files("flashinfer_cubin")
-    files["flashinfer_cubin/_sandbox_build.py"] = _py(f'__version__ = "{FLASHINFER_VERSION}"')
+    files["flashinfer_cubin/_sandbox_build.py"] = _py(f'__version__ = "{version}"')
     files["flashinfer_cubin/cubins/README.txt"] = b"Sandbox placeholder: no cubins.\n"
     return WheelSpec(
         name="flashinfer-cubin",
-        version=FLASHINFER_VERSION,
-        tag="py3-none-any",
+        version=version,
+        tag=records.wheel_tag(record),
         files=files,
-        metadata=(
-            ("Summary", "Pre-compiled cubins for FlashInfer"),
-            ("Home-page", "https://github.com/flashinfer-ai/flashinfer"),
-            ("License", "Apache-2.0"),
-            ("Requires-Python", ">=3.10"),
-        ),
+        metadata=_pure_metadata(record),
         description=_STANDIN_NOTE,
         purelib=True,
     )
 
 
 def flashinfer_jit_cache_spec(build: KernelBuild) -> WheelSpec:
-    """``flashinfer_jit_cache-0.6.1+cuXXX-cp39-abi3-manylinux_2_28_x86_64.whl``."""
+    """``flashinfer_jit_cache-<version>+cuXXX-cp39-abi3-manylinux_2_28_x86_64.whl`` from its record."""
     files = stub_files("flashinfer_jit_cache")
     files["flashinfer_jit_cache/_sandbox_build.py"] = _py(f'__version__ = "{build.version}"')
     kernel = "flashinfer_jit_cache/jit_cache/batch_decode_with_kv_cache/batch_decode_with_kv_cache.so"
     files[kernel] = _placeholder({"needed": [build.cudart_soname]})
     return WheelSpec(
-        name="flashinfer-jit-cache",
+        name=build.name,
         version=build.version,
-        tag=FLASHINFER_JIT_CACHE_TAG,
+        tag=build.tag,
         files=files,
-        metadata=(
-            ("Summary", "Pre-compiled AOT modules for FlashInfer"),
-            ("Home-page", "https://github.com/flashinfer-ai/flashinfer"),
-            ("License", "Apache-2.0"),
-            ("Requires-Python", ">=3.9"),
-        ),
+        metadata=_pure_metadata(build.record),
         description=_STANDIN_NOTE,
     )
+
+
+def all_specs(python_wheels_dir: Path | None = None) -> list[tuple[str, WheelSpec]]:
+    """Every stand-in wheel as (index path, spec); a library wheel once per index."""
+    specs: list[tuple[str, WheelSpec]] = []
+    for build in TORCH_BUILDS:
+        for python in build.pythons:
+            specs.append((build.index, torch_spec(build, python)))
+    for index in dict.fromkeys(b.index for b in TORCH_BUILDS):
+        wheels = {w.name: w for b in TORCH_BUILDS if b.index == index for w in b.library_wheels}
+        specs += [(index, nvidia_spec(w)) for _, w in sorted(wheels.items())]
+    specs += [(b.index, sgl_kernel_spec(b)) for b in SGL_KERNEL_BUILDS]
+    specs += [(b.index, flashinfer_jit_cache_spec(b)) for b in FLASHINFER_JIT_CACHE_BUILDS]
+    for version in FLASHINFER_VERSIONS:
+        specs.append(("pypi/simple", flashinfer_python_spec(version)))
+        specs.append(("pypi/simple", flashinfer_cubin_spec(version)))
+    return specs
 
 
 def _requires_python(wheel_path: Path) -> str | None:
@@ -298,31 +288,16 @@ def _write(spec: WheelSpec, out_dir: Path) -> IndexedFile:
 def build_indexes(root: Path, python_wheels: Iterable[Path] = ()) -> dict[str, list[str]]:
     """Write every index under ``root``; return index path -> file names (for the report)."""
     layout: dict[str, list[IndexedFile]] = {}
-    for build in TORCH_BUILDS:
-        items = layout.setdefault(build.index, [])
-        for python in build.pythons:
-            items.append(_write(torch_spec(build, python), root / build.index))
-    for index, nvidia_wheels in TORCH_INDEX_WHEELS.items():
-        for wheel in nvidia_wheels:
-            layout[index].append(_write(nvidia_spec(wheel), root / index))
-    layout["whl/nightly/cu130"].append(_write(cuda_toolkit_spec(), root / "whl/nightly/cu130"))
-    for build in SGL_KERNEL_BUILDS:
-        layout.setdefault(build.index, []).append(_write(sgl_kernel_spec(build), root / build.index))
-    for build in FLASHINFER_JIT_CACHE_BUILDS:
-        layout.setdefault(build.index, []).append(
-            _write(flashinfer_jit_cache_spec(build), root / build.index)
-        )
+    for index, spec in all_specs():
+        out = root / "pypi" / "packages" if index == "pypi/simple" else root / index
+        layout.setdefault(index, []).append(_write(spec, out))
     pypi_files = root / "pypi" / "packages"
-    pypi = [
-        _write(flashinfer_python_spec(), pypi_files),
-        _write(flashinfer_cubin_spec(), pypi_files),
-    ]
+    pypi = layout.setdefault("pypi/simple", [])
     for source in python_wheels:
         pypi_files.mkdir(parents=True, exist_ok=True)
         target = pypi_files / source.name
         target.write_bytes(source.read_bytes())
         pypi.append(IndexedFile(source.name.split("-")[0], target, _requires_python(target)))
-    layout["pypi/simple"] = pypi
     for index, items in layout.items():
         write_index(root / index, items)
     return {index: sorted(i.path.name for i in items) for index, items in sorted(layout.items())}

@@ -133,15 +133,21 @@ def pip(python: Path, *args: str, env: dict[str, str] | None = None):
 
 
 def stack_requirements(tag: str) -> list[str]:
-    """The stack of one CUDA tag (``cu128``/``cu130``), pinned with local labels."""
+    """The stack of one CUDA tag, pinned with local labels: ``cu128`` the sandbox's running
+    stack (SGLang 0.5.8's pins), ``cu130`` the target (SGLang 0.5.9's pins)."""
+    flashinfer = FLASHINFER_OF_TAG[tag]
     return [
-        f"torch==2.10.0+{tag}",
+        f"torch==2.9.1+{tag}",
         f"sgl-kernel==0.3.21+{tag}",
-        "flashinfer-python==0.6.1",
-        "flashinfer-cubin==0.6.1",
-        f"flashinfer-jit-cache==0.6.1+{tag}",
+        f"flashinfer-python=={flashinfer}",
+        f"flashinfer-cubin=={flashinfer}",
+        f"flashinfer-jit-cache=={flashinfer}+{tag}",
         "wheel",
     ]
+
+
+# flashinfer of each stack: SGLang 0.5.8 pins 0.6.1, 0.5.9 pins 0.6.3 (their PKG-INFO).
+FLASHINFER_OF_TAG = {"cu128": "0.6.1", "cu130": "0.6.3"}
 
 
 def index_args(mirror_url: str, tag: str) -> list[str]:
@@ -166,7 +172,7 @@ def install_stack(python: Path, mirror_url: str, tag: str) -> None:
         f"{mirror_url}/whl/{tag}",
         "--extra-index-url",
         f"{mirror_url}/pypi/simple",
-        f"torch==2.10.0+{tag}",
+        f"torch==2.9.1+{tag}",
     )
     pip(python, *index_args(mirror_url, tag), *stack_requirements(tag)[1:])
 

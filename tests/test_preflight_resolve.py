@@ -1,0 +1,78 @@
+"""The preflight resolves each host's whole target with pip's resolver before any change.
+
+playbooks/preflight.yml on localhost (``-c local``, the nvidia-smi double) with
+``cuda13_preflight_resolve=true`` against the sandbox mirror's indexes and its SGLang
+repository, whose ``python/pyproject.toml`` at v0.5.9 declares what the real release declares.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _preflight(tmp_path, mirror_url, requirements):
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+    extra = {
+        "cuda13_target_hosts": "all",
+        "cuda13_new_venv": f"{tmp_path}/venv",
+        "cuda13_preflight_resolve": True,
+        "nvidia_driver_check_nvidia_smi": str(REPO / "sandbox" / "host" / "nvidia-smi"),
+        "nvidia_driver_check_required_disk_gib": 0.001,
+        "ansible_python_interpreter": sys.executable,
+        "cu130_wheels_python": sys.executable,
+        "cuda13_wheels_index_url": f"{mirror_url}/whl/cu130",
+        "cuda13_wheels_extra_index_urls": [
+            f"{mirror_url}/sgl-whl/cu130",
+            f"{mirror_url}/flashinfer-whl/cu130",
+            f"{mirror_url}/pypi/simple",
+        ],
+        "cu130_wheels_requirements": requirements,
+        "sglang_build_repo": f"{mirror_url}/git/sglang.git",
+        "sglang_build_version": "v0.5.9",
+    }
+    argv = [
+        str(Path(sys.executable).with_name("ansible-playbook")),
+        str(REPO / "playbooks" / "preflight.yml"),
+        *("-i", "localhost,", "-c", "local", "-e", json.dumps(extra)),
+    ]
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_an_unresolvable_target_is_refused_before_any_change(tmp_path, mirror_url):
+    # The pins the defaults had: flashinfer 0.6.1 beside SGLang v0.5.9 (which pins 0.6.3).
+    pins = [
+        "torch==2.9.1+cu130",
+        "sgl-kernel==0.3.21+cu130",
+        "flashinfer-python==0.6.1",
+        "flashinfer-cubin==0.6.1",
+    ]
+    proc = _preflight(tmp_path, mirror_url, pins)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    assert "the target stack does not resolve: The user requested flashinfer-python==0.6.1" in out
+    assert "sglang 0.5.9 depends on flashinfer_python==0.6.3" in out
+    assert "Change cu130_wheels_requirements, sglang_build_version" in out
+    assert "Nothing on the host was changed" in out
+    assert not (tmp_path / "venv").exists()
+
+
+def test_a_coherent_target_resolves_and_is_recorded(tmp_path, mirror_url):
+    pins = [
+        "torch==2.9.1+cu130",
+        "sgl-kernel==0.3.21+cu130",
+        "flashinfer-python==0.6.3",
+        "flashinfer-cubin==0.6.3",
+        "flashinfer-jit-cache==0.6.3+cu130",
+    ]
+    proc = _preflight(tmp_path, mirror_url, pins)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    for pin in ("torch==2.9.1+cu130", "nvidia-cudnn-cu13==9.13.0.50", "sglang==0.5.9", "triton==3.5.1"):
+        assert pin in out
+    assert not (tmp_path / "venv").exists()
