@@ -132,12 +132,29 @@ def _probe(name):
     return json.loads((PROBES / f"{name}.json").read_text())
 
 
-def test_real_stack_is_consistent_with_the_driver_library_the_one_remaining_condition():
+# tests/fixtures/probes/real-stack.json is the probe of what `pip install
+# sglang==0.5.23` resolves from PyPI, left free: torch 2.14.1 pins its CUDA
+# 13.0 runtime components (cuda-toolkit 13.0.3: nvidia-cuda-runtime 13.0.96,
+# -nvrtc 13.0.88, -cupti 13.0.85), nothing pins the compiler's, and pip picks
+# the newest: nvidia-cuda-nvcc, -crt and nvidia-nvvm 13.5.37, -cccl 13.3.5. That split is
+# the one problem of the real stack; the molecule real-stack scenario installs
+# it with the compiler components pinned to torch's release (cuda-toolkit
+# 13.0.3's own pins) and finds it consistent.
+_REAL_SKEW = "the CUDA component wheels are on 3 releases (13.0: nvidia-cuda-cupti, nvidia-cuda-nvrtc, nvidia-cuda-runtime; 13.3: "
+
+
+def test_pip_install_sglang_0_5_23_mixes_cuda_compiler_releases_the_driver_library_the_one_condition():
     verdict = stack.stack_verdict(
         _probe("real-stack"), 13, driver_library_optional=True, compute_capabilities=["12.0"] * 8
     )
-    assert verdict["problems"] == []
-    assert verdict["consistent"] is True
+    skew, against_torch = verdict["problems"]
+    assert skew.startswith(_REAL_SKEW)
+    assert "13.5: nvidia-cuda-crt, nvidia-cuda-nvcc, nvidia-nvvm" in skew
+    assert against_torch == (
+        "torch was built for CUDA 13.0 but nvidia-cuda-cccl is 13.3, nvidia-cuda-crt is 13.5, "
+        "nvidia-cuda-nvcc is 13.5, nvidia-nvvm is 13.5: pin the component wheels to 13.0.x"
+    )
+    assert verdict["consistent"] is False
     assert (verdict["torch"], verdict["cuda"], verdict["kernel"]) == (
         "2.14.1+cu130",
         "13.0",
@@ -151,11 +168,27 @@ def test_real_stack_is_consistent_with_the_driver_library_the_one_remaining_cond
     assert verdict["imports"]["sgl_kernel"]["cause"] == "driver_library_missing"
 
 
+def test_real_stack_with_the_compiler_on_torchs_release_is_consistent():
+    probe = _probe("real-stack")
+    # The versions cuda-toolkit 13.0.3 (torch 2.14.1's CUDA) pins; only the
+    # four compiler components differ from the recorded probe.
+    pinned = {
+        "nvidia-cuda-nvcc": "13.0.88",
+        "nvidia-cuda-crt": "13.0.88",
+        "nvidia-cuda-cccl": "13.0.85",
+        "nvidia-nvvm": "13.0.88",
+    }
+    probe["dists"] = {**probe["dists"], **pinned}
+    verdict = stack.stack_verdict(probe, 13, driver_library_optional=True, compute_capabilities=["12.0"])
+    assert verdict["problems"] == []
+    assert verdict["consistent"] is True
+
+
 def test_real_stack_fails_where_the_driver_library_is_required():
     verdict = stack.stack_verdict(_probe("real-stack"), 13, compute_capabilities=["12.0"])
     assert verdict["consistent"] is False
     assert verdict["conditions"] == []
-    (problem,) = verdict["problems"]
+    (problem,) = [p for p in verdict["problems"] if p.startswith("import ")]
     assert problem.startswith("import sgl_kernel fails (driver_library_missing: libcuda.so.1)")
     # the whole text, not its last line
     assert "Traceback (most recent call last):" in problem
@@ -172,7 +205,7 @@ def test_a_real_stack_on_a_gpu_that_its_arch_list_lacks():
     verdict = stack.stack_verdict(
         _probe("real-stack"), 13, driver_library_optional=True, compute_capabilities=["12.0", "5.0"]
     )
-    assert verdict["problems"][0].startswith("torch 2.14.1+cu130 has no kernels for compute capability 5.0")
+    assert [p for p in verdict["problems"] if p.startswith("torch 2.14.1+cu130 has no kernels for compute capability 5.0")]
 
 
 @pytest.mark.parametrize(
