@@ -605,3 +605,76 @@ def test_an_interrupted_run_exits_130(tmp_path, inventory, monkeypatch, capsys):
     assert "node-a: Check ... ok" in captured.out
     assert "interrupted" in captured.err
     assert report.load_run_record(tmp_path / "int1")["runner_status"] == "canceled"
+
+
+LONG_STEP = """\
+- name: Upgrade
+  hosts: all
+  gather_facts: false
+  vars:
+    cuda13_run_id: "{{{{ lookup('ansible.builtin.env', 'CUDA13_RUN_ID') }}}}"
+  tasks:
+    - name: Shared settings
+      ansible.builtin.import_role:
+        name: cuda13
+    - name: Take the lock
+      ansible.builtin.import_tasks: {root}/playbooks/tasks/lock.yml
+    - name: Build
+      block:
+        - name: A long step
+          ansible.builtin.command: sleep 120
+          changed_when: true
+      always:
+        - name: Release the lock
+          ansible.builtin.import_tasks: {root}/playbooks/tasks/unlock.yml
+"""
+
+
+def test_ctrl_c_stops_ansible_records_each_hosts_step_and_releases_the_lock(tmp_path):
+    """SIGINT to the command during a long step: exit 130, ansible-playbook
+    stopped (not killed), the host's step recorded, its lock released."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    playbook = _playbook(tmp_path, LONG_STEP.format(root=ROOT))
+    state = tmp_path / "state"
+    reports = tmp_path / "reports"
+    hosts = tmp_path / "hosts.ini"
+    hosts.write_text(f"node-a ansible_connection=local ansible_python_interpreter={sys.executable}\n")
+    argv = [
+        str(Path(sys.executable).with_name("cuda13-upgrade")),
+        "rollout",
+        "-i",
+        str(hosts),
+        "--playbook",
+        str(playbook),
+        "--reports-dir",
+        str(reports),
+        "--run-id",
+        "ctrl-c",
+        "-e",
+        "cuda13_target_hosts=all",
+        "-e",
+        f"cuda13_state_dir={state}",
+    ]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (state / "run.lock" / "owner.json").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.2)
+    time.sleep(3)  # into the long step
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out + err
+    assert "interrupt: stopping ansible-playbook (pid" in out
+    assert "interrupted: node-a during A long step. Their locks are released." in err
+    assert not (state / "run.lock").exists()
+    record = json.loads((state / "result.json").read_text())
+    assert record["status"] == "interrupted"
+    assert record["run_id"] == "ctrl-c"
+    assert record["failed_step"] == "A long step"
+    assert "interrupted (Ctrl-C) during step 'A long step'. Run the same command again" in record["error"]
+    assert json.loads((reports / "ctrl-c" / "node-a" / "result.json").read_text()) == record
+    assert "sleep 120" not in subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
