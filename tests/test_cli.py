@@ -678,3 +678,43 @@ def test_ctrl_c_stops_ansible_records_each_hosts_step_and_releases_the_lock(tmp_
     assert "interrupted (Ctrl-C) during step 'A long step'. Run the same command again" in record["error"]
     assert json.loads((reports / "ctrl-c" / "node-a" / "result.json").read_text()) == record
     assert "sleep 120" not in subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+
+
+def test_a_long_refusal_is_printed_whole_and_notices_are_shown():
+    import io
+
+    out = io.StringIO()
+    progress = cli.Progress(out)
+    holder = json.dumps({"run_id": "r0", "control_node": "ctl-1", "playbook": "x" * 300})
+    refusal = (
+        "Another cuda13-upgrade run holds the lock /var/lib/cuda13-upgrade/run.lock on gpu-node-01: run r0 "
+        "from ctl-2 holds a lease until 2026-12-02T08:00:00+00:00. Wait for it to finish. If that run is "
+        "dead, run again with -e cuda13_break_lock=true, or remove the directory on the host. "
+        f"Holder: {holder}."
+    )
+    progress(
+        _event(
+            "runner_on_failed",
+            "gpu-node-01",
+            task="Refuse a second concurrent run",
+            task_action="ansible.builtin.fail",
+            res={"msg": refusal},
+        )
+    )
+    progress(
+        _event(
+            "runner_on_ok",
+            "gpu-node-02",
+            task="Say whose lock this run takes over",
+            task_action="ansible.builtin.set_fact",
+            res={"ansible_facts": {"cuda13_notice": "gpu-node-02: took over the lock\n of run r0: gone."}},
+        )
+    )
+    lines = out.getvalue().splitlines()
+    assert lines[0].endswith(f"FAILED: {refusal}")
+    assert "-e cuda13_break_lock=true" in lines[0]
+    assert lines[1] == "gpu-node-02: took over the lock of run r0: gone."
+    assert progress.last_step == {
+        "gpu-node-01": "Refuse a second concurrent run",
+        "gpu-node-02": "Say whose lock this run takes over",
+    }

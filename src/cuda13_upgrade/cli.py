@@ -356,7 +356,7 @@ def _message(res: Any) -> str:
     stderr = str(res.get("stderr") or res.get("module_stderr") or "").strip()
     if stderr:
         parts.append(stderr.splitlines()[-1])
-    # Whole: a refusal's remedy is at its end (the progress line wraps it).
+    # Whole: a refusal's remedy is at its end (the terminal wraps a long line).
     return " ".join(" ".join(p.split()) for p in parts if p)
 
 
