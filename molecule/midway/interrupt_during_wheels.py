@@ -37,6 +37,7 @@ def _capture():
         "query": _exec("update-alternatives", "--query", "cuda")[1],
         "health": _exec("python3", "-c", health)[1],
         "serving": _exec("sh", "-c", cmdline)[1],
+        "selections": _exec("update-alternatives", "--get-selections")[1],
     }
 
 
