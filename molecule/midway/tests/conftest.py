@@ -6,5 +6,5 @@ import testinfra
 
 @pytest.fixture(scope="module")
 def hosts():
-    names = ("bad-wheel", "bad-build", "no-space", "killed")
+    names = ("bad-wheel", "bad-build", "killed")
     return {n: testinfra.get_host(f"podman://cuda13-midway-{n}") for n in names}
