@@ -8,10 +8,10 @@ from pathlib import Path
 from ansible.errors import AnsibleFilterError
 
 try:
-    from cuda13_upgrade import nvidia_smi, stack, versions
+    from cuda13_upgrade import nospace, nvidia_smi, stack, versions
 except ImportError:  # the package is not installed: use the checkout's copy
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from cuda13_upgrade import nvidia_smi, stack, versions
+    from cuda13_upgrade import nospace, nvidia_smi, stack, versions
 
 DOCUMENTATION = r"""
   - name: cuda13_snapshot_manifest
@@ -24,6 +24,18 @@ DOCUMENTATION = r"""
         required: true
   - name: cuda13_parse_alternatives
     short_description: Parse C(update-alternatives --query NAME).
+  - name: cuda13_cuda_alternatives_groups
+    short_description: The CUDA link groups (cuda, cuda-<release>) in C(update-alternatives --get-selections).
+    options:
+      named: {description: more groups to include where they exist, type: list, elements: str}
+  - name: cuda13_parse_df_avail
+    short_description: Free bytes per path from C(df --output=avail --block-size=1 PATH...).
+    options:
+      paths: {description: the paths given to df, in order, type: list, elements: str, required: true}
+  - name: cuda13_diagnose_no_space
+    short_description: Cause and remedy when a failed step ran out of disk space (else none).
+    options:
+      free_bytes: {description: free bytes per written path after the failure, type: dict}
   - name: cuda13_service_exec_start
     short_description: The effective ExecStart of C(systemctl cat UNIT).
   - name: cuda13_rewrite_exec_start
@@ -145,6 +157,9 @@ class FilterModule:
         return {
             "cuda13_snapshot_manifest": _wrap(stack.build_manifest, dict),
             "cuda13_parse_alternatives": _wrap(stack.parse_alternatives_query, str),
+            "cuda13_cuda_alternatives_groups": _wrap(stack.cuda_alternatives_groups, str),
+            "cuda13_parse_df_avail": _wrap(nospace.parse_df_avail, str),
+            "cuda13_diagnose_no_space": _wrap(nospace.diagnose_no_space, str),
             "cuda13_service_exec_start": _wrap(stack.service_exec_start, str),
             "cuda13_rewrite_exec_start": _wrap(stack.rewrite_exec_start, str),
             "cuda13_freeze_difference": cuda13_freeze_difference,

@@ -619,3 +619,118 @@ def test_an_interrupted_run_exits_130(tmp_path, inventory, monkeypatch, capsys):
     assert "interrupted" in captured.err
     assert "  node-a: in step Check for 0 s\n" in captured.err  # what the host was doing
     assert report.load_run_record(tmp_path / "int1")["runner_status"] == "canceled"
+
+
+LONG_STEP = """\
+- name: Upgrade
+  hosts: all
+  gather_facts: false
+  vars:
+    cuda13_run_id: "{{{{ lookup('ansible.builtin.env', 'CUDA13_RUN_ID') }}}}"
+  tasks:
+    - name: Shared settings
+      ansible.builtin.import_role:
+        name: cuda13
+    - name: Take the lock
+      ansible.builtin.import_tasks: {root}/playbooks/tasks/lock.yml
+    - name: Build
+      block:
+        - name: A long step
+          ansible.builtin.command: sleep 120
+          changed_when: true
+      always:
+        - name: Release the lock
+          ansible.builtin.import_tasks: {root}/playbooks/tasks/unlock.yml
+"""
+
+
+def test_ctrl_c_stops_ansible_records_each_hosts_step_and_releases_the_lock(tmp_path):
+    """SIGINT to the command during a long step: exit 130, ansible-playbook
+    stopped (not killed), the host's step recorded, its lock released."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    playbook = _playbook(tmp_path, LONG_STEP.format(root=ROOT))
+    state = tmp_path / "state"
+    reports = tmp_path / "reports"
+    hosts = tmp_path / "hosts.ini"
+    hosts.write_text(f"node-a ansible_connection=local ansible_python_interpreter={sys.executable}\n")
+    argv = [
+        str(Path(sys.executable).with_name("cuda13-upgrade")),
+        "rollout",
+        "-i",
+        str(hosts),
+        "--playbook",
+        str(playbook),
+        "--reports-dir",
+        str(reports),
+        "--run-id",
+        "ctrl-c",
+        "-e",
+        "cuda13_target_hosts=all",
+        "-e",
+        f"cuda13_state_dir={state}",
+    ]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (state / "run.lock" / "owner.json").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.2)
+    time.sleep(3)  # into the long step
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out + err
+    assert "interrupt: stopping ansible-playbook (pid" in out
+    assert "interrupted: node-a during A long step. Their locks are released." in err
+    assert not (state / "run.lock").exists()
+    record = json.loads((state / "result.json").read_text())
+    assert record["status"] == "interrupted"
+    assert record["run_id"] == "ctrl-c"
+    assert record["failed_step"] == "A long step"
+    assert "interrupted (Ctrl-C) during step 'A long step'. Run the same command again" in record["error"]
+    assert json.loads((reports / "ctrl-c" / "node-a" / "result.json").read_text()) == record
+    # ansible-playbook itself ended (it was told to stop, not left behind).
+    pid = int(out.split("stopping ansible-playbook (pid ", 1)[1].split(")", 1)[0])
+    assert not Path(f"/proc/{pid}").exists()
+
+
+def test_a_long_refusal_is_printed_whole_and_notices_are_shown():
+    import io
+
+    out = io.StringIO()
+    progress = cli.Progress(out)
+    holder = json.dumps({"run_id": "r0", "control_node": "ctl-1", "playbook": "x" * 300})
+    refusal = (
+        "Another cuda13-upgrade run holds the lock /var/lib/cuda13-upgrade/run.lock on gpu-node-01: run r0 "
+        "from ctl-2 holds a lease until 2026-12-02T08:00:00+00:00. Wait for it to finish. If that run is "
+        "dead, run again with -e cuda13_break_lock=true, or remove the directory on the host. "
+        f"Holder: {holder}."
+    )
+    progress(
+        _event(
+            "runner_on_failed",
+            "gpu-node-01",
+            task="Refuse a second concurrent run",
+            task_action="ansible.builtin.fail",
+            res={"msg": refusal},
+        )
+    )
+    progress(
+        _event(
+            "runner_on_ok",
+            "gpu-node-02",
+            task="Say whose lock this run takes over",
+            task_action="ansible.builtin.set_fact",
+            res={"ansible_facts": {"cuda13_notice": "gpu-node-02: took over the lock\n of run r0: gone."}},
+        )
+    )
+    lines = out.getvalue().splitlines()
+    assert lines[0].endswith(f"FAILED: {refusal}")
+    assert "-e cuda13_break_lock=true" in lines[0]
+    assert lines[1] == "gpu-node-02: took over the lock of run r0: gone."
+    assert progress.last_step == {
+        "gpu-node-01": "Refuse a second concurrent run",
+        "gpu-node-02": "Say whose lock this run takes over",
+    }

@@ -106,3 +106,33 @@ def test_parse_dpkg_query_keeps_installed_only():
         "cuda-toolkit-12-8": "12.8.1-1",
         "cuda-nvcc-12-8": "12.8.93-1",
     }
+
+
+def test_parse_alternatives_selections_reads_a_real_host():
+    # `update-alternatives --get-selections` of a Debian 12 machine (no CUDA).
+    selections = stack.parse_alternatives_selections(
+        (TOOLS / "update-alternatives-get-selections.txt").read_text()
+    )
+    assert selections["awk"] == {"status": "auto", "value": "/usr/bin/mawk"}
+    assert all(v["status"] in ("auto", "manual") for v in selections.values())
+    assert (
+        stack.cuda_alternatives_groups(
+            (TOOLS / "update-alternatives-get-selections.txt").read_text(), ["cuda"]
+        )
+        == []
+    )
+
+
+def test_cuda_alternatives_groups_takes_every_cuda_release_group():
+    text = (TOOLS / "update-alternatives-get-selections.txt").read_text() + (
+        "cuda                           auto     /usr/local/cuda-12.8\n"
+        "cuda-12                        manual   /usr/local/cuda-12.8\n"
+        "cuda-12.8                      auto     /usr/local/cuda-12.8\n"
+        "cuda-gdb                       auto     /usr/local/cuda-12.8/bin/cuda-gdb\n"
+    )
+    assert stack.cuda_alternatives_groups(text, ["cuda-13", "awk"]) == ["awk", "cuda", "cuda-12", "cuda-12.8"]
+
+
+def test_parse_alternatives_selections_refuses_another_text():
+    with pytest.raises(ValueError, match="not an update-alternatives --get-selections line"):
+        stack.parse_alternatives_selections("update-alternatives: error: unknown argument '--get'\n")

@@ -26,6 +26,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -356,8 +357,8 @@ def _message(res: Any) -> str:
     stderr = str(res.get("stderr") or res.get("module_stderr") or "").strip()
     if stderr:
         parts.append(stderr.splitlines()[-1])
-    text = " ".join(" ".join(p.split()) for p in parts if p)
-    return text if len(text) <= 300 else text[:299] + "…"
+    # Whole: a refusal's remedy is at its end (the terminal wraps a long line).
+    return " ".join(" ".join(p.split()) for p in parts if p)
 
 
 class Progress:
@@ -379,11 +380,17 @@ class Progress:
         self.stats: dict[str, Any] = {}
         self._steps: dict[str, _Step] = {}
         self._included: dict[str, str] = {}
+        #: ansible-playbook's pid, from the events (None until the first one).
+        self.pid: int | None = None
+        #: Per host, the step of its last event (what an interrupted run was doing).
+        self.last_step: dict[str, str] = {}
 
     def __call__(self, event: Mapping[str, Any]) -> bool:
         """Handle one runner event; returns True (keep the event in the artifacts)."""
         kind = event.get("event")
         data = event.get("event_data") or {}
+        if isinstance(event.get("pid"), int):
+            self.pid = event["pid"]
         if kind == "playbook_on_play_start":
             self.flush()
             self._print(f"== {data.get('play') or data.get('play_pattern')}")
@@ -394,9 +401,30 @@ class Progress:
                 self._outcome(host).failed = True
             for host in self.stats["dark"]:
                 self._outcome(host).unreachable = True
+        elif kind == "runner_on_start":
+            self._started(data)
         elif kind in _HOST_EVENTS:
             self._host_event(kind, data)
         return True
+
+    def _started(self, data: Mapping[str, Any]) -> None:
+        """A task started on a host: remember its step (printed only when it ends)."""
+        host = str(data.get("host") or "")
+        if (
+            not host
+            or data.get("play_pattern") == "localhost"
+            or _action(data) in ("include_role", "include_tasks")
+        ):
+            return
+        role = data.get("role")
+        if role:
+            included = self._included.get(host)
+            self.last_step[host] = f"{role} ({included})" if included else str(role)
+        else:
+            self.last_step[host] = self._step_of(host, data)[1]
+        task = str(data.get("task") or "")
+        if task and task != self.last_step[host]:
+            self.last_step[host] += f" › {task}"
 
     def _outcome(self, host: str) -> HostOutcome:
         return self.outcomes.setdefault(host, HostOutcome())
@@ -414,6 +442,9 @@ class Progress:
             self._included[host] = task
             return
         key, label = self._step_of(host, data)
+        if data.get("play_pattern") != "localhost":
+            task_name = str(data.get("task") or "")
+            self.last_step[host] = f"{label} › {task_name}" if task_name and task_name != label else label
         step = self._steps.get(host)
         if step is None or step.key != key:
             self._flush_host(host)
@@ -430,6 +461,9 @@ class Progress:
             return
         if kind == "runner_on_skipped" or step.state == "failed":
             return
+        notice = _notice(data.get("res"))
+        if notice:
+            self._print(notice)
         if action not in _QUIET_ACTIONS:
             step.loud = True
         res = data.get("res") or {}
@@ -460,7 +494,19 @@ class Progress:
             self._flush_host(host)
 
     def _print(self, line: str) -> None:
+        # Whole lines: the terminal wraps a long one; a remedy is never cut off.
         print(line, file=self.stream, flush=True)
+
+
+def _notice(res: Any) -> str:
+    """What a task tells the operator: the ``cuda13_notice`` fact it sets
+    (e.g. playbooks/tasks/lock.yml taking over a dead run's lock)."""
+    if not isinstance(res, Mapping):
+        return ""
+    facts = res.get("ansible_facts")
+    if not isinstance(facts, Mapping):
+        return ""
+    return " ".join(str(facts.get("cuda13_notice") or "").split())
 
 
 # --- running ---------------------------------------------------------------------------
@@ -481,6 +527,53 @@ class RunResult:
     stderr: str
     doing: list[str] = field(default_factory=list)  # per host, when the run was canceled
     batches: dict[str, int] = field(default_factory=dict)  # host -> batch of the serial play
+    #: The operator interrupted the run (SIGINT); ``steps``: each host's last step then.
+    interrupted: bool = False
+    steps: dict[str, str] = field(default_factory=dict)
+
+
+class _Interrupt:
+    """While a run lasts, SIGINT (Ctrl-C) is passed on to ansible-playbook as
+    SIGINT, so that it stops its tasks and exits on its own terms (ansible-runner
+    would SIGKILL its process group); before ansible-playbook has sent its first
+    event (its pid is not known yet) the runner is cancelled. Outside the main
+    thread nothing is installed."""
+
+    def __init__(self, progress: Progress, stream: TextIO) -> None:
+        self.progress = progress
+        self.stream = stream
+        self.count = 0
+        self._previous: Any = None
+
+    def __enter__(self) -> _Interrupt:
+        try:
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        except ValueError:  # not the main thread
+            self._previous = None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.count += 1
+        pid = self.progress.pid
+        print(
+            f"interrupt: stopping ansible-playbook{f' (pid {pid})' if pid else ''}; then each host's "
+            "step is recorded and this run's locks are released",
+            file=self.stream,
+            flush=True,
+        )
+        if pid:
+            try:
+                os.kill(pid, signal.SIGINT)
+            except ProcessLookupError:
+                pass
+
+    def cancel(self) -> bool:
+        """ansible-runner's ``cancel_callback``: stop at once only while no pid is known."""
+        return self.count > 0 and not self.progress.pid
 
 
 def runner_envvars(home: Path, run_id: str, reports_dir: Path) -> dict[str, str]:
@@ -542,7 +635,8 @@ def run_playbook(
     from cuda13_upgrade.progress import RunProgress, progress_mode, serial_from_extra_vars
 
     progress = RunProgress(stream, live=progress_mode(stream), serial=serial_from_extra_vars(extra_vars))
-    with tempfile.TemporaryDirectory(prefix="cuda13-upgrade-") as private, progress:
+    interrupt = _Interrupt(progress, stream if stream is not None else sys.stdout)
+    with interrupt, tempfile.TemporaryDirectory(prefix="cuda13-upgrade-") as private, progress:
         try:
             result = runner(
                 private_data_dir=private,
@@ -552,6 +646,7 @@ def run_playbook(
                 cmdline=runner_cmdline(limit, extra_vars, check),
                 envvars=runner_envvars(home, run_id, reports_dir),
                 event_handler=progress,
+                cancel_callback=interrupt.cancel,
                 quiet=True,
             )
         except KeyboardInterrupt:
@@ -570,8 +665,10 @@ def run_playbook(
         outcomes=progress.outcomes,
         stdout=stdout,
         stderr=stderr,
-        doing=progress.interrupted_lines() if str(result.status) == "canceled" else [],
+        doing=progress.interrupted_lines() if interrupt.count > 0 or str(result.status) == "canceled" else [],
         batches={view.host: view.batch for view in progress.views.values() if view.batch},
+        interrupted=interrupt.count > 0,
+        steps=dict(progress.last_step),
     )
 
 
@@ -676,10 +773,11 @@ def run_command(options: Options, stream: TextIO | None = None) -> int:
         "batches": run.batches,
     }
     (run_dir / "run.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    if run.status == "canceled":
-        print(f"interrupted; hosts may be left mid-step. Ansible's output: {log}", file=sys.stderr)
-        print("\n".join(f"  {line}" for line in run.doing), file=sys.stderr)
-        return EXIT_INTERRUPTED
+    if run.interrupted or run.status == "canceled":
+        if run.doing:
+            print("interrupted; what each host was doing:", file=sys.stderr)
+            print("\n".join(f"  {line}" for line in run.doing), file=sys.stderr)
+        return _after_interrupt(options, command, run, hosts, log, out)
     rows = _show_report(run_dir, hosts, out) if hosts else []
     status = exit_status(rows, run.rc, [command.ok_status])
     if status == EXIT_ANSIBLE:
@@ -691,6 +789,46 @@ def run_command(options: Options, stream: TextIO | None = None) -> int:
     elif not hosts:
         print(f"no host of the inventory was targeted (full output: {log})", file=sys.stderr)
     return status
+
+
+#: Commands whose playbooks take the hosts' locks (playbooks/tasks/lock.yml).
+_LOCKING = ("rollout", "rollback")
+
+
+def _after_interrupt(
+    options: Options, command: Command, run: RunResult, hosts: list[str], log: Path, out: TextIO
+) -> int:
+    """After Ctrl-C: run ``playbooks/interrupted.yml`` on the run's hosts (each
+    host's step recorded in its result, this run's locks released), print
+    where each host was, and return 130."""
+    assert options.inventory is not None and options.run_id is not None
+    steps = {h: run.steps.get(h, "not started") for h in hosts}
+    cleanup = options.home / "playbooks" / "interrupted.yml"
+    released = ""
+    if command.name in _LOCKING and hosts and not options.check and cleanup.is_file():
+        print("== Recording the interrupted hosts and releasing their locks", file=out, flush=True)
+        extra = json.dumps({"cuda13_interrupted_steps": steps})
+        done = run_playbook(
+            cleanup,
+            options.inventory,
+            home=options.home,
+            run_id=options.run_id,
+            reports_dir=options.reports_dir,
+            limit=",".join(hosts),
+            extra_vars=[*options.extra_vars, extra],
+            stream=out,
+        )
+        released = (
+            " Their locks are released."
+            if done.rc == 0
+            else f" Releasing their locks failed (rc {done.rc}): see the lines above."
+        )
+    where = "; ".join(f"{h} during {s}" for h, s in steps.items()) or "before any host"
+    print(
+        f"interrupted: {where}.{released} Run the same command again to continue (Ansible's output: {log})",
+        file=sys.stderr,
+    )
+    return EXIT_INTERRUPTED
 
 
 def _show_report(run_dir: Path, hosts: list[str] | None, out: TextIO) -> list[dict[str, Any]]:

@@ -175,7 +175,7 @@ def decision_text(row: dict[str, Any]) -> str:
     status = str(row.get("status") or "unknown")
     text = _STATUS_TEXT.get(status, status)
     step = row.get("failed_step")
-    if status in ("rolled_back", "failed", "unreachable") and step:
+    if status in ("rolled_back", "failed", "unreachable", "interrupted") and step:
         text += f" at {step}"
     if status == "kept" and row.get("measured") is False and row.get("verified_in_run"):
         text += f" (verified in run {row['verified_in_run']})"
