@@ -205,7 +205,11 @@ def test_a_real_stack_on_a_gpu_that_its_arch_list_lacks():
     verdict = stack.stack_verdict(
         _probe("real-stack"), 13, driver_library_optional=True, compute_capabilities=["12.0", "5.0"]
     )
-    assert [p for p in verdict["problems"] if p.startswith("torch 2.14.1+cu130 has no kernels for compute capability 5.0")]
+    assert [
+        p
+        for p in verdict["problems"]
+        if p.startswith("torch 2.14.1+cu130 has no kernels for compute capability 5.0")
+    ]
 
 
 @pytest.mark.parametrize(
