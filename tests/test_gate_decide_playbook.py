@@ -65,6 +65,10 @@ def _decide(
 - hosts: all
   gather_facts: false
   tasks:
+    # The options as the preflight validates and keeps them (nvidia_driver_check_options).
+    - ansible.builtin.include_role:
+        name: nvidia_driver_check
+        tasks_from: options
     - ansible.builtin.include_role:
         name: verify_throughput
         tasks_from: decide

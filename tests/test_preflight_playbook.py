@@ -120,6 +120,8 @@ def _preflight_with_state(tmp_path, state, *extra):
         "-e",
         '{"nvidia_driver_check_required_disk_gib": 0.001}',
         "-e",
+        "nvidia_driver_check_host_checks=false",
+        "-e",
         f"ansible_python_interpreter={sys.executable}",
         *extra,
     ]

@@ -238,10 +238,8 @@ def _driver_version(value: Any) -> tuple[str, str] | None:
 
 
 def _capabilities(value: Any) -> tuple[str, str] | None:
-    """non-empty list of compute capabilities MAJOR.MINOR"""
-    if not value:
-        return "is empty", "a non-empty list of compute capabilities such as ['12.0']"
-    for cc in value:
+    """list of compute capabilities MAJOR.MINOR ([]: the platform's default list)"""
+    for cc in value or []:
         try:
             parse_compute_capability(str(cc), option=None)
         except ValueError:
@@ -307,6 +305,7 @@ RULES: dict[str, Callable[[Any], tuple[str, str] | None]] = {
     "cuda13_service_name": _unit,
     "cuda13_server_url": _url(),
     "cuda13_health_timeout": _between(1, 86400),
+    "cuda13_lock_lease_hours": _positive,
     "cuda13_profiles": _profiles,
     "cuda13_baseline_max_age_hours": _min(0),
     "cuda13_cache_root": _abs_path(),
@@ -375,6 +374,16 @@ RULES: dict[str, Callable[[Any], tuple[str, str] | None]] = {
     "verify_throughput_max_trials": _min(3),
     "verify_throughput_tolerance_pct": _between(0, 100, high_open=True),
     "verify_throughput_z": _positive,
+    "verify_throughput_ttft_prompt_len": _min(0),
+    "verify_throughput_ttft_requests": _min(1),
+    "verify_throughput_ttft_tolerance_pct": _between(0, 100, high_open=True),
+    "verify_throughput_concurrency": _min(0),
+    "verify_throughput_concurrency_tolerance_pct": _between(0, 100, high_open=True),
+    "verify_throughput_probe_prompts": _min(1),
+    "verify_throughput_probe_tokens": _min(1),
+    "verify_throughput_probe_min_prefix_tokens": _min(1),
+    "verify_throughput_probe_min_agreeing_share": _between(0, 1),
+    "verify_throughput_accept_length_drop_pct": _between(0, 100, high_open=True),
     "verify_throughput_require_speculative_gain": _speculative_pairs,
     "verify_throughput_service_name": _unit,
     "verify_throughput_server_url": _url(),
