@@ -171,3 +171,25 @@ def test_host_failures_read_systemctl_show_text(specs):
     )
     missing = options.host_failures({**base, "unit_show": "LoadState=not-found\nExecStart=\n"}, values)
     assert [f["option"] for f in missing] == ["cuda13_service_name"]
+
+
+def test_new_stack_only_arguments_are_a_list_of_strings(specs):
+    seed = [
+        {"name": "eagle3", "server_args": ["--speculative-algorithm", "EAGLE3"], "new_stack_args": ["--x"]}
+    ]
+    assert options.validate({"cuda13_profiles": seed}, specs)["ok"]
+    bad = options.validate(
+        {"cuda13_profiles": [{"name": "a", "server_args": [], "new_stack_args": "--x"}]}, specs
+    )
+    assert "new_stack_args '--x' is not a list of strings" in bad["failures"][0]["message"]
+
+
+def test_the_example_inventory_passes_the_option_check(specs):
+    """Every value inventory/blackwell sets (the molecule gate scenario found its EAGLE-3
+    profile with new_stack_args refused)."""
+    given = {}
+    for path in sorted((REPO / "inventory" / "blackwell" / "group_vars").glob("*/*.yml")):
+        given.update(yaml.safe_load(path.read_text()) or {})
+    given = {k: v for k, v in given.items() if k in specs and "{{" not in str(v)}
+    report = options.validate(given, specs)
+    assert report["ok"], report["failures"]

@@ -191,8 +191,11 @@ def _nonempty(value: Any) -> tuple[str, str] | None:
 
 
 def _profiles(value: Any) -> tuple[str, str] | None:
-    """non-empty list of {name: unique word, server_args: list of strings}, nothing else"""
-    expected = "a non-empty list of {name: unique name, server_args: list of strings}"
+    """non-empty list of {name: unique word, server_args, new_stack_args: string lists}, no more"""
+    expected = (
+        "a non-empty list of {name: unique name, server_args: list of strings, "
+        "new_stack_args: list of strings added on the new stack only}"
+    )
     if not value:
         return "is empty", expected
     names = []
@@ -200,10 +203,11 @@ def _profiles(value: Any) -> tuple[str, str] | None:
         name = profile.get("name")
         if not isinstance(name, str) or not _PROFILE_NAME_RE.match(name):
             return f"has a profile whose name {name!r} is not a word", expected + " (letters, digits, _ . -)"
-        args = profile.get("server_args", [])
-        if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
-            return f"has profile {name!r} whose server_args {args!r} is not a list of strings", expected
-        unknown = sorted(set(profile) - {"name", "server_args"})
+        for key in ("server_args", "new_stack_args"):
+            args = profile.get(key, [])
+            if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+                return f"has profile {name!r} whose {key} {args!r} is not a list of strings", expected
+        unknown = sorted(set(profile) - {"name", "server_args", "new_stack_args"})
         if unknown:
             return f"has profile {name!r} with unknown keys {unknown}", expected
         names.append(name)
