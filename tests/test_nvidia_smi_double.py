@@ -501,6 +501,81 @@ def test_r610_header_wording(tmp_path):
     assert lines[1:4] == real[1:4]
 
 
+def _r610_mig_gpu(index: int, bus: str, **over) -> dict:
+    gpu = {"index": index, "pci_bus_id": bus, "ecc": "On", "mig_mode": "Enabled",
+           "utilization_percent": None, "pstate": "P0", "power_draw_w": 108}  # fmt: skip
+    gpu.update(over)
+    return gpu
+
+
+def _r610_state(**over) -> dict:
+    state = {"driver_version": "610.43.02", "cuda_version": "13.3"}
+    state.update(over)
+    return state
+
+
+def test_reproduces_the_r610_mig_table_of_a_container_byte_for_byte(tmp_path):
+    # the whole capture: one GPU seen through one MIG device, memory "N/A"
+    state = _r610_state(
+        timestamp="Tue Jul 14 19:44:18 2026",
+        gpus=[
+            _r610_mig_gpu(
+                0, "00000000:61:00.0", temperature_c=34, memory_used_mib=None, memory_total_mib=None
+            )
+        ],  # fmt: skip
+        mig_devices=[{"gpu": 0, "gi": 6, "ci": 0, "mig_dev": 0, "memory_used_mib": 1786}],
+        processes=[{"gpu": 0, "gi": "6", "ci": "0", "pid": 1, "name": "python3", "used_memory_mib": 1714}],
+    )
+    assert run(write_state(tmp_path, state)).stdout == fixture_bytes(
+        "table-610.43.02-rtxpro6000-mig-container.txt"
+    )
+
+
+def test_reproduces_the_r610_mig_table_of_a_host(tmp_path):
+    # The published host view is cut to GPUs 2 and 3 (of eight) and has no
+    # empty lines between its boxes; the container view of the same post has
+    # them, so the double keeps them, and the comparison cuts what the author cut.
+    state = _r610_state(
+        timestamp="Tue Jul 14 19:52:39 2026",
+        gpus=[
+            _r610_mig_gpu(0, "00000000:01:00.0"),
+            _r610_mig_gpu(1, "00000000:21:00.0"),
+            _r610_mig_gpu(
+                2, "00000000:41:00.0", pstate="P8", power_draw_w=40, temperature_c=26, memory_used_mib=256
+            ),
+            _r610_mig_gpu(3, "00000000:61:00.0", temperature_c=36, memory_used_mib=1977),
+        ],  # fmt: skip
+        mig_devices=[
+            {
+                "gpu": gpu,
+                "gi": gi,
+                "ci": 0,
+                "mig_dev": gi - 3,
+                "memory_used_mib": 1786 if (gpu, gi) == (3, 6) else 64,
+            }
+            for gpu in (2, 3)
+            for gi in (3, 4, 5, 6)
+        ],  # fmt: skip
+        processes=[
+            {"gpu": 3, "gi": "6", "ci": "0", "pid": 698976, "name": "python3", "used_memory_mib": 1714}
+        ],
+    )
+    produced = [line for line in out(write_state(tmp_path, state)).splitlines() if line]
+    first = produced.index(SEP_GPU_HEAD) + 1
+    del produced[first : first + 8]  # GPUs 0 and 1: three lines and a rule each
+    real = (FIXTURES / "table-610.43.02-rtxpro6000-mig-excerpt.txt").read_text().splitlines()
+    assert produced == real
+
+
+SEP_GPU_HEAD = "|" + "=" * 41 + "+" + "=" * 24 + "+" + "=" * 22 + "|"
+
+
+def test_no_mig_devices_box_without_mig_devices(tmp_path):
+    lines = out(write_state(tmp_path, _r610_state())).splitlines()
+    assert not any("MIG devices" in line for line in lines)
+    assert lines.count("") == 1  # the one empty line between the GPU and process boxes
+
+
 # --- WSL, mixed models, compute apps -----------------------------------------
 
 
