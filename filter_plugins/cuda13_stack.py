@@ -8,10 +8,10 @@ from pathlib import Path
 from ansible.errors import AnsibleFilterError
 
 try:
-    from cuda13_upgrade import nospace, nvidia_smi, stack, versions
+    from cuda13_upgrade import components, nospace, nvidia_smi, stack, versions
 except ImportError:  # the package is not installed: use the checkout's copy
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from cuda13_upgrade import nospace, nvidia_smi, stack, versions
+    from cuda13_upgrade import components, nospace, nvidia_smi, stack, versions
 
 DOCUMENTATION = r"""
   - name: cuda13_snapshot_manifest
@@ -55,6 +55,10 @@ DOCUMENTATION = r"""
       expected_cuda_major: {description: CUDA major torch.version.cuda must report, type: int, required: true}
       driver_library_optional: {description: a host without libcuda.so.1 may pass, type: bool, default: false}
       compute_capabilities: {description: capabilities the arch list must cover, type: list, default: []}
+  - name: cuda13_toolkit_skew
+    short_description: Skew between C(nvcc --version) of a toolkit and torch.version.cuda.
+    options:
+      torch_cuda: {description: torch.version.cuda of the venv, type: str, required: true}
   - name: cuda13_parse_table_header
     short_description: Driver version and CUDA Version from nvidia-smi's table header.
   - name: cuda13_spec_without_defaults
@@ -167,6 +171,7 @@ class FilterModule:
             "cuda13_pip_freeze_lines": _wrap(stack.parse_pip_freeze_lines, str),
             "cuda13_probe_problems": _wrap(stack.probe_problems, dict),
             "cuda13_stack_verdict": cuda13_stack_verdict,
+            "cuda13_toolkit_skew": _wrap(components.toolkit_skew, str),
             "cuda13_parse_table_header": _wrap(nvidia_smi.parse_table_header, str),
             "cuda13_arch_list_missing": cuda13_arch_list_missing,
             "cuda13_spec_without_defaults": cuda13_spec_without_defaults,

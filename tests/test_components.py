@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from cuda13_upgrade.components import component_releases, cuda_component_skew
+from pathlib import Path
+
+import pytest
+
+from cuda13_upgrade.components import component_releases, cuda_component_skew, toolkit_skew
+from cuda13_upgrade.errors import ParseError
 
 # The mixed set of a public report (flashinfer-ai/flashinfer issue #3493:
 # "nvcc / cccl: 13.3, cuda runtime / headers: 13.0, PyTorch: cu130").
@@ -46,3 +51,29 @@ def test_probe_problems_name_the_skew_and_the_diagnosis_reads_it():
     problems = probe_problems(probe, 13)
     assert any("the CUDA component wheels are on 2 releases" in p for p in problems)
     assert diagnose(problems).kind == "cccl_headers_mismatch"
+
+
+NVCC = Path(__file__).parent / "fixtures" / "nvcc"
+
+
+@pytest.mark.parametrize(
+    ("nvcc_file", "torch_cuda", "skewed"),
+    [
+        ("nvcc-13.0.txt", "13.0", False),
+        ("nvcc-12.8.txt", "13.0", True),  # CUDA_HOME left on the old toolkit
+        ("nvcc-13.2.txt", "13.0", True),  # a newer toolkit beside a cu130 torch
+        ("nvcc-12.8.txt", "", False),  # a CPU build of torch reports no CUDA
+    ],
+)
+def test_toolkit_skew_compares_the_real_nvcc_release_with_torchs_cuda(nvcc_file, torch_cuda, skewed):
+    text = (NVCC / nvcc_file).read_text()
+    problems = toolkit_skew(text, torch_cuda)
+    assert bool(problems) is skewed
+    if skewed:
+        release = nvcc_file.removeprefix("nvcc-").removesuffix(".txt")
+        assert f"nvcc is CUDA {release}" in problems[0] and "CUDA 13.0" in problems[0]
+
+
+def test_toolkit_skew_refuses_text_that_is_not_nvcc():
+    with pytest.raises(ParseError):
+        toolkit_skew("bash: nvcc: command not found\n", "13.0")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-__all__ = ["CUDA_COMPONENTS", "component_releases", "cuda_component_skew"]
+__all__ = ["CUDA_COMPONENTS", "component_releases", "cuda_component_skew", "toolkit_skew"]
 
 #: The CUDA component wheels whose releases must agree (normalised names, no ``-cu1x``).
 CUDA_COMPONENTS: tuple[str, ...] = (
@@ -104,3 +104,25 @@ def cuda_component_skew(
                 f"point CUDA_HOME at a {torch_release} toolkit"
             )
     return problems
+
+
+def toolkit_skew(nvcc_version_text: str, torch_cuda: str | None) -> list[str]:
+    """The skew between the toolkit an extension builds against and torch's CUDA.
+
+    Args:
+        nvcc_version_text: the whole output of ``$CUDA_HOME/bin/nvcc --version``.
+        torch_cuda: ``torch.version.cuda`` of the venv (``"13.0"``); None or
+            empty when torch reports none (a CPU build), which is not compared.
+
+    Returns:
+        One sentence when the releases differ (the toolkit's nvcc and the CUDA
+        headers torch's extensions include must be one release: FlashInfer's
+        JIT and SGLang's source build compile with ``CUDA_HOME``), else ``[]``.
+
+    Raises:
+        cuda13_upgrade.errors.ParseError: the text is not nvcc's ``--version``.
+    """
+    from cuda13_upgrade.nvcc import parse_nvcc_version
+
+    release = parse_nvcc_version(nvcc_version_text)["release"]
+    return cuda_component_skew({}, torch_cuda=torch_cuda or None, nvcc_release=release)
