@@ -28,7 +28,7 @@ DOCUMENTATION = r"""
   - name: cuda13_apt_sources
     short_description: The apt source entries of files read from the host.
     options:
-      _input: {description: "[{path, content}], or slurp results (source, content, encoding: base64)", type: list}
+      _input: {description: "[{path, content}] or slurp results (source, content, encoding)", type: list}
   - name: cuda13_apt_repository
     short_description: Add, reuse or refuse NVIDIA's repository among the host's source entries.
     positional: _input, repo_url, keyring, own_file
