@@ -65,7 +65,7 @@ unit: setup
 	$(BIN)/python -m pytest -q tests
 
 # Scenarios, quickest first; MOLECULE_SCENARIOS="default" runs one.
-MOLECULE_SCENARIOS ?= sandbox preflight default rollback gate midway fleet real-stack
+MOLECULE_SCENARIOS ?= sandbox preflight host-apt default rollback gate midway fleet real-stack
 
 molecule: image mirror $(if $(filter real-stack,$(MOLECULE_SCENARIOS)),real-stack-cache)
 	@set -e; export SANDBOX_IMAGE="$$(sandbox/image/build-image.sh)"; \

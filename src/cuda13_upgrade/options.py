@@ -340,6 +340,7 @@ RULES: dict[str, Callable[[Any], tuple[str, str] | None]] = {
     "cuda_toolkit_apt_keyring": _abs_path(),
     "cuda_toolkit_keyring_package_url": _url(schemes=("http", "https", "file")),
     "cuda_toolkit_apt_source_file": _nonempty,
+    "cuda_toolkit_apt_record": _abs_path(),
     # cu130_wheels
     "cu130_wheels_venv": _abs_path(),
     "cu130_wheels_python": _abs_path(),
@@ -402,6 +403,7 @@ RULES: dict[str, Callable[[Any], tuple[str, str] | None]] = {
     "rollback_clear_dirs": _abs_paths,
     "rollback_new_venv": _abs_path(),
     "rollback_new_sglang_src": _abs_path(),
+    "rollback_apt_record": _abs_path(),
     # artifact_cache
     "artifact_cache_index_url": _url(schemes=("http", "https", "file")),
     "artifact_cache_extra_index_urls": _urls,

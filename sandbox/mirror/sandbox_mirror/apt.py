@@ -21,6 +21,14 @@ Per CUDA release X.Y the repository holds NVIDIA's package names (stand-ins buil
   ``cuda-toolkit-config-common``: ``/etc/ld.so.conf.d/000_cuda.conf``, the linker paths
   through the alternatives links (file names as on NVIDIA-installed hosts).
 
+Beside the toolkit, the driver's packages (``driver_packages``): ``nvidia-driver``,
+``nvidia-alternative``, ``libnvidia-ml1`` and ``libcuda1`` at two versions each, with the names,
+versions and the exact-version dependencies among them (``nvidia-alternative (= V)``) of
+Debian 12's real records (``records/apt/nvidia-graphics-drivers-debian12.txt``,
+``apt-cache show`` of bookworm and bookworm-backports); dependencies on packages the sandbox
+does not carry are left out. NVIDIA's debian12 repository builds the same source package
+(nvidia-graphics-drivers) under these names; its own versions are not recorded here.
+
 The repository is flat (``deb [signed-by=...] URL /``): ``Packages``, ``Packages.gz``,
 ``Release`` with MD5Sum/SHA1/SHA256/SHA512, ``InRelease`` (clearsigned) and ``Release.gpg``.
 """
@@ -213,6 +221,48 @@ def release_packages(release: CudaRelease) -> list[DebPackage]:
     return [toolkit, nvcc, cudart, config_x_y, config_x, config]
 
 
+_RECORDS = Path(__file__).resolve().parents[1] / "records"
+DRIVER_RECORD = _RECORDS / "apt" / "nvidia-graphics-drivers-debian12.txt"
+
+
+def driver_packages(record: Path = DRIVER_RECORD) -> list[DebPackage]:
+    """Stand-ins of the driver's packages, one per stanza of ``record`` (``apt-cache show``).
+
+    Each keeps its record's ``Package`` and ``Version`` and those of its ``Depends`` that name
+    another stand-in (alternatives of one dependency are kept only when all are stand-ins).
+    """
+    stanzas = [s for s in record.read_text(encoding="utf-8").split("\n\n") if "Package:" in s]
+    fields = []
+    for stanza in stanzas:
+        f: dict[str, str] = {}
+        for line in stanza.splitlines():
+            if line[:1] not in (" ", "#") and ":" in line:
+                key, value = line.split(":", 1)
+                f[key] = value.strip()
+        fields.append(f)
+    names = {f["Package"] for f in fields}
+    out = []
+    for f in fields:
+        depends = [
+            d.strip()
+            for d in f.get("Depends", "").split(",")
+            if d.strip() and all(alt.split()[0] in names for alt in d.split("|"))
+        ]
+        name, version = f["Package"], f["Version"]
+        out.append(
+            DebPackage(
+                name,
+                version,
+                f"{name} (sandbox stand-in of Debian's nvidia-graphics-drivers)",
+                depends=depends,
+                files={
+                    f"usr/share/doc/{name}/SANDBOX": (f"{name} {version}: no driver code.\n".encode(), 0o644)
+                },
+            )
+        )
+    return out
+
+
 def _control(pkg: DebPackage, installed_kib: int) -> str:
     fields = [
         ("Package", pkg.name),
@@ -309,6 +359,8 @@ def build_apt_repo(repo: Path, releases: tuple[CudaRelease, ...], gpg: Gpg, fing
         for release in releases:
             for pkg in release_packages(release):
                 debs.append(build_deb(pkg, repo, Path(tmp)))
+        for pkg in driver_packages():
+            debs.append(build_deb(pkg, repo, Path(tmp)))
     scan = subprocess.run(
         ["dpkg-scanpackages", "--multiversion", ".", "/dev/null"],
         cwd=repo,
