@@ -363,6 +363,7 @@ RULES: dict[str, Callable[[Any], tuple[str, str] | None]] = {
     "stack_switch_cuda_home": _abs_path(),
     "stack_switch_service_name": _unit,
     "stack_switch_dropin_name": _dropin,
+    "stack_switch_profile_dropin": _dropin,
     "stack_switch_server_url": _url(),
     "stack_switch_health_timeout": _between(1, 86400),
     "stack_switch_cache_root": _abs_path(),
@@ -402,6 +403,7 @@ RULES: dict[str, Callable[[Any], tuple[str, str] | None]] = {
     "rollback_clear_dirs": _abs_paths,
     "rollback_new_venv": _abs_path(),
     "rollback_new_sglang_src": _abs_path(),
+    "rollback_profile_dropin": _dropin,
     # artifact_cache
     "artifact_cache_index_url": _url(schemes=("http", "https", "file")),
     "artifact_cache_extra_index_urls": _urls,
