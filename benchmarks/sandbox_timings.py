@@ -17,9 +17,22 @@ Replaces the sandbox hosts (``playbooks/sandbox.yml``) and prints:
    ``$CUDA13_REAL_STACK_CACHE`` (``make real-stack-cache``), rebuilding a venv
    from the real stack's freeze (offline, from the cache, on this machine)
    against the same rollback time: the stand-ins' rebuild says nothing about a
-   real host, where the rebuild reinstalls gigabytes.
+   real host, where the rebuild reinstalls gigabytes;
+5. with ``--restarts``: the restart plan on the regression scenario (upgraded,
+   then rolled back), with the simulated server loading its model for
+   ``--load-s`` seconds (scenario option ``startup_s``, 20 by default) so that
+   restarts dominate as on real hosts: restarts per upgrade and per rollback,
+   planned (the host's result) and seen (the prober's unavailability windows),
+   and the time out of service (drain to undrain, the host's result). The
+   previous plan (every profile restarted in every phase and a restart back to
+   the service's own command after each: 2P + 3 per upgrade, P + 2 per
+   rollback, 7 and 4 for two profiles) is not run again: its time out of
+   service is estimated from this same run as the measured time plus the
+   restarts it would add times the measured mean restart window (restart,
+   model load and readiness wait), and shown as a ratio to the measured time.
+   The re-run of a kept host against a facts-only play is item 2.
 
-Usage: benchmarks/sandbox_timings.py [--rollback]   (run from the repository root
+Usage: benchmarks/sandbox_timings.py [--rollback] [--restarts [--load-s 20]]   (run from the repository root
 after ``make setup``; it uses .venv/bin/ansible-playbook and podman)
 """
 
@@ -86,9 +99,12 @@ def podman(*args: str) -> str:
     return subprocess.run(["podman", *args], env=ENV, capture_output=True, text=True, check=True).stdout
 
 
-def fresh_sandbox(scenario: str) -> None:
+def fresh_sandbox(scenario: str, overrides: dict | None = None) -> None:
     playbook("playbooks/sandbox.yml", "-e", "sandbox_state=absent")
-    playbook("playbooks/sandbox.yml", "-e", f"sandbox_host_scenario={scenario}")
+    extra = json.dumps(
+        {"sandbox_host_scenario": scenario, "sandbox_host_scenario_overrides": overrides or {}}
+    )
+    playbook("playbooks/sandbox.yml", "-e", extra)
 
 
 def windows(log: str) -> list[dict]:
@@ -202,10 +218,58 @@ def rollback_figures() -> None:
     print(f"rebuild (real wheels) / rollback:                    {real_s / rollback_s:7.1f} x")
 
 
+def restart_figures(load_s: float) -> None:
+    fresh_sandbox("regression", {"startup_s": load_s})
+    podman("exec", "-d", HOST, "python3", "-c", PROBER)
+    time.sleep(1.0)
+    playbook("upgrade-cuda13.yml", "-i", "inventory/sandbox", "-e", "cuda13_health_timeout=300", check=False)
+    time.sleep(0.5)
+    podman("exec", HOST, "pkill", "-f", "health-prober")
+    log = podman("exec", HOST, "cat", "/tmp/health-prober.log")
+    result = json.loads(podman("exec", HOST, "cat", "/var/lib/cuda13-upgrade/result.json"))
+    plan = result.get("restart_plan") or {}
+    if result.get("status") != "rolled_back" or not plan:
+        sys.exit(
+            f"expected a rollback with a restart plan, got {result.get('status')}: {result.get('reason')}"
+        )
+    profiles = len(plan["candidate"]["steps"])
+    old_upgrade, old_rollback = 2 * profiles + 3, profiles + 2
+    new_upgrade, new_rollback = int(plan["restarts_upgrade"]), int(plan["restarts_rollback"])
+    ws = windows(log)
+    mean_window = sum(w["seconds"] for w in ws) / len(ws) if ws else float("nan")
+    out_s = float(result["out_of_service_s"])
+    old_out_s = out_s + (old_upgrade + old_rollback - new_upgrade - new_rollback) * mean_window
+    print(f"restart plan, regression scenario, {profiles} profiles, model load {load_s:.0f} s:")
+    for line in plan_lines(plan):
+        print(f"  {line}")
+    print(f"restarts per upgrade:   previous plan {old_upgrade:3d}   new plan {new_upgrade:3d}")
+    print(f"restarts per rollback:  previous plan {old_rollback:3d}   new plan {new_rollback:3d}")
+    print(
+        f"restarts seen on the host (unavailability windows): {len(ws)}; "
+        f"done by the run (result): {result.get('restarts')}"
+    )
+    print(f"mean restart window (restart, load, readiness): {mean_window:7.1f} s")
+    print(f"time out of service, new plan (measured):       {out_s:7.1f} s")
+    print(f"time out of service, previous plan (estimated): {old_out_s:7.1f} s")
+    print(f"previous / new:                                 {old_out_s / out_s:7.2f} x")
+
+
+def plan_lines(plan: dict) -> list[str]:
+    sys.path.insert(0, str(REPO / "src"))
+    from cuda13_upgrade import restarts
+
+    return restarts.format_plan(plan)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rollback", action="store_true", help="also measure rollback against a rebuild")
+    parser.add_argument("--restarts", action="store_true", help="measure the restart plan instead")
+    parser.add_argument("--load-s", type=float, default=20.0, help="simulated model load time (s)")
     args = parser.parse_args()
+    if args.restarts:
+        restart_figures(args.load_s)
+        return
     upgrade_figures()
     if args.rollback:
         rollback_figures()

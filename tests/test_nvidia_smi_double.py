@@ -699,3 +699,54 @@ def _double_module():
 def test_process_rows_are_the_captures_byte_for_byte(fixture, proc):
     row = _double_module()._process_row(proc)
     assert row in (FIXTURES / fixture).read_text(encoding="utf-8").splitlines()
+
+
+def test_live_compute_processes_count_while_their_process_runs(tmp_path):
+    # The simulated server registers its GPU memory in the processes directory;
+    # an entry whose process has ended is no longer listed, as with the real driver.
+    procs = tmp_path / "processes"
+    procs.mkdir()
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        live = [
+            {
+                "gpu": g,
+                "pid": sleeper.pid,
+                "type": "C",
+                "name": "/opt/ml-env/bin/python3",
+                "used_memory_mib": 81234,
+            }
+            for g in (0, 1)
+        ]
+        (procs / f"{sleeper.pid}.json").write_text(json.dumps(live), encoding="utf-8")
+        dead = subprocess.run(
+            [sys.executable, "-c", "import os; print(os.getpid())"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        gone = [{"gpu": 0, "pid": int(dead.stdout), "type": "C", "name": "x", "used_memory_mib": 5}]
+        (procs / f"{int(dead.stdout)}.json").write_text(json.dumps(gone), encoding="utf-8")
+        env = {
+            **os.environ,
+            "NVIDIA_SMI_DOUBLE_STATE": str(state_file("default")),
+            "NVIDIA_SMI_DOUBLE_PROCESSES": str(procs),
+        }
+        argv = [
+            sys.executable,
+            str(DOUBLE),
+            "--query-compute-apps=pid,used_memory",
+            "--format=csv,noheader,nounits",
+        ]
+        result = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
+        assert result.stdout == f"{sleeper.pid}, 81234\n{sleeper.pid}, 81234\n"
+        table = subprocess.run(
+            [sys.executable, str(DOUBLE)], env=env, capture_output=True, text=True, check=True
+        ).stdout
+        assert "No running processes found" not in table
+        assert str(sleeper.pid) in table
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    result = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
+    assert result.stdout == ""

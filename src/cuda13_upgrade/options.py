@@ -309,6 +309,7 @@ RULES: dict[str, Callable[[Any], tuple[str, str] | None]] = {
     "cuda13_service_name": _unit,
     "cuda13_server_url": _url(),
     "cuda13_health_timeout": _between(1, 86400),
+    "cuda13_leftover_timeout": _between(0, 3600),
     "cuda13_lock_lease_hours": _positive,
     "cuda13_profiles": _profiles,
     "cuda13_baseline_max_age_hours": _min(0),
@@ -364,6 +365,7 @@ RULES: dict[str, Callable[[Any], tuple[str, str] | None]] = {
     "stack_switch_cuda_home": _abs_path(),
     "stack_switch_service_name": _unit,
     "stack_switch_dropin_name": _dropin,
+    "stack_switch_profile_dropin": _dropin,
     "stack_switch_server_url": _url(),
     "stack_switch_health_timeout": _between(1, 86400),
     "stack_switch_cache_root": _abs_path(),
@@ -404,6 +406,7 @@ RULES: dict[str, Callable[[Any], tuple[str, str] | None]] = {
     "rollback_new_venv": _abs_path(),
     "rollback_new_sglang_src": _abs_path(),
     "rollback_apt_record": _abs_path(),
+    "rollback_profile_dropin": _dropin,
     # artifact_cache
     "artifact_cache_index_url": _url(schemes=("http", "https", "file")),
     "artifact_cache_extra_index_urls": _urls,

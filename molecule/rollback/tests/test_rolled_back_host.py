@@ -1,6 +1,7 @@
 """After a regression: the host equals its pre-upgrade snapshot and serves at the old rate."""
 
 import json
+from datetime import datetime
 from statistics import median
 
 from probes import stream_decode
@@ -65,3 +66,55 @@ def test_worker_is_back_in_the_router_after_the_rollback(host):
     ]
     assert [e["event"] for e in events] == ["remove", "add"]
     assert events[-1]["workers"] == ["http://127.0.0.1:30000"]
+
+
+def _result(host):
+    return json.loads(host.file("/var/lib/cuda13-upgrade/result.json").content_string)
+
+
+def _unit_journal_since_drain(host):
+    result = _result(host)
+    drain = next(s for s in result["steps"] if s["step"] == "drain")
+    since = datetime.fromisoformat(drain["started_at"]).timestamp()
+    out = host.check_output(f"journalctl -u sglang.service -o json --no-pager --since @{int(since)}")
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def test_the_service_restarted_exactly_as_planned(host):
+    # Two profiles: 3 restarts for the upgrade (baseline eagle3, the switch into
+    # eagle3, candidate plain) and 2 for the rollback (into eagle3, then plain).
+    result = _result(host)
+    plan = result["restart_plan"]
+    assert (plan["restarts_upgrade"], plan["restarts_rollback"]) == (3, 2)
+    assert [s["profile"] for s in plan["candidate"]["steps"]] == ["eagle3", "plain"]
+    assert result["restarts"] == 5
+    # Counted on the host: systemd's "Started <unit>" messages since the drain.
+    started = [
+        e
+        for e in _unit_journal_since_drain(host)
+        if str(e.get("MESSAGE", "")).startswith("Started sglang.service")
+    ]
+    assert len(started) == 5, [e["MESSAGE"] for e in started]
+
+
+def test_a_strict_start_limit_did_not_refuse_a_planned_restart(host):
+    assert host.check_output("systemctl show -p StartLimitBurst --value sglang.service") == "3"
+    messages = [str(e.get("MESSAGE", "")) for e in _unit_journal_since_drain(host)]
+    assert not [m for m in messages if "Start request repeated too quickly" in m]
+    assert host.check_output("systemctl show -p ActiveState --value sglang.service") == "active"
+
+
+def test_leftover_processes_were_named_and_stopped_before_the_next_start(host):
+    # KillMode=process leaves the server's scheduler process holding GPU memory.
+    leftovers = _result(host)["leftover_processes"]
+    assert leftovers, "the scheduler processes the stops left are recorded"
+    assert all(p["gpu_memory_mib"] == 81234 * 8 for p in leftovers), leftovers
+    assert all("/bin/python" in p["command"] for p in leftovers), leftovers
+    for p in leftovers:
+        assert not host.file(f"/proc/{p['pid']}").exists
+    # systemd warns when a unit starts beside its own leftovers; it never had to.
+    messages = [str(e.get("MESSAGE", "")) for e in _unit_journal_since_drain(host)]
+    assert not [m for m in messages if "Found left-over process" in m]
+    # What holds the GPUs now is the running server's scheduler alone.
+    apps = host.check_output("nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits")
+    assert len({line.split(",")[0] for line in apps.splitlines()}) == 1, apps

@@ -14,7 +14,12 @@ built-in ``DEFAULT_SCENARIO`` when the file does not exist. Schema::
       "warmup_window_s": {"cu130": 20},       # optional: after the port opens, /health is 200
                                               # but generation blocks this long (per CUDA tag)
       "tokens": {"cu130": {"mode": "drift", "after": 24}},  # optional, per CUDA tag
-      "prefill_tok_s": 4000      # optional: TTFT grows by uncached prompt tokens / this
+      "prefill_tok_s": 4000,     # optional: TTFT grows by uncached prompt tokens / this
+      "gpu_memory_mib": 81234,   # optional: GPU memory each of the server's --tp GPUs holds
+                                 # once loaded (nvidia-smi's compute processes, while it runs)
+      "leftover_s": 0            # optional: a scheduler child process that outlives the
+                                 # server this long, holding its GPU memory (with a unit's
+                                 # KillMode=process systemd leaves it: sgl-project/sglang#23627)
     }
 
 With ``prefill_tok_s`` the TTFT of a request is ``ttft_ms`` plus its prompt tokens that are

@@ -434,6 +434,57 @@ def _terminate(signum, frame) -> None:
     raise SystemExit(0)
 
 
+# The nvidia-smi double's live compute processes (sandbox/host/nvidia-smi).
+PROCESSES_DIR = os.environ.get("NVIDIA_SMI_DOUBLE_PROCESSES") or "/run/nvidia-smi-double/processes"
+
+# A scheduler child: holds the GPU memory while its parent lives, then LEFTOVER s more.
+_SCHEDULER = """
+import os, sys, time
+parent, leftover, directory = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+while os.path.exists(f"/proc/{parent}"):
+    time.sleep(0.2)
+time.sleep(leftover)
+try:
+    os.unlink(os.path.join(directory, f"{os.getpid()}.json"))
+except OSError:
+    pass
+"""
+
+
+def _register_gpu_memory(pid: int, gpus: int, memory_mib: int) -> None:
+    """Write a process's compute-process entries (one per GPU) for the nvidia-smi double."""
+    entries = [
+        {"gpu": gpu, "pid": pid, "type": "C", "name": sys.executable, "used_memory_mib": memory_mib}
+        for gpu in range(gpus)
+    ]
+    if not os.path.isdir(PROCESSES_DIR):  # not a sandbox host (roles/sandbox_host creates it)
+        return
+    try:
+        with open(os.path.join(PROCESSES_DIR, f"{pid}.json"), "w", encoding="utf-8") as handle:
+            json.dump(entries, handle)
+    except OSError:
+        pass
+
+
+def _hold_gpu_memory(scenario: dict, tp_size: int) -> None:
+    """Register the loaded model's GPU memory: the server's own, or a scheduler child's
+    that outlives the server ``leftover_s`` seconds (scenario)."""
+    import subprocess
+
+    memory = int(scenario.get("gpu_memory_mib", 81234))
+    gpus = max(1, min(int(tp_size), 8))
+    leftover = float(scenario.get("leftover_s", 0))
+    if leftover <= 0:
+        _register_gpu_memory(os.getpid(), gpus, memory)
+        return
+    child = subprocess.Popen(
+        [sys.executable, "-c", _SCHEDULER, str(os.getpid()), str(leftover), PROCESSES_DIR],
+        start_new_session=True,
+    )
+    _register_gpu_memory(child.pid, gpus, memory)
+    log(f"Scheduler process {child.pid} holds {memory} MiB on each of {gpus} GPUs")
+
+
 def launch_server(server_args: ServerArgs) -> None:
     """Load the stack, simulate loading the model, serve until SIGTERM/SIGINT."""
     log(f"server_args={server_args!r}")
@@ -455,6 +506,7 @@ def launch_server(server_args: ServerArgs) -> None:
             "Capture cuda graph failed: No supported CUDA architectures found for major versions [9, 10]."
         )
     log(f"Load weight end. Simulated decode: {tag}/{profile} at {model.rate_tok_s} tok/s ({source})")
+    _hold_gpu_memory(scenario, server_args.tp_size)
 
     httpd = SimHTTPServer((server_args.host, server_args.port), Handler)
     httpd.state = SimState(server_args, stack, scenario, source, tag, profile, model, int(time.time()))

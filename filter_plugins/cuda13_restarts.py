@@ -1,0 +1,119 @@
+"""Filters of the restart plan (thin wrappers over cuda13_upgrade.restarts)."""
+
+from __future__ import annotations
+
+import base64
+import sys
+from pathlib import Path
+
+from ansible.errors import AnsibleFilterError
+
+try:
+    from cuda13_upgrade import restarts
+except ImportError:  # the package is not installed: use the checkout's copy
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+    from cuda13_upgrade import restarts
+
+DOCUMENTATION = r"""
+  - name: cuda13_running_args
+    short_description: The arguments the running server adds to the service's own command, or None.
+    positional: _input, exec_start
+    options:
+      _input:
+        description: "slurp's base64 content of /proc/<MainPID>/cmdline, '' when not running"
+        type: str
+        required: true
+      exec_start: {description: the service's own command, type: str, required: true}
+  - name: cuda13_restart_plan
+    short_description: The upgrade's restart plan (baseline, switch, candidate, rollback re-check).
+    positional: _input, running, baseline_recorded, rollback_verify
+    options:
+      _input: {description: the profiles, type: list, required: true}
+      running: {description: cuda13_running_args of the old stack's server, type: raw}
+      baseline_recorded: {description: a recorded baseline is used, type: bool, default: false}
+      rollback_verify: {description: a rollback measures the old stack again, type: bool, default: true}
+  - name: cuda13_restart_plan_phase
+    short_description: One phase's order and restarts.
+    positional: _input, phase, running, entered, end_on_own_command
+    options:
+      _input: {description: the profiles, type: list, required: true}
+      phase: {description: baseline, candidate or rollback, type: str, required: true}
+      running: {description: the arguments the service runs with now, or None, type: raw}
+      entered: {description: the step before started the first profile, type: bool, default: false}
+      end_on_own_command: {description: end on the service's own command, type: bool, default: true}
+  - name: cuda13_restart_plan_lines
+    short_description: The plan as lines to print.
+    options:
+      _input: {description: a cuda13_restart_plan, type: dict, required: true}
+"""
+
+EXAMPLES = r"""
+plan: "{{ cuda13_profiles | cuda13_restart_plan(slurped.content | cuda13_running_args(exec_start)) }}"
+msg: "{{ plan | cuda13_restart_plan_lines }}"
+"""
+
+RETURN = r"""
+  _value:
+    description: a list of arguments or None / the plan dict / lines
+"""
+
+
+def cuda13_running_args(content, exec_start):
+    if not isinstance(content, str) or not isinstance(exec_start, str):
+        raise AnsibleFilterError(
+            "cuda13_running_args expects base64 text and the ExecStart string, "
+            f"got {content!r}, {exec_start!r}"
+        )
+    try:
+        raw = base64.b64decode(content) if content else b""
+    except ValueError as exc:
+        raise AnsibleFilterError(f"cuda13_running_args: not base64: {content[:80]!r}") from exc
+    return restarts.running_args(raw, exec_start)
+
+
+def _check_profiles(name, profiles):
+    if not isinstance(profiles, list):
+        raise AnsibleFilterError(f"{name} expects the list of profiles, got {profiles!r}")
+
+
+def cuda13_restart_plan(profiles, running=None, baseline_recorded=False, rollback_verify=True):
+    _check_profiles("cuda13_restart_plan", profiles)
+    try:
+        return restarts.plan_upgrade(
+            profiles,
+            running=running,
+            baseline_recorded=bool(baseline_recorded),
+            rollback_verify=bool(rollback_verify),
+        )
+    except ValueError as exc:
+        raise AnsibleFilterError(f"cuda13_restart_plan: {exc}") from exc
+
+
+def cuda13_restart_plan_phase(profiles, phase, running=None, entered=False, end_on_own_command=True):
+    _check_profiles("cuda13_restart_plan_phase", profiles)
+    try:
+        return restarts.plan_phase(
+            profiles,
+            phase,
+            running=running,
+            entered=bool(entered),
+            end_on_own_command=bool(end_on_own_command),
+        )
+    except ValueError as exc:
+        raise AnsibleFilterError(f"cuda13_restart_plan_phase: {exc}") from exc
+
+
+def cuda13_restart_plan_lines(plan):
+    if not isinstance(plan, dict):
+        raise AnsibleFilterError(f"cuda13_restart_plan_lines expects a plan, got {plan!r}")
+    return restarts.format_plan(plan)
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "cuda13_running_args": cuda13_running_args,
+            "cuda13_restart_plan": cuda13_restart_plan,
+            "cuda13_restart_plan_phase": cuda13_restart_plan_phase,
+            "cuda13_restart_plan_lines": cuda13_restart_plan_lines,
+        }

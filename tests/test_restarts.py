@@ -1,0 +1,170 @@
+"""The restart plan (cuda13_upgrade.restarts) and its filters."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+from ansible.errors import AnsibleFilterError
+
+from cuda13_upgrade import restarts
+
+PLAIN = {"name": "plain", "server_args": []}
+# inventory/blackwell's EAGLE-3 profile: speculative arguments on both stacks,
+# one more on the new stack only.
+EAGLE3 = {
+    "name": "eagle3",
+    "server_args": ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3"],
+    "new_stack_args": ["--enable-flashinfer-allreduce-fusion"],
+}
+EXEC = "/opt/ml-env/bin/python -m sglang.launch_server --model-path /models/m --port 30000"
+
+
+def filters():
+    from filter_plugins.cuda13_restarts import FilterModule
+
+    return FilterModule().filters()
+
+
+def test_two_profiles_restart_three_times_per_upgrade_and_twice_per_rollback():
+    plan = restarts.plan_upgrade([PLAIN, EAGLE3], running=[])
+    # Baseline: plain is what runs (no restart), eagle3 restarts; no restore: the switch follows.
+    assert [(s["profile"], s["restart"]) for s in plan["baseline"]["steps"]] == [
+        ("plain", False),
+        ("eagle3", True),
+    ]
+    assert plan["baseline"]["restore"] is False
+    # The switch starts the new stack straight into eagle3 (with its new-stack argument).
+    assert plan["switch_args"] == EAGLE3["server_args"] + EAGLE3["new_stack_args"]
+    # Candidate: eagle3 is running, plain (the own command) comes last: no restore.
+    assert [(s["profile"], s["restart"]) for s in plan["candidate"]["steps"]] == [
+        ("eagle3", False),
+        ("plain", True),
+    ]
+    assert plan["candidate"]["restore"] is False
+    assert plan["restarts_upgrade"] == 3
+    assert plan["rollback_args"] == EAGLE3["server_args"]
+    assert [s["profile"] for s in plan["rollback"]["steps"]] == ["eagle3", "plain"]
+    assert plan["restarts_rollback"] == 2
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 5])
+def test_at_most_2p_minus_1_restarts_per_upgrade_and_p_per_rollback(count):
+    profiles = [PLAIN] + [{"name": f"p{i}", "server_args": [f"--x{i}"]} for i in range(1, count)]
+    plan = restarts.plan_upgrade(profiles, running=[])
+    assert plan["restarts_upgrade"] == 2 * count - 1
+    assert plan["restarts_rollback"] == count
+    # Every profile is measured once per phase.
+    for phase in ("baseline", "candidate", "rollback"):
+        assert sorted(s["profile"] for s in plan[phase]["steps"]) == sorted(p["name"] for p in profiles)
+    # The service ends on its own command on the new stack and after a rollback.
+    assert plan["candidate"]["steps"][-1]["args"] == []
+    assert plan["rollback"]["steps"][-1]["args"] == []
+
+
+def test_a_recorded_baseline_skips_the_old_stack_restarts():
+    plan = restarts.plan_upgrade([PLAIN, EAGLE3], running=[], baseline_recorded=True)
+    assert plan["baseline"] is None
+    assert plan["restarts_upgrade"] == 2
+
+
+def test_an_unknown_running_command_restarts_for_the_first_baseline_profile():
+    plan = restarts.plan_upgrade([PLAIN, EAGLE3], running=None)
+    assert [s["restart"] for s in plan["baseline"]["steps"]] == [True, True]
+    assert plan["restarts_upgrade"] == 4
+
+
+def test_a_server_left_on_a_profile_is_measured_first_without_a_restart():
+    # A profile drop-in left by an interrupted run: the server runs eagle3's arguments.
+    plan = restarts.plan_upgrade([PLAIN, EAGLE3], running=EAGLE3["server_args"])
+    assert [(s["profile"], s["restart"]) for s in plan["baseline"]["steps"]] == [
+        ("eagle3", False),
+        ("plain", True),
+    ]
+
+
+def test_without_a_profile_on_the_own_command_a_restore_restart_is_planned():
+    profiles = [{"name": "a", "server_args": ["--a"]}, {"name": "b", "server_args": ["--b"]}]
+    plan = restarts.plan_upgrade(profiles, running=[])
+    assert plan["candidate"]["restore"] is True
+    assert plan["rollback"]["restore"] is True
+    assert plan["restarts_upgrade"] == 2 + 3
+    assert plan["restarts_rollback"] == 3
+
+
+def test_a_new_stack_argument_makes_the_plain_profile_not_the_own_command_on_the_new_stack():
+    plain_new = {"name": "plain", "server_args": [], "new_stack_args": ["--y"]}
+    plan = restarts.plan_upgrade([plain_new], running=[])
+    assert plan["baseline"]["restarts"] == 0
+    assert plan["switch_args"] == ["--y"]
+    assert plan["candidate"]["restore"] is True
+    assert plan["rollback"]["restore"] is False
+    assert plan["restarts_rollback"] == 1
+
+
+def test_without_rollback_verify_the_rollback_restarts_once_into_the_own_command():
+    plan = restarts.plan_upgrade([PLAIN, EAGLE3], running=[], rollback_verify=False)
+    assert plan["rollback"] is None
+    assert plan["rollback_args"] == []
+    assert plan["restarts_rollback"] == 1
+
+
+def test_measuring_what_serves_ends_on_the_own_command():
+    # playbooks/verify.yml: no switch follows, so the service goes back to its own command.
+    phase = restarts.plan_phase([EAGLE3, PLAIN], "baseline", running=[])
+    assert [(s["profile"], s["restart"]) for s in phase["steps"]] == [("plain", False), ("eagle3", True)]
+    assert phase["restore"] is True
+    assert phase["restarts"] == 2
+    unknown = restarts.plan_phase([EAGLE3, PLAIN], "baseline", running=None)
+    assert [s["profile"] for s in unknown["steps"]] == ["eagle3", "plain"]
+    assert unknown["restarts"] == 2 and unknown["restore"] is False
+
+
+def test_running_args_read_proc_cmdline():
+    cmdline = "\0".join(EXEC.split() + ["--speculative-algorithm", "EAGLE3"]) + "\0"
+    assert restarts.running_args(cmdline.encode(), EXEC) == ["--speculative-algorithm", "EAGLE3"]
+    assert restarts.running_args("\0".join(EXEC.split()) + "\0", EXEC) == []
+    assert restarts.running_args(b"", EXEC) is None
+    assert restarts.running_args(b"/usr/bin/other\0", EXEC) is None
+    assert restarts.running_args("x\0", "unbalanced 'quote") is None
+
+
+def test_bad_profiles_are_refused_with_the_value():
+    with pytest.raises(ValueError, match="at least one profile"):
+        restarts.plan_upgrade([], running=[])
+    with pytest.raises(ValueError, match="unique"):
+        restarts.plan_upgrade([PLAIN, PLAIN], running=[])
+    with pytest.raises(ValueError, match="server_args must be a list, got '--x'"):
+        restarts.plan_upgrade([{"name": "x", "server_args": "--x"}], running=[])
+    with pytest.raises(ValueError, match="phase must be one of"):
+        restarts.plan_phase([PLAIN], "verify")
+
+
+def test_format_plan_names_each_phase_and_the_counts():
+    lines = restarts.format_plan(restarts.plan_upgrade([PLAIN, EAGLE3], running=[]))
+    assert lines[0] == "baseline (old stack): plain (no restart, it runs now), eagle3 (restart) (1 restarts)"
+    assert lines[1] == (
+        "switch: one restart into the new stack with --speculative-algorithm EAGLE3 "
+        "--speculative-num-steps 3 --enable-flashinfer-allreduce-fusion"
+    )
+    assert (
+        lines[2] == "candidate (new stack): eagle3 (started by the step before), plain (restart) (2 restarts)"
+    )
+    assert lines[-1] == "restarts: 3 per upgrade, 2 more for a rollback"
+    recorded = restarts.format_plan(restarts.plan_upgrade([PLAIN], running=[], baseline_recorded=True))
+    assert recorded[0] == "baseline (old stack): recorded baseline, no restart"
+
+
+def test_filters_wrap_the_package():
+    f = filters()
+    content = base64.b64encode(("\0".join(EXEC.split()) + "\0").encode()).decode()
+    assert f["cuda13_running_args"](content, EXEC) == []
+    assert f["cuda13_running_args"]("", EXEC) is None
+    plan = f["cuda13_restart_plan"]([PLAIN, EAGLE3], [], False, True)
+    assert plan["restarts_upgrade"] == 3
+    assert f["cuda13_restart_plan_lines"](plan)[-1] == "restarts: 3 per upgrade, 2 more for a rollback"
+    assert f["cuda13_restart_plan_phase"]([PLAIN], "rollback", None, True)["restarts"] == 1
+    with pytest.raises(AnsibleFilterError, match="cuda13_restart_plan: profile names must be unique"):
+        f["cuda13_restart_plan"]([PLAIN, PLAIN])
+    with pytest.raises(AnsibleFilterError, match="expects the list of profiles"):
+        f["cuda13_restart_plan"]("plain")
