@@ -165,6 +165,44 @@ def upgrade_figures() -> None:
         )
 
 
+FACTS_PLAY = """
+- name: Gather facts only
+  hosts: blackwell
+  gather_facts: true
+  tasks: []
+"""
+
+DROP_DIGEST = r"""
+import json
+path = "/var/lib/cuda13-upgrade/result.json"
+result = json.load(open(path))
+result.pop("stack_digest", None)
+open(path, "w").write(json.dumps(result, indent=2) + "\n")
+"""
+
+
+def kept_rerun_figures() -> None:
+    """The re-run of a host that kept this target (upgrade-cuda13.yml: preflight,
+    one stack digest compared, "already kept"), a facts-only play on the same
+    host, and the same re-run walking every role (the host's recorded digest
+    removed, so the comparison cannot match), side by side. Needs the sandbox
+    host upgraded (upgrade_figures)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".yml", dir=REPO / "playbooks", delete=False) as f:
+        f.write(FACTS_PLAY)
+    try:
+        facts_s = playbook(f.name, "-i", "inventory/sandbox")
+    finally:
+        os.unlink(f.name)
+    kept_s = playbook("upgrade-cuda13.yml", "-i", "inventory/sandbox")
+    podman("exec", HOST, "python3", "-c", DROP_DIGEST)
+    walk_s = playbook("upgrade-cuda13.yml", "-i", "inventory/sandbox")
+    print(f"re-run of the kept host (already kept):              {kept_s:7.1f} s")
+    print(f"facts-only play on the same host:                    {facts_s:7.1f} s")
+    print(f"re-run walking every role (no digest to compare):    {walk_s:7.1f} s")
+    print(f"already kept / facts-only play:                      {kept_s / facts_s:7.1f} x")
+    print(f"walking every role / already kept:                   {walk_s / kept_s:7.1f} x")
+
+
 def rollback_figures() -> None:
     fresh_sandbox("regression")
     playbook("upgrade-cuda13.yml", "-i", "inventory/sandbox", check=False)
@@ -266,11 +304,20 @@ def main() -> None:
     parser.add_argument("--rollback", action="store_true", help="also measure rollback against a rebuild")
     parser.add_argument("--restarts", action="store_true", help="measure the restart plan instead")
     parser.add_argument("--load-s", type=float, default=20.0, help="simulated model load time (s)")
+    parser.add_argument(
+        "--kept-rerun-only", action="store_true", help="only the upgrade and the re-run of the kept host"
+    )
     args = parser.parse_args()
     if args.restarts:
         restart_figures(args.load_s)
         return
+    if args.kept_rerun_only:
+        fresh_sandbox("default")
+        playbook("upgrade-cuda13.yml", "-i", "inventory/sandbox")
+        kept_rerun_figures()
+        return
     upgrade_figures()
+    kept_rerun_figures()
     if args.rollback:
         rollback_figures()
 

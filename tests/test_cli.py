@@ -734,3 +734,43 @@ def test_a_long_refusal_is_printed_whole_and_notices_are_shown():
         "gpu-node-01": "Refuse a second concurrent run",
         "gpu-node-02": "Say whose lock this run takes over",
     }
+
+
+def test_an_unreachable_host_is_reported_at_the_step_the_play_recorded(tmp_path):
+    """Ansible runs neither rescue nor always for a host that drops
+    (ansible/ansible#13870): no result file, so the report's row comes from
+    the runner, at the upgrade step the host last began (__cuda13_step), not
+    the role of the task that found it gone."""
+    import io
+
+    progress = cli.Progress(io.StringIO())
+    for event in [
+        _event("playbook_on_play_start"),
+        _event(
+            "runner_on_ok",
+            "gpu-node-03",
+            task="Begin step switch",
+            task_action="ansible.builtin.set_fact",
+            res={"ansible_facts": {"__cuda13_step": "switch", "__cuda13_steps": []}},
+        ),
+        _event(
+            "runner_on_unreachable",
+            "gpu-node-03",
+            task="Wait until /health_generate answers 200 at http://127.0.0.1:30000",
+            role="cuda13",
+            task_action="ansible.builtin.uri",
+            res={"msg": "Failed to connect to the host via ssh: Connection timed out during banner exchange"},
+        ),
+        _event("playbook_on_stats", failures={}, dark={"gpu-node-03": 1}, ok={}, processed={}),
+    ]:
+        progress(event)
+    run = cli.RunResult(
+        rc=4, status="failed", hosts=progress.hosts, outcomes=progress.outcomes, stdout="", stderr=""
+    )
+    outcomes = cli.host_outcomes(run, cli.COMMANDS["rollout"])
+    assert outcomes["gpu-node-03"]["status"] == "unreachable"
+    assert outcomes["gpu-node-03"]["failed_step"] == "switch"
+    run_dir = _write_run(tmp_path, "r1", [], {"hosts": ["gpu-node-03"], "outcomes": outcomes})
+    summary = report.fleet_summary(run_dir)
+    assert summary["rows"][0]["decision"] == "unreachable at step switch"
+    assert "| gpu-node-03 | unreachable at step switch |" in summary["markdown"]

@@ -52,6 +52,10 @@ def _result(host: str, **over: Any) -> dict[str, Any]:
         "check_mode": False,
         "measured": True,
         "verified_in_run": RUN_ID,
+        "already_kept": False,
+        "rerun_reason": "",
+        "recovered": None,
+        "stack_digest": None,
         "failed_step": None,
         "failed_task": None,
         "error": None,
@@ -510,6 +514,34 @@ def test_check_mode_and_not_remeasured_decisions():
         "kept (verified in run 20241231T080000Z)",
     ]
     assert "Check mode: nothing was changed" in report.render_markdown("x", rows)
+
+
+def test_already_kept_and_resolved_decisions():
+    """A re-run that found the kept stack unchanged says "already kept"; a run
+    that resolved an earlier run's stop (a lost host, a killed run) names it
+    and the step it stopped at, whatever the gate then decided."""
+    stopped = {
+        "run_id": "20241231T080000Z",
+        "step": "switch",
+        "started_at": "2024-12-31T08:40:00+00:00",
+        "serving": "/opt/ml-env",
+        "recorded": None,
+    }
+    rows = report.summary_rows(
+        [
+            _result("a", measured=False, already_kept=True, verified_in_run="20241231T080000Z"),
+            _result("b", recovered=stopped),
+            rolled_back_regressed("c") | {"recovered": stopped},
+        ]
+    )
+    assert [r["decision"] for r in rows] == [
+        "already kept (verified in run 20241231T080000Z)",
+        "kept; resolved run 20241231T080000Z, stopped at step switch",
+        "rolled back at verify; resolved run 20241231T080000Z, stopped at step switch",
+    ]
+    assert rows[1]["recovered"] == stopped
+    markdown = report.render_markdown("x", rows)
+    assert "| b | kept; resolved run 20241231T080000Z, stopped at step switch |" in markdown
 
 
 def test_cells_escape_pipes_and_newlines():

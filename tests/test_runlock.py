@@ -1,8 +1,24 @@
 """cuda13_upgrade.runlock: whether a lock's run is dead."""
 
+import importlib.util
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from ansible.errors import AnsibleFilterError
 
 from cuda13_upgrade import runlock
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _filter_module(name):
+    """filter_plugins/<name>.py's FilterModule, loaded the way Ansible loads it."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "filter_plugins" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.FilterModule()
+
 
 NOW = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
 
@@ -75,3 +91,50 @@ def test_ansible_playbook_alive_reads_proc(tmp_path):
     assert runlock.ansible_playbook_alive(10, proc=tmp_path) is True
     assert runlock.ansible_playbook_alive(11, proc=tmp_path) is False
     assert runlock.ansible_playbook_alive(12, proc=tmp_path) is False
+
+
+# --- the step boundary a stopped run left ----------------------------------------------
+
+STEP_SWITCH = {
+    "run_id": "20261201T101500Z",
+    "step": "switch",
+    "started_at": "2026-12-01T10:41:07+00:00",
+    "serving": "/opt/ml-env",
+    "steps": ["snapshot", "toolkit", "wheels", "sglang_build", "drain", "baseline", "switch"],
+}
+
+
+def test_a_run_that_stopped_at_the_switch_is_found_with_where_it_stopped():
+    stopped = runlock.stopped_run(STEP_SWITCH, {}, "20261201T120000Z")
+    assert stopped == {
+        "run_id": "20261201T101500Z",
+        "step": "switch",
+        "started_at": "2026-12-01T10:41:07+00:00",
+        "serving": "/opt/ml-env",
+        "recorded": None,
+    }
+
+
+def test_a_run_that_reached_its_result_or_this_very_run_is_no_stopped_run():
+    assert runlock.stopped_run({**STEP_SWITCH, "step": "result"}, {}, "later") is None
+    assert runlock.stopped_run(STEP_SWITCH, {}, "20261201T101500Z") is None
+    assert runlock.stopped_run({}, {"run_id": "x", "status": "kept"}, "later") is None
+    assert runlock.stopped_run(None, None, "later") is None
+
+
+def test_an_interrupted_run_is_found_with_the_status_it_recorded():
+    result = {"run_id": "20261201T101500Z", "status": "interrupted", "failed_step": "cu130_wheels"}
+    stopped = runlock.stopped_run({**STEP_SWITCH, "step": "wheels"}, result, "later")
+    assert (stopped["step"], stopped["recorded"]) == ("wheels", "interrupted")
+    # A result of another run says nothing of this one.
+    other = {"run_id": "20261130T090000Z", "status": "kept"}
+    assert runlock.stopped_run(STEP_SWITCH, other, "later")["recorded"] is None
+
+
+def test_the_stopped_run_filter_checks_its_input():
+    stopped = _filter_module("cuda13_lock").filters()["cuda13_stopped_run"]
+    assert stopped(STEP_SWITCH, {}, "later")["step"] == "switch"
+    with pytest.raises(AnsibleFilterError, match="expects the host's step.json as a dict, got 'x'"):
+        stopped("x", {}, "later")
+    with pytest.raises(AnsibleFilterError, match="expects this run's identifier, got ''"):
+        stopped(STEP_SWITCH, {}, "")

@@ -107,18 +107,20 @@ def test_filters():
         filters["cuda13_step_durations"]([{"step": "a"}], FINISHED)
 
 
-def test_every_step_the_play_names_is_recorded_at_its_boundary():
-    """Each set_fact of __cuda13_step in the play's task files also appends that
-    very step to __cuda13_steps, so no step goes untimed."""
-    files = ["upgrade-host.yml", "rescue-host.yml", "result.yml"]
+def test_every_step_the_play_names_passes_through_the_step_file():
+    """Every step of the play begins with playbooks/tasks/step.yml (which both
+    appends the step to __cuda13_steps and records it on the host), and no
+    other task sets __cuda13_step, so no step goes untimed or unrecorded."""
+    files = ["upgrade-host.yml", "rescue-host.yml", "result.yml", "already-kept.yml"]
     found = []
 
     def walk(tasks):
         for task in tasks or []:
             facts = task.get("ansible.builtin.set_fact") or {}
-            if "__cuda13_step" in facts and facts["__cuda13_step"] != "done":
-                found.append(facts["__cuda13_step"])
-                assert f"'step': '{facts['__cuda13_step']}'" in facts["__cuda13_steps"], task["name"]
+            assert facts.get("__cuda13_step", "done") == "done", task["name"]
+            imported = str(task.get("ansible.builtin.import_tasks") or "")
+            if imported.endswith("step.yml"):
+                found.append(task["vars"]["__cuda13_next_step"])
             for key in ("block", "rescue", "always"):
                 walk(task.get(key))
 
@@ -129,3 +131,8 @@ def test_every_step_the_play_names_is_recorded_at_its_boundary():
         *["snapshot", "toolkit", "wheels", "sglang_build", "drain", "baseline", "switch", "verify"],
         *["rollback", "result", "artifact_cache", "undrain"],
     ]
+    step = yaml.safe_load((ROOT / "playbooks" / "tasks" / "step.yml").read_text())
+    facts = step[0]["ansible.builtin.set_fact"]
+    assert facts["__cuda13_step"] == "{{ __cuda13_next_step }}"
+    assert "'step': __cuda13_next_step" in facts["__cuda13_steps"]
+    assert step[1]["ansible.builtin.copy"]["dest"] == "{{ cuda13_state_dir }}/step.json"

@@ -344,6 +344,8 @@ class HostOutcome:
     role: str | None = None
     task: str | None = None
     message: str | None = None
+    #: The upgrade step the host was in (the play's ``__cuda13_step``), if any.
+    step: str | None = None
 
 
 def _action(event_data: Mapping[str, Any]) -> str:
@@ -384,6 +386,8 @@ class Progress:
         self.pid: int | None = None
         #: Per host, the step of its last event (what an interrupted run was doing).
         self.last_step: dict[str, str] = {}
+        #: Per host, the upgrade step it was in (the play's ``__cuda13_step``).
+        self.upgrade_step: dict[str, str] = {}
 
     def __call__(self, event: Mapping[str, Any]) -> bool:
         """Handle one runner event; returns True (keep the event in the artifacts)."""
@@ -401,6 +405,7 @@ class Progress:
                 self._outcome(host).failed = True
             for host in self.stats["dark"]:
                 self._outcome(host).unreachable = True
+                self._outcome(host).step = self.upgrade_step.get(host)
         elif kind == "runner_on_start":
             self._started(data)
         elif kind in _HOST_EVENTS:
@@ -441,6 +446,10 @@ class Progress:
         if action == "include_role" and kind == "runner_on_ok":
             self._included[host] = task
             return
+        res = data.get("res")
+        facts = res.get("ansible_facts") if isinstance(res, Mapping) else None
+        if kind == "runner_on_ok" and isinstance(facts, Mapping) and facts.get("__cuda13_step"):
+            self.upgrade_step[host] = str(facts["__cuda13_step"])
         key, label = self._step_of(host, data)
         if data.get("play_pattern") != "localhost":
             task_name = str(data.get("task") or "")
@@ -689,9 +698,11 @@ def host_outcomes(run: RunResult, command: Command) -> dict[str, dict[str, Any]]
     for host in run.hosts:
         seen = run.outcomes.get(host) or HostOutcome()
         if seen.unreachable or seen.failed:
+            # An unreachable host ran no rescue and wrote no result: the step
+            # it was in is the last one the play recorded (__cuda13_step).
             outcomes[host] = {
                 "status": "unreachable" if seen.unreachable else "failed",
-                "failed_step": seen.role or seen.play,
+                "failed_step": (seen.step if seen.unreachable else None) or seen.role or seen.play,
                 "failed_task": seen.task,
                 "error": seen.message,
             }

@@ -170,15 +170,25 @@ def profiles_of(results: list[dict[str, Any]]) -> list[str]:
 
 def decision_text(row: dict[str, Any]) -> str:
     """One phrase for a row's outcome: ``"kept"``, ``"rolled back at verify"``,
-    ``"failed at wheels"``, ``"not reached"``, with ``(check mode)`` or the run
-    that verified a host kept earlier and not measured again."""
+    ``"failed at wheels"``, ``"unreachable at step switch"``, ``"not
+    reached"``, with ``(check mode)``, the run that verified a host kept
+    earlier and not measured again (``"already kept (verified in run R)"``
+    when its stack digest matched and no role ran), and the earlier run this
+    one resolved (``"kept; resolved run R, stopped at step switch"``)."""
     status = str(row.get("status") or "unknown")
     text = _STATUS_TEXT.get(status, status)
     step = row.get("failed_step")
-    if status in ("rolled_back", "failed", "unreachable", "interrupted") and step:
+    if status == "unreachable" and step:
+        text += f" at step {step}"
+    elif status in ("rolled_back", "failed", "interrupted") and step:
         text += f" at {step}"
+    if status == "kept" and row.get("already_kept"):
+        text = "already kept"
     if status == "kept" and row.get("measured") is False and row.get("verified_in_run"):
         text += f" (verified in run {row['verified_in_run']})"
+    recovered = row.get("recovered")
+    if isinstance(recovered, dict) and recovered.get("run_id"):
+        text += f"; resolved run {recovered['run_id']}, stopped at step {recovered.get('step') or '?'}"
     if row.get("check_mode"):
         text += " (check mode)"
     return text
@@ -190,6 +200,8 @@ def summary_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     Each row (also the shape of ``summary.json``'s ``rows``)::
 
         {"host", "status", "decision", "check_mode", "measured", "verified_in_run",
+         "already_kept": bool, "recovered": {"run_id", "step", "started_at", "serving",
+                                             "recorded"} | None,
          "stack_before": {"venv", "cuda", "nvcc", "torch", "sglang"},
          "stack_after": {"venv", "torch", "torch_cuda"},
          "profiles": {name: {"before", "after", "after_rollback": tok/s | None,
@@ -221,6 +233,8 @@ def summary_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "check_mode": bool(r.get("check_mode")),
             "measured": r.get("measured"),
             "verified_in_run": r.get("verified_in_run"),
+            "already_kept": bool(r.get("already_kept")),
+            "recovered": r.get("recovered") if isinstance(r.get("recovered"), dict) else None,
             "stack_before": {k: before.get(k) for k in ("venv", "cuda", "nvcc", "torch", "sglang")},
             "stack_after": {k: after.get(k) for k in ("venv", "torch", "torch_cuda")},
             "profiles": {},

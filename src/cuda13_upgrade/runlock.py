@@ -118,3 +118,42 @@ def lock_verdict(
 def this_control_node() -> str:
     """This machine's host name, as ``hostname`` prints it."""
     return os.uname().nodename
+
+
+def stopped_run(
+    step_record: Mapping[str, Any] | None,
+    result: Mapping[str, Any] | None,
+    run_id: str,
+) -> dict[str, Any] | None:
+    """The earlier run that stopped on a host part way, or None.
+
+    ``step_record``: the host's ``step.json``, the last step boundary a run
+    passed (``playbooks/tasks/step.yml``: ``run_id``, ``step``,
+    ``started_at``, ``serving``, ``steps``), None or ``{}`` when there is
+    none. ``result``: the host's ``result.json``, if any. ``run_id``: this
+    run.
+
+    A run that ends, whatever its outcome, passes its ``result`` step; one
+    that lost its host (Ansible runs neither ``rescue`` nor ``always`` for an
+    unreachable host: ansible/ansible#13870), was killed or interrupted
+    stays at the step it was in. That run, when it is not this one, is the
+    one to resolve.
+
+    Returns ``{"run_id", "step", "started_at", "serving", "recorded"}``:
+    ``serving`` the venv the service pointed at when that step began,
+    ``recorded`` the status that run itself recorded in ``result.json``
+    (``"interrupted"`` after Ctrl-C of the ``cuda13-upgrade`` command) or
+    None.
+    """
+    record = step_record or {}
+    earlier = record.get("run_id")
+    if not earlier or earlier == run_id or record.get("step") in (None, "", "result"):
+        return None
+    result = result or {}
+    return {
+        "run_id": earlier,
+        "step": record.get("step"),
+        "started_at": record.get("started_at"),
+        "serving": record.get("serving"),
+        "recorded": result.get("status") if result.get("run_id") == earlier else None,
+    }

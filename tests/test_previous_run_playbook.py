@@ -1,0 +1,186 @@
+"""playbooks/tasks/previous-run.yml, already-kept.yml and step.yml on localhost.
+
+What a run reads first on a host: a kept host whose stack digest
+(hostscripts/stack_digest.py, run for real on this machine) still matches its
+result is "already kept" and ends after that one comparison; one whose stack
+differs goes on, saying what differed; a run that stopped part way (its step
+record at "switch", its lock left behind by an ansible-playbook that is gone)
+is named, its lock taken over, and the next step boundary is this run's.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DIGEST = REPO / "src" / "cuda13_upgrade" / "hostscripts" / "stack_digest.py"
+TARGET = {
+    "toolkit_release": "13.0",
+    "toolkit_package_version": "13.0.2-1",
+    "requirements": ["torch==2.9.1+cu130"],
+    "sglang_version": "v0.5.9",
+    "profiles": [{"name": "plain", "args": []}],
+}
+
+PLAY = """
+- hosts: all
+  gather_facts: false
+  tasks:
+    - ansible.builtin.import_role:
+        name: cuda13
+    - name: The validated options, as the preflight leaves them
+      ansible.builtin.set_fact:
+        nvidia_driver_check_options: {{cuda13_reverify: false}}
+    - ansible.builtin.import_tasks: {repo}/playbooks/tasks/lock.yml
+    - name: The run's target, as upgrade-host.yml notes it
+      ansible.builtin.set_fact:
+        __cuda13_started: "{{{{ now(utc=true).isoformat() }}}}"
+        __cuda13_status: failed
+        __cuda13_serving: "{{{{ cuda13_old_venv }}}}"
+        __cuda13_target: {target}
+    - ansible.builtin.import_tasks: {repo}/playbooks/tasks/previous-run.yml
+    - ansible.builtin.import_tasks: {repo}/playbooks/tasks/step.yml
+      vars:
+        __cuda13_next_step: snapshot
+    - name: Stands for the roles of the full run
+      ansible.builtin.copy:
+        content: walked
+        dest: "{{{{ cuda13_state_dir }}}}/walked"
+        mode: "0600"
+    - ansible.builtin.import_tasks: {repo}/playbooks/tasks/unlock.yml
+"""
+
+
+def _run(tmp_path: Path, run_id: str) -> subprocess.CompletedProcess:
+    # The host scripts are found as the upgrade play finds them: {{ playbook_dir }}/../src.
+    (tmp_path / "playbooks").mkdir(exist_ok=True)
+    if not (tmp_path / "src").exists():
+        (tmp_path / "src").symlink_to(REPO / "src")
+    play = tmp_path / "playbooks" / "play.yml"
+    play.write_text(PLAY.format(repo=REPO, target=json.dumps(TARGET)))
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_ROLES_PATH": str(REPO / "roles"),
+        "CUDA13_REPORTS_DIR": str(tmp_path / "reports"),
+    }
+    argv = [
+        str(Path(sys.executable).with_name("ansible-playbook")),
+        str(play),
+        "-i",
+        "localhost,",
+        "-c",
+        "local",
+        "-e",
+        f"ansible_python_interpreter={sys.executable}",
+        "-e",
+        f"cuda13_state_dir={tmp_path}/state",
+        "-e",
+        f"cuda13_new_venv={tmp_path}/venv",
+        "-e",
+        f"cuda13_old_venv={tmp_path}/old-venv",
+        "-e",
+        "cuda13_service_name=nosuch-cuda13-test.service",
+        "-e",
+        f"cuda13_run_id={run_id}",
+    ]
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=240)
+
+
+def _kept_host(tmp_path: Path) -> Path:
+    """A host whose run 20261201T101500Z kept the target, with the digest of its stack then."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    digest = json.loads(
+        subprocess.run(
+            [sys.executable, str(DIGEST), str(venv), "nosuch-cuda13-test.service"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
+    state = tmp_path / "state"
+    state.mkdir()
+    result = {
+        "host": "localhost",
+        "run_id": "20261201T101500Z",
+        "status": "kept",
+        "measured": True,
+        "verified_in_run": "20261201T101500Z",
+        "target": TARGET,
+        "stack_before": {"venv": "/opt/ml-env", "torch": "2.10.0+cu128"},
+        "stack_after": {"venv": "/opt/ml-env-cu130", "torch": "2.9.1+cu130", "torch_cuda": "13.0"},
+        "stack_digest": digest,
+        "finished_at": "2026-12-01T10:58:00+00:00",
+    }
+    (state / "result.json").write_text(json.dumps(result))
+    (state / "step.json").write_text(json.dumps({"run_id": "20261201T101500Z", "step": "result"}))
+    return state
+
+
+def test_a_kept_host_whose_stack_is_unchanged_is_already_kept_and_ends_there(tmp_path):
+    state = _kept_host(tmp_path)
+    proc = _run(tmp_path, "r-again")
+    out = " ".join(proc.stdout.split())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "localhost: already kept: run 20261201T101500Z verified this target" in out
+    assert not (state / "walked").exists()
+    assert not (state / "run.lock").exists()
+    result = json.loads((tmp_path / "reports" / "r-again" / "localhost" / "result.json").read_text())
+    assert (result["status"], result["already_kept"], result["measured"]) == ("kept", True, False)
+    assert result["verified_in_run"] == "20261201T101500Z"
+    assert result["stack_after"]["torch"] == "2.9.1+cu130"
+    summary = (tmp_path / "reports" / "r-again" / "summary.md").read_text()
+    assert "| localhost | already kept (verified in run 20261201T101500Z) |" in summary
+    # The host keeps the verified record, digest and all.
+    assert json.loads((state / "result.json").read_text())["run_id"] == "20261201T101500Z"
+
+
+def test_a_kept_host_whose_stack_differs_goes_through_the_full_run_and_says_what_differed(tmp_path):
+    state = _kept_host(tmp_path)
+    result = json.loads((state / "result.json").read_text())
+    result["stack_digest"]["parts"]["toolkit"] = "0" * 64
+    (state / "result.json").write_text(json.dumps(result))
+    proc = _run(tmp_path, "r-again")
+    out = " ".join(proc.stdout.split())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (
+        "localhost: not already kept: its stack differs from the one run 20261201T101500Z kept: toolkit;"
+        " the full run follows." in out
+    )
+    assert (state / "walked").exists()
+
+
+def test_a_run_that_stopped_after_the_switch_is_named_and_its_lock_taken_over(tmp_path):
+    """What a run that lost its host after the switch leaves: the lock of an
+    ansible-playbook that has ended, the step record at "switch", no result."""
+    state = tmp_path / "state"
+    (state / "run.lock").mkdir(parents=True)
+    # Above Linux's largest pid (pid_max is at most 2**22): no process has it.
+    owner = {"run_id": "20261201T101500Z", "control_node": socket.gethostname(), "pid": 2**22 + 17}
+    (state / "run.lock" / "owner.json").write_text(json.dumps(owner))
+    step = {
+        "run_id": "20261201T101500Z",
+        "step": "switch",
+        "started_at": "2026-12-01T10:41:07+00:00",
+        "serving": "/opt/ml-env",
+        "steps": ["snapshot", "switch"],
+    }
+    (state / "step.json").write_text(json.dumps(step))
+    proc = _run(tmp_path, "r-next")
+    out = " ".join(proc.stdout.split())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "took over the lock" in out and "of run 20261201T101500Z" in out
+    assert "That run had begun step switch at 2026-12-01T10:41:07+00:00." in out
+    assert "localhost: run 20261201T101500Z stopped at step switch (begun 2026-12-01T10:41:07+00:00" in out
+    assert (state / "walked").exists()
+    assert not (state / "run.lock").exists()
+    record = json.loads((state / "step.json").read_text())
+    assert (record["run_id"], record["step"], record["steps"]) == ("r-next", "snapshot", ["snapshot"])
+    assert record["serving"] == f"{tmp_path}/old-venv"
+    assert record["target"] == TARGET
