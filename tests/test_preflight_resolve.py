@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _preflight(tmp_path, mirror_url, requirements):
+def _preflight(tmp_path, mirror_url, requirements, hosts="localhost,"):
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
     extra = {
         "cuda13_target_hosts": "all",
@@ -41,7 +42,7 @@ def _preflight(tmp_path, mirror_url, requirements):
     argv = [
         str(Path(sys.executable).with_name("ansible-playbook")),
         str(REPO / "playbooks" / "preflight.yml"),
-        *("-i", "localhost,", "-c", "local", "-e", json.dumps(extra)),
+        *("-i", hosts, "-c", "local", "-e", json.dumps(extra)),
     ]
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
 
@@ -61,6 +62,20 @@ def test_an_unresolvable_target_is_refused_before_any_change(tmp_path, mirror_ur
     assert "sglang 0.5.9 depends on flashinfer_python==0.6.3" in out
     assert "Change cu130_wheels_requirements, sglang_build_version" in out
     assert "Nothing on the host was changed" in out
+    assert not (tmp_path / "venv").exists()
+
+
+def test_a_pin_no_index_has_is_refused_on_every_host_of_its_target_before_any_change(tmp_path, mirror_url):
+    # The torch pin molecule midway's bad-wheel host had: pip's resolver refuses it in the
+    # preflight, on the host that resolves the target, and so on the host that shares it.
+    pins = ["torch==2.99.0+cu130", "sgl-kernel==0.3.21+cu130"]
+    proc = _preflight(tmp_path, mirror_url, pins, hosts="canary,follower")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    assert "canary: no index has torch==2.99.0+cu130" in out
+    assert "follower: its target is the one canary resolves, and that target was refused" in out
+    for host in ("canary", "follower"):
+        assert re.search(rf"^{host} +: ok=\d+ +changed=0 .* failed=1 ", out, re.M), out[-800:]
     assert not (tmp_path / "venv").exists()
 
 

@@ -170,8 +170,9 @@ def profiles_of(results: list[dict[str, Any]]) -> list[str]:
 
 def decision_text(row: dict[str, Any]) -> str:
     """One phrase for a row's outcome: ``"kept"``, ``"rolled back at verify"``,
-    ``"failed at wheels"``, ``"not reached"``, with ``(check mode)`` or the run
-    that verified a host kept earlier and not measured again."""
+    ``"failed at wheels"``, ``"not reached"``, ``"staged in 4 min 10 s"`` (playbooks/stage.yml),
+    with ``(check mode)``, the run that verified a host kept earlier and not measured again, or
+    the run that staged the host's new stack (``"kept (staged in run R)"``)."""
     status = str(row.get("status") or "unknown")
     text = _STATUS_TEXT.get(status, status)
     step = row.get("failed_step")
@@ -179,6 +180,10 @@ def decision_text(row: dict[str, Any]) -> str:
         text += f" at {step}"
     if status == "kept" and row.get("measured") is False and row.get("verified_in_run"):
         text += f" (verified in run {row['verified_in_run']})"
+    if status == "staged" and row.get("duration_s") is not None:
+        text += f" in {format_duration(row['duration_s'])}"
+    if row.get("staged_in"):
+        text += f" (staged in run {row['staged_in']})"
     if row.get("check_mode"):
         text += " (check mode)"
     return text
@@ -198,7 +203,8 @@ def summary_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
          "diagnosis": {"kind", "cause", "remedy", ...} | None,
          "rollback": {"performed": bool, "seconds": float | None, "confirmed": bool | None},
          "started_at", "finished_at", "duration_s": float | None,
-         "steps": {step: seconds}, "out_of_service_s": float | None}
+         "steps": {step: seconds}, "out_of_service_s": float | None,
+         "resolved_target": ["name==version", ...], "staged_in": run id | None}
 
     and per profile also ``"tolerance_pct"``, ``"spread": {phase: {"min",
     "median", "max", "n"} | None}`` and ``"trials": {phase: [tok/s, ...]}``
@@ -238,6 +244,8 @@ def summary_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "duration_s": _duration_s(r.get("started_at"), r.get("finished_at")),
             "steps": _steps(r.get("steps")),
             "out_of_service_s": _number(r.get("out_of_service_s")),
+            "resolved_target": [str(p) for p in (r.get("resolved_target") or [])],
+            "staged_in": r.get("staged_in"),
         }
         for name in profiles:
             decision = decisions.get(name) or {}
@@ -501,7 +509,20 @@ def render_markdown(run_id: str, rows: list[dict[str, Any]]) -> str:
     lines += _durations_table(rows)
     lines += _probe_lines(rows)
     lines += _command_lines(rows)
+    lines += _resolved_lines(rows)
     return "\n".join(lines) + "\n"
+
+
+def _resolved_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The resolved targets the hosts installed: one entry per distinct set, naming its hosts."""
+    sets: dict[tuple[str, ...], list[str]] = {}
+    for row in rows:
+        if row.get("resolved_target"):
+            sets.setdefault(tuple(row["resolved_target"]), []).append(str(row["host"]))
+    lines: list[str] = []
+    for target, hosts in sets.items():
+        lines.append(f"- {', '.join(hosts)}: {len(target)} distributions: {', '.join(target)}")
+    return ["", "## Resolved target", "", *lines] if lines else []
 
 
 def _durations_table(rows: list[dict[str, Any]]) -> list[str]:
