@@ -17,7 +17,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _preflight(tmp_path, mirror_url, requirements, hosts="localhost,"):
+def _preflight(tmp_path, mirror_url, requirements, hosts="localhost,", kernel_index="sgl-whl/cu130"):
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
     extra = {
         "cuda13_target_hosts": "all",
@@ -31,7 +31,7 @@ def _preflight(tmp_path, mirror_url, requirements, hosts="localhost,"):
         "cu130_wheels_python": sys.executable,
         "cuda13_wheels_index_url": f"{mirror_url}/whl/cu130",
         "cuda13_wheels_extra_index_urls": [
-            f"{mirror_url}/sgl-whl/cu130",
+            f"{mirror_url}/{kernel_index}",
             f"{mirror_url}/flashinfer-whl/cu130",
             f"{mirror_url}/pypi/simple",
         ],
@@ -93,3 +93,20 @@ def test_a_coherent_target_resolves_and_is_recorded(tmp_path, mirror_url):
     for pin in ("torch==2.9.1+cu130", "nvidia-cudnn-cu13==9.13.0.50", "sglang==0.5.9", "triton==3.5.1"):
         assert pin in out
     assert not (tmp_path / "venv").exists()
+
+
+def test_the_cuda_12_8_kernel_resolves_so_only_the_check_after_install_refuses_it(tmp_path, mirror_url):
+    # Molecule midway's bad-wheel host: SGLang 0.5.9 requires sgl-kernel==0.3.21, which the
+    # +cu128 build satisfies, so pip's resolver accepts it; the stack check after the install
+    # refuses it ("is built for CUDA 12.8", tests/test_filters.py).
+    pins = [
+        "torch==2.9.1+cu130",
+        "sgl-kernel==0.3.21+cu128",
+        "flashinfer-python==0.6.3",
+        "flashinfer-cubin==0.6.3",
+        "flashinfer-jit-cache==0.6.3+cu130",
+    ]
+    proc = _preflight(tmp_path, mirror_url, pins, kernel_index="sgl-whl/cu128")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "sgl-kernel==0.3.21+cu128" in out
