@@ -24,27 +24,43 @@ DOCUMENTATION = r"""
     positional: _input
     options:
       _input: {description: the parsed JSON of pip's --report, type: dict, required: true}
+  - name: cuda13_resolved_requirements
+    short_description: The requirements file of a resolved set (name==version, --hash=sha256).
+    positional: _input, exclude
+    options:
+      _input: {description: the resolved set (cuda13_resolved_set), type: list, required: true}
+      exclude: {description: names to leave out, type: list, default: []}
+  - name: cuda13_resolution_leaders
+    short_description: Host -> the host whose resolution it installs (first host of each key).
+    positional: _input, hosts
+    options:
+      _input: {description: host -> key of what its resolution reads, type: dict, required: true}
+      hosts: {description: the run's hosts in order, type: list, required: true}
 """
 
 EXAMPLES = r"""
 msg: "{{ resolve.stderr | cuda13_resolution_refusal }}"
 target: "{{ resolve.stdout | from_json | cuda13_resolved_set }}"
+content: "{{ cu130_wheels_resolved_target | cuda13_resolved_requirements(['sglang']) }}"
+leader: "{{ (keys | cuda13_resolution_leaders(ansible_play_hosts))[inventory_hostname] }}"
 """
 
 RETURN = r"""
   _value:
-    description: The message (str) or the resolved set (list of dicts).
+    description: >-
+      The message (str), the resolved set (list of dicts), the requirements file (str)
+      or host -> host (dict).
 """
 
 
 def _typed(func, kind):
-    def filter_(value):
+    def filter_(value, *args):
         if not isinstance(value, kind):
             raise AnsibleFilterError(
                 f"{func.__name__} expects a {kind.__name__}, got {type(value).__name__}: {value!r}"
             )
         try:
-            return func(value)
+            return func(value, *args)
         except ValueError as exc:
             raise AnsibleFilterError(str(exc)) from exc
 
@@ -57,4 +73,6 @@ class FilterModule:
         return {
             "cuda13_resolution_refusal": _typed(resolve.refusal_message, str),
             "cuda13_resolved_set": _typed(resolve.resolved_set, dict),
+            "cuda13_resolved_requirements": _typed(resolve.resolved_requirements, list),
+            "cuda13_resolution_leaders": _typed(resolve.resolution_leaders, dict),
         }

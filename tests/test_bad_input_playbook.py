@@ -37,6 +37,9 @@ def _preflight(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
     argv = [
         str(Path(sys.executable).with_name("ansible-playbook")),
         str(REPO / "playbooks" / "preflight.yml"),
+        # localhost has no package index: the resolution is tests/test_preflight_resolve.py's
+        "-e",
+        "cuda13_preflight_resolve=false",
         "-i",
         "localhost,",
         "-c",
@@ -178,6 +181,9 @@ def table_run(tmp_path_factory):
     argv = [
         str(Path(sys.executable).with_name("ansible-playbook")),
         str(REPO / "playbooks" / "preflight.yml"),
+        # localhost has no package index: the resolution is tests/test_preflight_resolve.py's
+        "-e",
+        "cuda13_preflight_resolve=false",
         "-i",
         str(inventory),
         "-e",

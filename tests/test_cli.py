@@ -89,6 +89,17 @@ def test_parse_reports_dir_from_option_or_environment(tmp_path, inventory, monke
     assert cli.playbook_path(options) == ROOT / "playbooks" / "preflight.yml"
 
 
+def test_stage_runs_the_stage_playbook_and_a_staged_host_is_fine(tmp_path, inventory):
+    options = cli.parse_args(["stage", "-i", str(inventory)], cwd=tmp_path)
+    assert cli.playbook_path(options) == ROOT / "playbooks" / "stage.yml"
+    command = cli.COMMANDS["stage"]
+    assert cli.exit_status([{"status": "staged"}], 0, [command.ok_status]) == cli.EXIT_OK
+    assert (
+        cli.exit_status([{"status": "staged"}, {"status": "failed"}], 2, [command.ok_status])
+        == cli.EXIT_HOSTS
+    )
+
+
 def test_a_host_list_is_an_inventory(tmp_path):
     options = cli.parse_args(["preflight", "-i", "node-a,node-b,"], cwd=tmp_path)
     assert options.inventory == "node-a,node-b,"

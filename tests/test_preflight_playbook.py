@@ -15,6 +15,9 @@ def _preflight(tmp_path, *extra):
     argv = [
         str(Path(sys.executable).with_name("ansible-playbook")),
         str(REPO / "playbooks" / "preflight.yml"),
+        # localhost has no package index: the resolution is tests/test_preflight_resolve.py's
+        "-e",
+        "cuda13_preflight_resolve=false",
         "-i",
         "localhost,",
         "-c",
@@ -81,6 +84,12 @@ def test_one_refused_host_stops_the_run_after_every_host_was_checked(tmp_path):
         [
             str(Path(sys.executable).with_name("ansible-playbook")),
             str(REPO / "playbooks" / "preflight.yml"),
+            # localhost has no package index: the resolution is tests/test_preflight_resolve.py's
+            "-e",
+            "cuda13_preflight_resolve=false",
+            # localhost has no package index: the resolution is tests/test_preflight_resolve.py's
+            "-e",
+            "cuda13_preflight_resolve=false",
             "-i",
             str(inventory),
         ],
@@ -107,6 +116,9 @@ def _preflight_with_state(tmp_path, state, *extra):
     argv = [
         str(Path(sys.executable).with_name("ansible-playbook")),
         str(REPO / "playbooks" / "preflight.yml"),
+        # localhost has no package index: the resolution is tests/test_preflight_resolve.py's
+        "-e",
+        "cuda13_preflight_resolve=false",
         "-i",
         "localhost,",
         "-c",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _preflight(tmp_path, mirror_url, requirements):
+def _preflight(tmp_path, mirror_url, requirements, hosts="localhost,", kernel_index="sgl-whl/cu130"):
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
     extra = {
         "cuda13_target_hosts": "all",
@@ -30,7 +31,7 @@ def _preflight(tmp_path, mirror_url, requirements):
         "cu130_wheels_python": sys.executable,
         "cuda13_wheels_index_url": f"{mirror_url}/whl/cu130",
         "cuda13_wheels_extra_index_urls": [
-            f"{mirror_url}/sgl-whl/cu130",
+            f"{mirror_url}/{kernel_index}",
             f"{mirror_url}/flashinfer-whl/cu130",
             f"{mirror_url}/pypi/simple",
         ],
@@ -41,7 +42,7 @@ def _preflight(tmp_path, mirror_url, requirements):
     argv = [
         str(Path(sys.executable).with_name("ansible-playbook")),
         str(REPO / "playbooks" / "preflight.yml"),
-        *("-i", "localhost,", "-c", "local", "-e", json.dumps(extra)),
+        *("-i", hosts, "-c", "local", "-e", json.dumps(extra)),
     ]
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
 
@@ -64,6 +65,20 @@ def test_an_unresolvable_target_is_refused_before_any_change(tmp_path, mirror_ur
     assert not (tmp_path / "venv").exists()
 
 
+def test_a_pin_no_index_has_is_refused_on_every_host_of_its_target_before_any_change(tmp_path, mirror_url):
+    # The torch pin molecule midway's bad-wheel host had: pip's resolver refuses it in the
+    # preflight, on the host that resolves the target, and so on the host that shares it.
+    pins = ["torch==2.99.0+cu130", "sgl-kernel==0.3.21+cu130"]
+    proc = _preflight(tmp_path, mirror_url, pins, hosts="canary,follower")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    assert "canary: no index has torch==2.99.0+cu130" in out
+    assert "follower: its target is the one canary resolves, and that target was refused" in out
+    for host in ("canary", "follower"):
+        assert re.search(rf"^{host} +: ok=\d+ +changed=0 .* failed=1 ", out, re.M), out[-800:]
+    assert not (tmp_path / "venv").exists()
+
+
 def test_a_coherent_target_resolves_and_is_recorded(tmp_path, mirror_url):
     pins = [
         "torch==2.9.1+cu130",
@@ -78,3 +93,20 @@ def test_a_coherent_target_resolves_and_is_recorded(tmp_path, mirror_url):
     for pin in ("torch==2.9.1+cu130", "nvidia-cudnn-cu13==9.13.0.50", "sglang==0.5.9", "triton==3.5.1"):
         assert pin in out
     assert not (tmp_path / "venv").exists()
+
+
+def test_the_cuda_12_8_kernel_resolves_so_only_the_check_after_install_refuses_it(tmp_path, mirror_url):
+    # Molecule midway's bad-wheel host: SGLang 0.5.9 requires sgl-kernel==0.3.21, which the
+    # +cu128 build satisfies, so pip's resolver accepts it; the stack check after the install
+    # refuses it ("is built for CUDA 12.8", tests/test_filters.py).
+    pins = [
+        "torch==2.9.1+cu130",
+        "sgl-kernel==0.3.21+cu128",
+        "flashinfer-python==0.6.3",
+        "flashinfer-cubin==0.6.3",
+        "flashinfer-jit-cache==0.6.3+cu130",
+    ]
+    proc = _preflight(tmp_path, mirror_url, pins, kernel_index="sgl-whl/cu128")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "sgl-kernel==0.3.21+cu128" in out

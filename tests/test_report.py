@@ -91,6 +91,8 @@ def _result(host: str, **over: Any) -> dict[str, Any]:
         "rollback": {"performed": False, "seconds": None, "checks": {}, "confirmed": None},
         "steps": [],
         "out_of_service_s": None,
+        "resolved_target": [],
+        "staged_in": None,
     }
     result.update(over)
     return result
@@ -547,6 +549,33 @@ def test_already_kept_and_resolved_decisions():
 def test_cells_escape_pipes_and_newlines():
     rows = report.summary_rows([_result("a", status="failed", reason="a | b\nc")])
     assert "| a \\| b c |" in report.render_markdown("x", rows)
+
+
+def test_staged_hosts_show_how_long_staging_took_and_the_rollout_names_the_stage_run():
+    staged = _result("a", status="staged", started_at="2025-01-01T12:00:00+00:00")
+    staged["finished_at"] = "2025-01-01T12:04:10+00:00"
+    rows = report.summary_rows([staged, _result("b", staged_in="20250101T110000Z")])
+    assert rows[0]["decision"] == "staged in 4 min 10 s"
+    assert rows[1]["decision"] == "kept (staged in run 20250101T110000Z)"
+    assert "1 staged" in report.render_markdown("x", rows)
+
+
+def test_the_summary_names_the_resolved_target_and_the_hosts_that_share_it():
+    canary = ["sgl-kernel==0.3.21+cu130", "torch==2.9.1+cu130"]
+    odd = ["sgl-kernel==0.3.21+cu128", "torch==2.9.1+cu130"]
+    rows = report.summary_rows(
+        [
+            _result("a", resolved_target=canary),
+            _result("b", resolved_target=canary),
+            _result("c", resolved_target=odd),
+        ]
+    )
+    assert rows[0]["resolved_target"] == canary
+    markdown = report.render_markdown("x", rows)
+    assert "## Resolved target" in markdown
+    assert "- a, b: 2 distributions: sgl-kernel==0.3.21+cu130, torch==2.9.1+cu130" in markdown
+    assert "- c: 2 distributions: sgl-kernel==0.3.21+cu128, torch==2.9.1+cu130" in markdown
+    assert "## Resolved target" not in report.render_markdown("x", report.summary_rows([_result("a")]))
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ and a metadata-only SGLang wheel that declares what the real release declares
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +26,8 @@ from cuda13_upgrade.resolve import (
     pin_conflicts,
     pinned_versions,
     refusal_message,
+    resolution_leaders,
+    resolved_requirements,
     resolved_set,
 )
 
@@ -164,3 +167,83 @@ def test_resolved_set_refuses_what_is_not_a_report():
 
 def test_text_without_a_resolver_refusal_is_not_one():
     assert parse_pip_resolution_error("ERROR: Could not install packages due to an OSError\n") is None
+
+
+# -- the resolved set as what the wheels role installs ------------------------------------
+
+_RESOLVED = [
+    {"name": "torch", "version": "2.9.1+cu130", "url": "http://i/torch.whl", "sha256": "a" * 64},
+    {"name": "sglang", "version": "0.5.9", "url": "git+http://i/sglang.git", "sha256": None},
+    {"name": "Flashinfer_Python", "version": "0.6.3", "url": "http://i/fi.whl", "sha256": "b" * 64},
+]
+
+
+def test_resolved_requirements_pins_every_distribution_with_its_hash():
+    text = resolved_requirements(_RESOLVED, ["sglang"])
+    assert text == (
+        f"flashinfer-python==0.6.3 --hash=sha256:{'b' * 64}\ntorch==2.9.1+cu130 --hash=sha256:{'a' * 64}\n"
+    )
+
+
+def test_resolved_requirements_without_every_hash_writes_none():
+    # pip's hash-checking mode covers the whole file once one line has a hash.
+    text = resolved_requirements(_RESOLVED)
+    assert text == "flashinfer-python==0.6.3\nsglang==0.5.9\ntorch==2.9.1+cu130\n"
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"name": "torch"}, "not a resolved distribution"),
+        (
+            {"name": "torch", "version": "2.9.1", "sha256": "xyz"},
+            "not a sha256 (64 hex digits) for torch: 'xyz'",
+        ),
+    ],
+)
+def test_resolved_requirements_refuses_what_is_not_a_resolved_set(entry, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        resolved_requirements([entry])
+
+
+def test_one_resolution_per_distinct_target():
+    keys = {"canary": "k1", "node-2": "k1", "odd": "k2", "node-3": "k1", "odd-2": "k2"}
+    leaders = resolution_leaders(keys, ["canary", "node-2", "odd", "node-3", "odd-2"])
+    assert leaders == {
+        "canary": "canary",
+        "node-2": "canary",
+        "odd": "odd",
+        "node-3": "canary",
+        "odd-2": "odd",
+    }
+    with pytest.raises(ValueError, match="no resolution key for host 'lost'"):
+        resolution_leaders(keys, ["lost"])
+
+
+def test_pip_installs_exactly_the_resolved_set_with_hashes(mirror_url, sglang_links, tmp_path):
+    # What pip resolved (with the index's sha256) installs with --require-hashes --no-deps.
+    proc = _pip_report(
+        mirror_url, sglang_links, "cu130", "sglang==0.5.9", *testkit.stack_requirements("cu130")[:-1]
+    )
+    assert proc.returncode == 0, proc.stderr
+    resolved = resolved_set(proc.report)
+    requirements = tmp_path / "resolved.txt"
+    requirements.write_text(resolved_requirements(resolved, ["sglang"]))
+    assert "--hash=sha256:" in requirements.read_text()
+    python = testkit.make_venv(tmp_path / "venv")
+    argv = [
+        str(python),
+        "-m",
+        "pip",
+        "--isolated",
+        "install",
+        "--no-deps",
+        "--require-hashes",
+        "--no-cache-dir",
+    ]
+    argv += ["-r", str(requirements), *testkit.index_args(mirror_url, "cu130")]
+    install = subprocess.run(argv, capture_output=True, text=True, env=testkit.clean_env(), timeout=600)
+    assert install.returncode == 0, install.stderr
+    freeze = subprocess.run([str(python), "-m", "pip", "freeze"], capture_output=True, text=True, check=True)
+    installed = {line.split("==")[0].lower() for line in freeze.stdout.split()}
+    assert installed == {d["name"] for d in resolved} - {"sglang"}

@@ -7,7 +7,7 @@
     cuda13-upgrade report    --run-id 20250101T120000Z
 
 Each playbook subcommand runs one playbook of the checkout (``rollout``:
-``upgrade-cuda13.yml``; ``preflight``, ``verify``, ``rollback``:
+``upgrade-cuda13.yml``; ``stage``, ``preflight``, ``verify``, ``rollback``:
 ``playbooks/<name>.yml``) with ``ansible_runner.run``, shows each host's
 progress while it runs (:mod:`cuda13_upgrade.progress`: a live view on a
 terminal, timestamped lines without one), then writes and prints the fleet report of
@@ -85,6 +85,13 @@ COMMANDS: dict[str, Command] = {
         "kept",
         report.NOT_REACHED,
         "upgrade hosts to the CUDA 13 stack, keep it where it is not slower, roll back elsewhere",
+    ),
+    "stage": Command(
+        "stage",
+        "playbooks/stage.yml",
+        "staged",
+        report.NOT_REACHED,
+        "build and check the new stack beside the serving one on every host, outside the service window",
     ),
     "preflight": Command(
         "preflight",
@@ -803,7 +810,7 @@ def run_command(options: Options, stream: TextIO | None = None) -> int:
 
 
 #: Commands whose playbooks take the hosts' locks (playbooks/tasks/lock.yml).
-_LOCKING = ("rollout", "rollback")
+_LOCKING = ("rollout", "stage", "rollback")
 
 
 def _after_interrupt(

@@ -171,10 +171,12 @@ def profiles_of(results: list[dict[str, Any]]) -> list[str]:
 def decision_text(row: dict[str, Any]) -> str:
     """One phrase for a row's outcome: ``"kept"``, ``"rolled back at verify"``,
     ``"failed at wheels"``, ``"unreachable at step switch"``, ``"not
-    reached"``, with ``(check mode)``, the run that verified a host kept
-    earlier and not measured again (``"already kept (verified in run R)"``
-    when its stack digest matched and no role ran), and the earlier run this
-    one resolved (``"kept; resolved run R, stopped at step switch"``)."""
+    reached"``, ``"staged in 4 min 10 s"`` (playbooks/stage.yml), with
+    ``(check mode)``, the run that verified a host kept earlier and not measured
+    again (``"already kept (verified in run R)"`` when its stack digest matched
+    and no role ran), the earlier run this one resolved (``"kept; resolved run
+    R, stopped at step switch"``), and the run that staged the host's new stack
+    (``"kept (staged in run R)"``)."""
     status = str(row.get("status") or "unknown")
     text = _STATUS_TEXT.get(status, status)
     step = row.get("failed_step")
@@ -189,6 +191,10 @@ def decision_text(row: dict[str, Any]) -> str:
     recovered = row.get("recovered")
     if isinstance(recovered, dict) and recovered.get("run_id"):
         text += f"; resolved run {recovered['run_id']}, stopped at step {recovered.get('step') or '?'}"
+    if status == "staged" and row.get("duration_s") is not None:
+        text += f" in {format_duration(row['duration_s'])}"
+    if row.get("staged_in"):
+        text += f" (staged in run {row['staged_in']})"
     if row.get("check_mode"):
         text += " (check mode)"
     return text
@@ -210,7 +216,8 @@ def summary_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
          "diagnosis": {"kind", "cause", "remedy", ...} | None,
          "rollback": {"performed": bool, "seconds": float | None, "confirmed": bool | None},
          "started_at", "finished_at", "duration_s": float | None,
-         "steps": {step: seconds}, "out_of_service_s": float | None}
+         "steps": {step: seconds}, "out_of_service_s": float | None,
+         "resolved_target": ["name==version", ...], "staged_in": run id | None}
 
     and per profile also ``"tolerance_pct"``, ``"spread": {phase: {"min",
     "median", "max", "n"} | None}`` and ``"trials": {phase: [tok/s, ...]}``
@@ -252,6 +259,8 @@ def summary_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "duration_s": _duration_s(r.get("started_at"), r.get("finished_at")),
             "steps": _steps(r.get("steps")),
             "out_of_service_s": _number(r.get("out_of_service_s")),
+            "resolved_target": [str(p) for p in (r.get("resolved_target") or [])],
+            "staged_in": r.get("staged_in"),
         }
         for name in profiles:
             decision = decisions.get(name) or {}
@@ -515,7 +524,20 @@ def render_markdown(run_id: str, rows: list[dict[str, Any]]) -> str:
     lines += _durations_table(rows)
     lines += _probe_lines(rows)
     lines += _command_lines(rows)
+    lines += _resolved_lines(rows)
     return "\n".join(lines) + "\n"
+
+
+def _resolved_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The resolved targets the hosts installed: one entry per distinct set, naming its hosts."""
+    sets: dict[tuple[str, ...], list[str]] = {}
+    for row in rows:
+        if row.get("resolved_target"):
+            sets.setdefault(tuple(row["resolved_target"]), []).append(str(row["host"]))
+    lines: list[str] = []
+    for target, hosts in sets.items():
+        lines.append(f"- {', '.join(hosts)}: {len(target)} distributions: {', '.join(target)}")
+    return ["", "## Resolved target", "", *lines] if lines else []
 
 
 def _durations_table(rows: list[dict[str, Any]]) -> list[str]:

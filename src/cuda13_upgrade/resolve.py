@@ -37,6 +37,10 @@ __all__ = [
     "parse_pip_resolution_error",
     "pin_conflicts",
     "pinned_versions",
+    "refusal_message",
+    "resolution_leaders",
+    "resolved_requirements",
+    "resolved_set",
 ]
 
 # The target of the upgrade: a Linux x86_64 host with CPython (python_version set per call).
@@ -251,3 +255,64 @@ def resolved_set(report: dict) -> list[dict]:
             }
         )
     return sorted(out, key=lambda d: d["name"])
+
+
+def resolved_requirements(resolved: list[dict], exclude: Iterable[str] = ()) -> str:
+    """The requirements file that installs exactly a resolved set (:func:`resolved_set`).
+
+    One ``name==version`` line per distribution, sorted by name, each with
+    ``--hash=sha256:<hex>`` when every distribution has a sha256 (pip's hash-checking mode
+    applies to the whole file once one line has a hash, so a set with a distribution the index
+    gave no hash for is written without hashes). Install it with ``--no-deps``: the set is
+    already closed under its dependencies (pip's resolver made it).
+
+    Args:
+        resolved: ``[{"name", "version", "sha256" (hex or None), ...}]``.
+        exclude: names of distributions to leave out (``["sglang"]``: built by sglang_build).
+
+    Returns:
+        The file's text, ending in a newline; ``""`` when nothing is left.
+
+    Raises:
+        ValueError: an entry without a name or version, or a sha256 that is not 64 hex digits.
+    """
+    skip = {canonicalize_name(name) for name in exclude}
+    entries = []
+    for item in resolved:
+        if not isinstance(item, dict) or not item.get("name") or not item.get("version"):
+            raise ValueError(f"not a resolved distribution (name and version): {item!r}")
+        if canonicalize_name(item["name"]) in skip:
+            continue
+        sha = item.get("sha256")
+        if sha is not None and not re.fullmatch(r"[0-9a-f]{64}", str(sha)):
+            raise ValueError(f"not a sha256 (64 hex digits) for {item['name']}: {sha!r}")
+        entries.append((canonicalize_name(item["name"]), str(item["version"]), sha))
+    entries.sort()
+    hashed = all(sha for _, _, sha in entries)
+    return "".join(
+        f"{name}=={version}" + (f" --hash=sha256:{sha}" if hashed else "") + "\n"
+        for name, version, sha in entries
+    )
+
+
+def resolution_leaders(keys: Mapping[str, str], hosts: Iterable[str]) -> dict[str, str]:
+    """Which host resolves for which: one resolution per distinct target of a run.
+
+    Args:
+        keys: host name -> the key of what its resolution reads (its pins, SGLang
+            requirement, sources, pip arguments and Python, e.g. their JSON's sha1).
+        hosts: the run's hosts in inventory order (the first of a key resolves for the rest).
+
+    Returns:
+        host -> the host whose resolution it installs (itself for the first of each key).
+
+    Raises:
+        ValueError: a host without a key.
+    """
+    first: dict[str, str] = {}
+    out: dict[str, str] = {}
+    for host in hosts:
+        if host not in keys:
+            raise ValueError(f"no resolution key for host {host!r}")
+        out[host] = first.setdefault(keys[host], host)
+    return out

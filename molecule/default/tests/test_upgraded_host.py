@@ -10,6 +10,18 @@ def _snapshot(host):
     return json.loads(host.file("/var/lib/cuda13-upgrade/snapshots/pre-upgrade.json").content_string)
 
 
+def test_the_upgrade_went_on_with_the_staged_stack(host):
+    staged = json.loads(host.file("/var/lib/cuda13-upgrade/staged.json").content_string)
+    result = json.loads(host.file("/var/lib/cuda13-upgrade/result.json").content_string)
+    assert result["status"] == "kept"
+    assert result["staged_in"] == staged["run_id"] == "molecule-default-stage"
+    # What the preflight resolved is what was staged and what serves now.
+    assert "torch==2.9.1+cu130" in result["resolved_target"]
+    assert result["resolved_target"] == staged["resolved_target"]
+    freeze = host.check_output("/opt/ml-env-cu130/bin/python -m pip --isolated freeze --all").splitlines()
+    assert freeze == staged["freeze"]
+
+
 def test_usr_local_cuda_resolves_to_13_0(host):
     assert host.check_output("readlink -f /usr/local/cuda") == "/usr/local/cuda-13.0"
     assert "release 13.0, V13.0.88" in host.check_output("/usr/local/cuda/bin/nvcc --version")

@@ -38,6 +38,14 @@ def test_failed_host_is_back_on_the_old_stack(hosts, name, step):
     assert stream_decode(host, max_tokens=32, trials=1)["trials"][0]["tokens"] == 32
 
 
+def test_bad_wheel_resolved_installed_and_refused_by_the_stack_check(hosts):
+    # pip's resolver accepted the CUDA 12.8 kernel (its version is SGLang's pin); the
+    # host got exactly the resolved set, and the check after the install refused it.
+    result = json.loads(hosts["bad-wheel"].file("/var/lib/cuda13-upgrade/result.json").content_string)
+    assert "sgl-kernel==0.3.21+cu128" in result["resolved_target"]
+    assert "sgl-kernel 0.3.21+cu128 is built for CUDA 12.8 (cu128)" in result["error"]
+
+
 def test_bad_build_failure_names_the_missing_library(hosts):
     result = json.loads(hosts["bad-build"].file("/var/lib/cuda13-upgrade/result.json").content_string)
     assert "libcudart.so.12" in result["error"]
