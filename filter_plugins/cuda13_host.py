@@ -23,13 +23,21 @@ DOCUMENTATION = r"""
     positional: _input, places, figures_file, stack
     options:
       _input: {description: space_probe.py's output (parsed JSON), type: dict, required: true}
-      places: {description: "{place: path} (cuda13_upgrade.space.PLACES; empty path: not written)", type: dict, required: true}
+      places:
+        description: "{place: path} (cuda13_upgrade.space.PLACES; empty path: not written)"
+        type: dict
+        required: true
       figures_file: {description: the parsed stack-space.yml, type: dict, required: true}
-      stack: {description: the stack whose figures apply (nvidia_driver_check_space_stack), type: str, required: true}
+      stack:
+        description: the stack whose figures apply (nvidia_driver_check_space_stack)
+        type: str
+        required: true
 """
 
 EXAMPLES = r"""
-plan: "{{ probe.stdout | from_json | cuda13_space_plan(places, lookup('file', 'stack-space.yml') | from_yaml, 'pypi-sglang-0.5.23') }}"
+plan: >-
+  {{ probe.stdout | from_json
+     | cuda13_space_plan(places, lookup('file', 'stack-space.yml') | from_yaml, 'pypi-sglang-0.5.23') }}
 """
 
 RETURN = r"""

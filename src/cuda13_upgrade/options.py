@@ -289,7 +289,7 @@ def _space_places(value: Any) -> tuple[str, str] | None:
         if not path or (isinstance(path, str) and "{{" in path):  # not written; a template resolves later
             continue
         if not (isinstance(path, str) and (path.startswith("/") or path.startswith("~"))):
-            return f"has a path for {place} that is not absolute", "absolute paths (or ~/...), or '' for a place not written"
+            return f"has a path for {place} that is not absolute", "absolute paths (or ~/...), or ''"
     return None
 
 
