@@ -10,11 +10,11 @@ from pathlib import Path
 from ansible.errors import AnsibleFilterError
 
 try:
-    from cuda13_upgrade import space
+    from cuda13_upgrade import service, space
     from cuda13_upgrade.errors import Cuda13Error
 except ImportError:  # the package is not installed: use the checkout's copy
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from cuda13_upgrade import space
+    from cuda13_upgrade import service, space
     from cuda13_upgrade.errors import Cuda13Error
 
 DOCUMENTATION = r"""
@@ -32,19 +32,28 @@ DOCUMENTATION = r"""
         description: the stack whose figures apply (nvidia_driver_check_space_stack)
         type: str
         required: true
+  - name: cuda13_service_identity
+    short_description: The serving unit's user, group, environment and cache directories.
+    positional: _input, passwd, environ
+    options:
+      _input: {description: systemctl show -p User -p Group -p Environment -p MainPID output, type: str}
+      passwd: {description: getent passwd <user> output, type: str}
+      environ: {description: "/proc/<MainPID>/environ, '' when the unit does not run", type: str}
 """
 
 EXAMPLES = r"""
 plan: >-
   {{ probe.stdout | from_json
      | cuda13_space_plan(places, lookup('file', 'stack-space.yml') | from_yaml, 'pypi-sglang-0.5.23') }}
+identity: "{{ show.stdout | cuda13_service_identity(passwd.stdout, environ) }}"
 """
 
 RETURN = r"""
   _value:
     description: >-
       list of {dev, mount, fstype, free_bytes, need_bytes, ok, places, message} per filesystem
-      (cuda13_upgrade.space.plan).
+      (cuda13_upgrade.space.plan); cuda13_service_identity - dict
+      (cuda13_upgrade.service.service_identity).
 """
 
 
@@ -65,6 +74,17 @@ def cuda13_space_plan(probe, places, figures_file, stack):
         raise AnsibleFilterError(f"{name}: {exc}") from exc
 
 
+def cuda13_service_identity(show, passwd="", environ=""):
+    name = "cuda13_service_identity"
+    for label, value in (("input (systemctl show output)", show), ("passwd", passwd), ("environ", environ)):
+        if not isinstance(value, str):
+            raise AnsibleFilterError(f"{name} expects {label} as text, got {value!r}")
+    try:
+        return service.service_identity(show, passwd, environ)
+    except Cuda13Error as exc:
+        raise AnsibleFilterError(f"{name}: {exc}") from exc
+
+
 class FilterModule:
     def filters(self):
-        return {"cuda13_space_plan": cuda13_space_plan}
+        return {"cuda13_space_plan": cuda13_space_plan, "cuda13_service_identity": cuda13_service_identity}
