@@ -372,6 +372,7 @@ RULES: dict[str, Callable[[Any], tuple[str, str] | None]] = {
     "sglang_build_version": _nonempty,
     "sglang_build_src": _abs_path(),
     "sglang_build_venv": _abs_path(),
+    "sglang_build_pip_tmpdir": _abs_path(),
     "sglang_build_cuda_home": _abs_path(),
     "sglang_build_index_url": _url(schemes=("http", "https", "file")),
     "sglang_build_extra_index_urls": _urls,
