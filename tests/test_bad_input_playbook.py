@@ -58,6 +58,8 @@ def _preflight(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
         f"cuda13_cache_root={host}/cache",
         "-e",
         f"nvidia_driver_check_disk_path={host}/opt",
+        "-e",
+        "nvidia_driver_check_space_stack=sandbox",
         *extra,
     ]
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)

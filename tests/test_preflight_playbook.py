@@ -76,6 +76,7 @@ def test_one_refused_host_stops_the_run_after_every_host_was_checked(tmp_path):
         "        ansible_connection: local\n"
         f"        ansible_python_interpreter: {sys.executable}\n"
         "        nvidia_driver_check_required_disk_gib: 0.001\n"
+        "        nvidia_driver_check_space_stack: sandbox\n"
         "        nvidia_driver_check_host_checks: false\n"
         f"        cuda13_new_venv: {tmp_path}/venv\n"
     )
@@ -130,7 +131,7 @@ def _preflight_with_state(tmp_path, state, *extra):
         "-e",
         f"nvidia_driver_check_nvidia_smi={double}",
         "-e",
-        '{"nvidia_driver_check_required_disk_gib": 0.001}',
+        '{"nvidia_driver_check_required_disk_gib": 0.001, "nvidia_driver_check_space_stack": "sandbox"}',
         "-e",
         "nvidia_driver_check_host_checks=false",
         "-e",

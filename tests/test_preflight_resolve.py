@@ -25,6 +25,7 @@ def _preflight(tmp_path, mirror_url, requirements, hosts="localhost,", kernel_in
         "cuda13_preflight_resolve": True,
         "nvidia_driver_check_nvidia_smi": str(REPO / "sandbox" / "host" / "nvidia-smi"),
         "nvidia_driver_check_required_disk_gib": 0.001,
+        "nvidia_driver_check_space_stack": "sandbox",
         # localhost has no serving stack: the checks against the host are the molecule bad-input scenario's
         "nvidia_driver_check_host_checks": False,
         "ansible_python_interpreter": sys.executable,

@@ -276,6 +276,23 @@ def _serial(value: Any) -> tuple[str, str] | None:
     return None
 
 
+def _space_places(value: Any) -> tuple[str, str] | None:
+    """a mapping of places (pip_tmpdir, new_venv, ...) to absolute paths or ''"""
+    from cuda13_upgrade.space import PLACES
+
+    if not isinstance(value, Mapping):
+        return "is not a mapping", f"a mapping of {sorted(PLACES)} to paths"
+    unknown = sorted(set(value) - set(PLACES))
+    if unknown:
+        return f"names unknown places {unknown}", f"only {sorted(PLACES)}"
+    for place, path in value.items():
+        if not path or (isinstance(path, str) and "{{" in path):  # not written; a template resolves later
+            continue
+        if not (isinstance(path, str) and (path.startswith("/") or path.startswith("~"))):
+            return f"has a path for {place} that is not absolute", "absolute paths (or ~/...), or ''"
+    return None
+
+
 def _hook(value: Any) -> tuple[str, str] | None:
     """'' or a task file (.yml/.yaml)"""
     if value in ("", None):
@@ -314,6 +331,7 @@ RULES: dict[str, Callable[[Any], tuple[str, str] | None]] = {
     "cuda13_profiles": _profiles,
     "cuda13_baseline_max_age_hours": _min(0),
     "cuda13_cache_root": _abs_path(),
+    "cuda13_pip_tmpdir": _abs_path(),
     "cuda13_new_stack_name": _nonempty,
     "cuda13_switch_dropin": _dropin,
     "cuda13_profile_dropin": _dropin,
@@ -349,12 +367,14 @@ RULES: dict[str, Callable[[Any], tuple[str, str] | None]] = {
     "cu130_wheels_extra_index_urls": _urls,
     "cu130_wheels_requirements": _requirements,
     "cu130_wheels_lock_file": _abs_path(empty_ok=True),
+    "cu130_wheels_pip_tmpdir": _abs_path(),
     "cu130_wheels_expected_cuda_major": _min(1),
     # sglang_build
     "sglang_build_repo": _nonempty,
     "sglang_build_version": _nonempty,
     "sglang_build_src": _abs_path(),
     "sglang_build_venv": _abs_path(),
+    "sglang_build_pip_tmpdir": _abs_path(),
     "sglang_build_cuda_home": _abs_path(),
     "sglang_build_index_url": _url(schemes=("http", "https", "file")),
     "sglang_build_extra_index_urls": _urls,
@@ -421,6 +441,7 @@ RULES: dict[str, Callable[[Any], tuple[str, str] | None]] = {
     "nvidia_driver_check_nvidia_smi": _nonempty,
     "nvidia_driver_check_required_disk_gib": _min(0),
     "nvidia_driver_check_disk_path": _abs_path(),
+    "nvidia_driver_check_space_places": _space_places,
     "nvidia_driver_check_python": _abs_path(),
     "nvidia_driver_check_min_python_version": _version,
 }

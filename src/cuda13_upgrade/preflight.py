@@ -16,6 +16,8 @@ Facts (what the host is), a dict::
       ],
       "disk_free_bytes": 214748364800,      # free bytes where the new stack goes
       "disk_path": "/opt",                  # optional, for messages
+      "space_plan": [...],                  # optional: cuda13_upgrade.space.plan(), one entry per
+                                            # filesystem the run writes to
       "python_version": "3.11.2",           # the host Python that builds the new venv
       "architecture": "x86_64",             # optional: uname -m (picks the default allowed list)
       "kernel_release": "6.1.0-28-amd64",   # optional: uname -r (WSL's ends in -microsoft-standard-WSL2)
@@ -108,7 +110,7 @@ class PreflightReport:
     Attributes:
         failures: one dict per failed check: ``check`` (``"driver"``,
             ``"driver_cuda_version"``, ``"gpu_count"``, ``"compute_capability"``,
-            ``"wsl"``, ``"gpu_models"``, ``"gpu_processes"``, ``"disk"``, ``"python"``),
+            ``"wsl"``, ``"gpu_models"``, ``"gpu_processes"``, ``"disk"``, ``"space"``, ``"python"``),
             ``value`` (the offending value),
             ``option`` (the Ansible variable to change, or ``None`` when only the
             host can be fixed) and ``message`` (value, option and remedy).
@@ -537,6 +539,25 @@ def _check_disk(report: PreflightReport, facts: Mapping[str, Any], s: dict, n: d
         report.pass_("disk", free, f"{where} has {free / GIB:.1f} GiB free (>= {required} GiB)")
 
 
+def _check_space(report: PreflightReport, facts: Mapping[str, Any]) -> None:
+    """One result per filesystem of ``facts["space_plan"]`` (:func:`cuda13_upgrade.space.plan`)."""
+    groups = facts.get("space_plan")
+    if groups is None:
+        return
+    for group in groups:
+        if group.get("ok"):
+            report.pass_("space", group.get("free_bytes"), group["message"])
+            continue
+        options = [p["option"] for p in group.get("places", []) if p.get("option")]
+        report.fail(
+            "space",
+            group.get("free_bytes"),
+            ", ".join(options) or None,
+            group.get("problem", group.get("message", "not enough space")),
+            group.get("remedy", ""),
+        )
+
+
 def _check_python(report: PreflightReport, facts: Mapping[str, Any], s: dict, n: dict) -> None:
     minimum = s["min_python_version"]
     if minimum is None:
@@ -604,5 +625,6 @@ def evaluate(facts: Mapping[str, Any], settings: Mapping[str, Any] | None = None
     _check_models(report, facts, s, n)
     _check_busy(report, facts, s, n)
     _check_disk(report, facts, s, n)
+    _check_space(report, facts)
     _check_python(report, facts, s, n)
     return report

@@ -485,6 +485,34 @@ def _hold_gpu_memory(scenario: dict, tp_size: int) -> None:
     log(f"Scheduler process {child.pid} holds {memory} MiB on each of {gpus} GPUs")
 
 
+def write_jit_caches(tag: str) -> list[str]:
+    """Write a stand-in JIT product where Triton and FlashInfer write theirs.
+
+    Only with ``SGLANG_SIM_JIT_CACHES=1`` (the sandbox unit). The directories
+    follow the libraries' own rules: ``$TRITON_CACHE_DIR``, else
+    ``$TRITON_HOME`` or HOME, then ``.triton/cache`` (triton/runtime/cache.py);
+    ``$FLASHINFER_WORKSPACE_BASE`` or HOME, then ``.cache/flashinfer``
+    (flashinfer/jit/env.py). A directory the server's user cannot write raises
+    Python's own PermissionError ("[Errno 13] Permission denied"), which fails
+    the start as it does the real server's.
+    """
+    if os.environ.get("SGLANG_SIM_JIT_CACHES") != "1":
+        return []
+    home = os.path.expanduser("~")
+    triton = os.environ.get("TRITON_CACHE_DIR") or os.path.join(
+        os.environ.get("TRITON_HOME") or home, ".triton", "cache"
+    )
+    flashinfer = os.path.join(os.environ.get("FLASHINFER_WORKSPACE_BASE") or home, ".cache", "flashinfer")
+    written = []
+    for directory in (triton, flashinfer):
+        os.makedirs(directory, exist_ok=True)
+        path = os.path.join(directory, f"sandbox-{tag}-kernel.json")
+        with open(path, "w", encoding="utf-8") as handle:
+            json.dump({"stack": tag, "pid": os.getpid(), "written_at": time.time()}, handle)
+        written.append(path)
+    return written
+
+
 def launch_server(server_args: ServerArgs) -> None:
     """Load the stack, simulate loading the model, serve until SIGTERM/SIGINT."""
     log(f"server_args={server_args!r}")
@@ -507,6 +535,8 @@ def launch_server(server_args: ServerArgs) -> None:
         )
     log(f"Load weight end. Simulated decode: {tag}/{profile} at {model.rate_tok_s} tok/s ({source})")
     _hold_gpu_memory(scenario, server_args.tp_size)
+    for path in write_jit_caches(tag):
+        log(f"JIT cache written: {path}")
 
     httpd = SimHTTPServer((server_args.host, server_args.port), Handler)
     httpd.state = SimState(server_args, stack, scenario, source, tag, profile, model, int(time.time()))
