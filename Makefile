@@ -67,12 +67,16 @@ unit: setup
 # Scenarios, quickest first; MOLECULE_SCENARIOS="default" runs one.
 MOLECULE_SCENARIOS ?= sandbox preflight default rollback gate midway fleet real-stack
 
+# Scenarios run MOLECULE_LANES at a time (distinct container names), the
+# longest (MOLECULE_FIRST) started first; each one's log, in
+# .sandbox/molecule-logs/, is printed whole when it ends (scripts/molecule-lanes.py).
+MOLECULE_LANES ?= 2
+MOLECULE_FIRST ?= midway real-stack fleet default rollback
+
 molecule: image mirror $(if $(filter real-stack,$(MOLECULE_SCENARIOS)),real-stack-cache)
 	@set -e; export SANDBOX_IMAGE="$$(sandbox/image/build-image.sh)"; \
-	for scenario in $(MOLECULE_SCENARIOS); do \
-	  echo "== molecule test -s $$scenario"; \
-	  $(BIN)/molecule test -s $$scenario; \
-	done
+	$(BIN)/python scripts/molecule-lanes.py --lanes $(MOLECULE_LANES) --first "$(MOLECULE_FIRST)" \
+	  --molecule $(BIN)/molecule --log-dir .sandbox/molecule-logs $(MOLECULE_SCENARIOS)
 
 test: lint unit molecule
 
