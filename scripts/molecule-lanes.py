@@ -11,10 +11,12 @@ run shows every failure), 130 on Ctrl-C.
 
 Scenarios named in ``--first`` start first, in that order (the longest ones,
 so that no long scenario is left to run alone at the end); the others follow
-in the order given.
+in the order given. ``--before NAME=COMMAND`` runs COMMAND in NAME's lane
+just before its ``molecule test`` (output in the same log; a failure fails the
+scenario): a download only that scenario needs then overlaps the others.
 
-Usage: molecule-lanes.py [--lanes N] [--first "a b"] [--log-dir DIR]
-                         [--molecule CMD] SCENARIO...
+Usage: molecule-lanes.py [--lanes N] [--first "a b"] [--before NAME=COMMAND]...
+                         [--log-dir DIR] [--molecule CMD] SCENARIO...
 """
 
 from __future__ import annotations
@@ -38,8 +40,9 @@ def order(scenarios: list[str], first: list[str]) -> list[str]:
 
 
 class Lanes:
-    def __init__(self, molecule: list[str], log_dir: Path) -> None:
+    def __init__(self, molecule: list[str], log_dir: Path, before: dict[str, str] | None = None) -> None:
         self.molecule = molecule
+        self.before = before or {}
         self.log_dir = log_dir
         self.print_lock = threading.Lock()
         self.procs: dict[str, subprocess.Popen] = {}
@@ -53,16 +56,28 @@ class Lanes:
         start = time.monotonic()
         with self.print_lock:
             print(f"== molecule test -s {scenario}: started (output in {log})", flush=True)
+        commands = [[*self.molecule, "test", "-s", scenario]]
+        if scenario in self.before:
+            commands.insert(0, ["bash", "-c", self.before[scenario]])
+        rc = 0
         with open(log, "wb") as out:
-            proc = subprocess.Popen(
-                [*self.molecule, "test", "-s", scenario],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-            self.procs[scenario] = proc
-            rc = proc.wait()
+            for argv in commands:
+                if self.stopping:
+                    rc = 130
+                    break
+                out.write(f"== {shlex.join(argv)}\n".encode())
+                out.flush()
+                proc = subprocess.Popen(
+                    argv,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+                self.procs[scenario] = proc
+                rc = proc.wait()
+                if rc != 0:
+                    break
         seconds = time.monotonic() - start
         self.results[scenario] = (rc, seconds)
         verdict = "passed" if rc == 0 else f"FAILED (exit {rc})"
@@ -87,14 +102,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("scenarios", nargs="+", help="scenario names (molecule/NAME)")
     parser.add_argument("--lanes", type=int, default=2, help="scenarios run at once (default 2)")
     parser.add_argument("--first", default="", help="scenarios to start first, space-separated")
+    parser.add_argument(
+        "--before", action="append", default=[], metavar="NAME=COMMAND", help="run COMMAND before NAME"
+    )
     parser.add_argument("--log-dir", type=Path, default=Path(".sandbox/molecule-logs"))
     parser.add_argument("--molecule", default="molecule", help="the molecule command (default: molecule)")
     args = parser.parse_args(argv)
     if args.lanes < 1:
         parser.error(f"--lanes {args.lanes}: must be 1 or more")
 
+    before = {}
+    for item in args.before:
+        name, sep, command = item.partition("=")
+        if not sep or not name or not command:
+            parser.error(f"--before {item!r}: expected NAME=COMMAND")
+        before[name] = command
     args.log_dir.mkdir(parents=True, exist_ok=True)
-    lanes = Lanes(shlex.split(args.molecule), args.log_dir)
+    lanes = Lanes(shlex.split(args.molecule), args.log_dir, before)
     scenarios = order(args.scenarios, args.first.split())
     print(f"== {len(scenarios)} scenarios in {args.lanes} lane(s): {' '.join(scenarios)}", flush=True)
 

@@ -44,6 +44,7 @@ def _run(tmp_path, *args, env=None):
         text=True,
         timeout=60,
         env={"PATH": "/usr/bin:/bin", **(env or {})},
+        cwd=tmp_path,
     )
 
 
@@ -54,9 +55,8 @@ def test_two_lanes_overlap_and_every_log_is_printed_in_one_piece(tmp_path):
     out = proc.stdout
     for name in ("a", "b", "c"):
         assert f"{name} line 1\n{name} line 2\n{name} line 3\n" in out
-        assert (
-            tmp_path / "logs" / f"{name}.log"
-        ).read_text() == f"{name} line 1\n{name} line 2\n{name} line 3\n"
+        log = (tmp_path / "logs" / f"{name}.log").read_text()
+        assert log == f"== {tmp_path}/molecule test -s {name}\n{name} line 1\n{name} line 2\n{name} line 3\n"
         assert f"== molecule test -s {name}: passed in " in out
     assert "== molecule: 2 lane(s)," in out
     assert "never started" not in out
@@ -79,6 +79,28 @@ def test_a_failed_scenario_fails_the_run_and_the_others_still_run(tmp_path):
     summary = out[out.index("== molecule: 2 lane(s)") :]
     assert "bad-one" in summary and "FAILED (exit 1)" in summary
     assert summary.count("passed") == 2
+
+
+def test_a_command_before_a_scenario_runs_in_its_lane_and_its_failure_fails_the_scenario(tmp_path):
+    proc = _run(
+        tmp_path,
+        "--lanes",
+        "2",
+        "--before",
+        "a=echo fetching; touch before-a",
+        "--before",
+        "b=exit 4",
+        "a",
+        "b",
+        "c",
+    )
+    assert proc.returncode == 1
+    log = (tmp_path / "logs" / "a.log").read_text()
+    assert log.startswith("== bash -c 'echo fetching; touch before-a'\nfetching\n== ")
+    assert "a line 3" in log
+    assert "== molecule test -s b: FAILED (exit 4) in " in proc.stdout
+    assert not (tmp_path / "b.started").exists()  # molecule test -s b never ran
+    assert "== molecule test -s c: passed in " in proc.stdout
 
 
 def test_zero_lanes_is_refused_naming_the_value(tmp_path):
