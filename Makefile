@@ -78,7 +78,7 @@ MOLECULE_FIRST ?= midway real-stack fleet default rollback
 molecule: image mirror
 	@set -e; export SANDBOX_IMAGE="$$(sandbox/image/build-image.sh)"; \
 	$(BIN)/python scripts/molecule-lanes.py --lanes $(MOLECULE_LANES) --first "$(MOLECULE_FIRST)" \
-	  --before "real-stack=$(MAKE) --no-print-directory real-stack-cache" \
+	  --before "real-stack=make --no-print-directory real-stack-cache" \
 	  --molecule $(BIN)/molecule --log-dir .sandbox/molecule-logs $(MOLECULE_SCENARIOS)
 
 test: lint unit molecule
