@@ -1,4 +1,4 @@
-"""A host the preflight refused keeps its CUDA 12.8 stack, untouched."""
+"""A host whose run was refused keeps its CUDA 12.8 stack, untouched, and serves from the old venv."""
 
 
 def test_no_toolkit_13_and_cuda_still_12_8(host):

@@ -1,0 +1,1 @@
+../../shared/test_host_unchanged.py
