@@ -67,12 +67,19 @@ unit: setup
 # Scenarios, quickest first; MOLECULE_SCENARIOS="default" runs one.
 MOLECULE_SCENARIOS ?= sandbox preflight host-apt default rollback gate midway fleet real-stack
 
-molecule: image mirror $(if $(filter real-stack,$(MOLECULE_SCENARIOS)),real-stack-cache)
+# Scenarios run MOLECULE_LANES at a time (distinct container names), the
+# longest (MOLECULE_FIRST) started first; each one's log, in
+# .sandbox/molecule-logs/, is printed whole when it ends (scripts/molecule-lanes.py).
+MOLECULE_LANES ?= 2
+MOLECULE_FIRST ?= midway real-stack fleet default rollback
+
+# real-stack's lane downloads its wheels first (make real-stack-cache), while
+# the other lanes run.
+molecule: image mirror
 	@set -e; export SANDBOX_IMAGE="$$(sandbox/image/build-image.sh)"; \
-	for scenario in $(MOLECULE_SCENARIOS); do \
-	  echo "== molecule test -s $$scenario"; \
-	  $(BIN)/molecule test -s $$scenario; \
-	done
+	$(BIN)/python scripts/molecule-lanes.py --lanes $(MOLECULE_LANES) --first "$(MOLECULE_FIRST)" \
+	  --before "real-stack=make --no-print-directory real-stack-cache" \
+	  --molecule $(BIN)/molecule --log-dir .sandbox/molecule-logs $(MOLECULE_SCENARIOS)
 
 test: lint unit molecule
 

@@ -10,10 +10,10 @@ cuda-toolkit-13-0 does) must leave /usr/local/cuda where it was.
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from playbook import run_playbook
 
 REPO = Path(__file__).resolve().parents[1]
 UA = shutil.which("update-alternatives")
@@ -64,23 +64,7 @@ def alternatives(tmp_path):
 def _pin(tmp_path, bin_dir):
     play = tmp_path / "pin.yml"
     play.write_text(PLAY)
-    env = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-        "ANSIBLE_NOCOLOR": "1",
-        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-    }
-    argv = [
-        str(Path(sys.executable).with_name("ansible-playbook")),
-        str(play),
-        "-i",
-        "localhost,",
-        "-c",
-        "local",
-        "-e",
-        f"ansible_python_interpreter={sys.executable}",
-    ]
-    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=180)
+    return run_playbook(play, env={"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"})
 
 
 def test_the_pin_puts_auto_groups_in_manual_mode_and_the_install_leaves_them(tmp_path, alternatives):

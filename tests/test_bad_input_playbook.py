@@ -8,13 +8,13 @@ bad-input's.
 
 import hashlib
 import json
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from playbook import extra_vars, run_playbook
 
 REPO = Path(__file__).resolve().parents[1]
 DOUBLE = REPO / "sandbox" / "host" / "nvidia-smi"
@@ -33,36 +33,22 @@ def _digest(root: Path) -> str:
 def _preflight(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
     host = tmp_path / "host"
     (host / "opt").mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
-    argv = [
-        str(Path(sys.executable).with_name("ansible-playbook")),
-        str(REPO / "playbooks" / "preflight.yml"),
-        # localhost has no package index: the resolution is tests/test_preflight_resolve.py's
-        "-e",
-        "cuda13_preflight_resolve=false",
-        "-i",
-        "localhost,",
-        "-c",
-        "local",
-        "-e",
-        f"ansible_python_interpreter={sys.executable}",
-        "-e",
-        "cuda13_target_hosts=all",
-        "-e",
-        "nvidia_driver_check_host_checks=false",
-        "-e",
-        f"nvidia_driver_check_nvidia_smi={DOUBLE}",
-        "-e",
-        f"cuda13_state_dir={host}/state",
-        "-e",
-        f"cuda13_cache_root={host}/cache",
-        "-e",
-        f"nvidia_driver_check_disk_path={host}/opt",
-        "-e",
-        "nvidia_driver_check_space_stack=sandbox",
+    return run_playbook(
+        REPO / "playbooks" / "preflight.yml",
+        *extra_vars(
+            # localhost has no package index: the resolution is tests/test_preflight_resolve.py's
+            cuda13_preflight_resolve="false",
+            cuda13_target_hosts="all",
+            nvidia_driver_check_host_checks="false",
+            nvidia_driver_check_nvidia_smi=DOUBLE,
+            cuda13_state_dir=f"{host}/state",
+            cuda13_cache_root=f"{host}/cache",
+            nvidia_driver_check_disk_path=f"{host}/opt",
+            nvidia_driver_check_space_stack="sandbox",
+        ),
         *extra,
-    ]
-    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+        timeout=120,
+    )
 
 
 # (option, value as -e key=value gives it, text the refusal must hold besides the option)
@@ -179,21 +165,16 @@ def table_run(tmp_path_factory):
         )
     )
     before = {name: _digest(root / name) for name in hosts}
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
-    argv = [
-        str(Path(sys.executable).with_name("ansible-playbook")),
-        str(REPO / "playbooks" / "preflight.yml"),
+    proc = run_playbook(
+        REPO / "playbooks" / "preflight.yml",
         # localhost has no package index: the resolution is tests/test_preflight_resolve.py's
-        "-e",
-        "cuda13_preflight_resolve=false",
-        "-i",
-        str(inventory),
-        "-e",
-        "cuda13_target_hosts=all",
+        *extra_vars(cuda13_preflight_resolve="false", cuda13_target_hosts="all"),
         "--forks",
         "8",
-    ]
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+        inventory=inventory,
+        interpreter=False,
+        timeout=600,
+    )
     after = {name: _digest(root / name) for name in hosts}
     return proc, before, after
 

@@ -8,12 +8,11 @@ from the simulated server's greedy tokens (same, garbage, drift stacks).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from playbook import run_playbook
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "sandbox" / "sglang-src" / "python"))
@@ -80,19 +79,7 @@ def _decide(
         mode: "0644"
 """
     )
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
-    env["ANSIBLE_ROLES_PATH"] = str(REPO / "roles")
-    env["ANSIBLE_FILTER_PLUGINS"] = str(REPO / "filter_plugins")
-    argv = [
-        str(Path(sys.executable).with_name("ansible-playbook")),
-        str(playbook),
-        "-i",
-        "localhost,",
-        "-c",
-        "local",
-    ]
-    argv += ["-e", f"ansible_python_interpreter={sys.executable}", "-e", f"@{tmp_path / 'vars.json'}"]
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=180)
+    proc = run_playbook(playbook, "-e", f"@{tmp_path / 'vars.json'}", roles=True, filters=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return json.loads(out.read_text())
 

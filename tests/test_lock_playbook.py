@@ -1,14 +1,13 @@
 """playbooks/tasks/lock.yml on localhost: a live run's lock is refused, a dead run's taken over."""
 
 import json
-import os
 import socket
 import subprocess
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from playbook import extra_vars, run_playbook
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -34,21 +33,7 @@ PLAY = """
 def _run(tmp_path, *extra):
     play = tmp_path / "lock-play.yml"
     play.write_text(PLAY.format(repo=REPO))
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
-    argv = [
-        str(Path(sys.executable).with_name("ansible-playbook")),
-        str(play),
-        "-i",
-        "localhost,",
-        "-c",
-        "local",
-        "-e",
-        f"cuda13_state_dir={tmp_path}/state",
-        "-e",
-        f"ansible_python_interpreter={sys.executable}",
-        *extra,
-    ]
-    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    return run_playbook(play, *extra_vars(cuda13_state_dir=f"{tmp_path}/state"), *extra, timeout=120)
 
 
 def _hold(tmp_path, **owner):

@@ -1,37 +1,29 @@
 """playbooks/preflight.yml refuses bad inventory values of every step before any change."""
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from playbook import extra_vars, run_playbook
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _preflight(tmp_path, *extra):
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
-    argv = [
-        str(Path(sys.executable).with_name("ansible-playbook")),
-        str(REPO / "playbooks" / "preflight.yml"),
-        # localhost has no package index: the resolution is tests/test_preflight_resolve.py's
-        "-e",
-        "cuda13_preflight_resolve=false",
-        "-i",
-        "localhost,",
-        "-c",
-        "local",
-        "-e",
-        "cuda13_target_hosts=all",
-        "-e",
-        f"cuda13_new_venv={tmp_path}/venv",
-        # localhost has no serving stack: the checks against the host are the molecule bad-input scenario's
-        "-e",
-        "nvidia_driver_check_host_checks=false",
+    return run_playbook(
+        REPO / "playbooks" / "preflight.yml",
+        *extra_vars(
+            # localhost has no package index: the resolution is tests/test_preflight_resolve.py's
+            cuda13_preflight_resolve="false",
+            cuda13_target_hosts="all",
+            cuda13_new_venv=f"{tmp_path}/venv",
+            # localhost has no serving stack: the checks against the host are the molecule bad-input scenario's
+            nvidia_driver_check_host_checks="false",
+        ),
         *extra,
-    ]
-    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+        interpreter=False,
+        timeout=120,
+    )
 
 
 @pytest.mark.parametrize(
@@ -80,23 +72,12 @@ def test_one_refused_host_stops_the_run_after_every_host_was_checked(tmp_path):
         "        nvidia_driver_check_host_checks: false\n"
         f"        cuda13_new_venv: {tmp_path}/venv\n"
     )
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
-    proc = subprocess.run(
-        [
-            str(Path(sys.executable).with_name("ansible-playbook")),
-            str(REPO / "playbooks" / "preflight.yml"),
-            # localhost has no package index: the resolution is tests/test_preflight_resolve.py's
-            "-e",
-            "cuda13_preflight_resolve=false",
-            # localhost has no package index: the resolution is tests/test_preflight_resolve.py's
-            "-e",
-            "cuda13_preflight_resolve=false",
-            "-i",
-            str(inventory),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
+    proc = run_playbook(
+        REPO / "playbooks" / "preflight.yml",
+        # localhost has no package index: the resolution is tests/test_preflight_resolve.py's
+        *extra_vars(cuda13_preflight_resolve="false"),
+        inventory=inventory,
+        interpreter=False,
         timeout=120,
     )
     out = proc.stdout + proc.stderr
@@ -108,37 +89,23 @@ def test_one_refused_host_stops_the_run_after_every_host_was_checked(tmp_path):
 def _preflight_with_state(tmp_path, state, *extra):
     """The preflight playbook on localhost with the nvidia-smi double in ``state``."""
     double = REPO / "sandbox" / "host" / "nvidia-smi"
-    env = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-        "ANSIBLE_NOCOLOR": "1",
-        "NVIDIA_SMI_DOUBLE_STATE": str(REPO / "sandbox" / "host" / "nvidia-smi-states" / f"{state}.json"),
-    }
-    argv = [
-        str(Path(sys.executable).with_name("ansible-playbook")),
-        str(REPO / "playbooks" / "preflight.yml"),
-        # localhost has no package index: the resolution is tests/test_preflight_resolve.py's
-        "-e",
-        "cuda13_preflight_resolve=false",
-        "-i",
-        "localhost,",
-        "-c",
-        "local",
-        "-e",
-        "cuda13_target_hosts=all",
-        "-e",
-        f"cuda13_new_venv={tmp_path}/venv",
-        "-e",
-        f"nvidia_driver_check_nvidia_smi={double}",
+    return run_playbook(
+        REPO / "playbooks" / "preflight.yml",
+        *extra_vars(
+            # localhost has no package index: the resolution is tests/test_preflight_resolve.py's
+            cuda13_preflight_resolve="false",
+            cuda13_target_hosts="all",
+            cuda13_new_venv=f"{tmp_path}/venv",
+            nvidia_driver_check_nvidia_smi=double,
+        ),
         "-e",
         '{"nvidia_driver_check_required_disk_gib": 0.001, "nvidia_driver_check_space_stack": "sandbox"}',
-        "-e",
-        "nvidia_driver_check_host_checks=false",
-        "-e",
-        f"ansible_python_interpreter={sys.executable}",
+        *extra_vars(nvidia_driver_check_host_checks="false"),
         *extra,
-    ]
-    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=180)
+        env={
+            "NVIDIA_SMI_DOUBLE_STATE": str(REPO / "sandbox" / "host" / "nvidia-smi-states" / f"{state}.json")
+        },
+    )
 
 
 def test_wsl_host_is_refused_by_the_playbook(tmp_path):

@@ -8,17 +8,16 @@ repository, whose ``python/pyproject.toml`` at v0.5.9 declares what the real rel
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 import sys
 from pathlib import Path
+
+from playbook import run_playbook
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _preflight(tmp_path, mirror_url, requirements, hosts="localhost,", kernel_index="sgl-whl/cu130"):
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
     extra = {
         "cuda13_target_hosts": "all",
         "cuda13_new_venv": f"{tmp_path}/venv",
@@ -40,12 +39,15 @@ def _preflight(tmp_path, mirror_url, requirements, hosts="localhost,", kernel_in
         "sglang_build_repo": f"{mirror_url}/git/sglang.git",
         "sglang_build_version": "v0.5.9",
     }
-    argv = [
-        str(Path(sys.executable).with_name("ansible-playbook")),
-        str(REPO / "playbooks" / "preflight.yml"),
-        *("-i", hosts, "-c", "local", "-e", json.dumps(extra)),
-    ]
-    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    return run_playbook(
+        REPO / "playbooks" / "preflight.yml",
+        *(() if hosts == "localhost," else ("-c", "local")),
+        "-e",
+        json.dumps(extra),
+        inventory=hosts,
+        interpreter=False,
+        timeout=600,
+    )
 
 
 def test_an_unresolvable_target_is_refused_before_any_change(tmp_path, mirror_url):

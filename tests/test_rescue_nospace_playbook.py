@@ -1,11 +1,10 @@
 """playbooks/tasks/rescue-host.yml on localhost: a step that ran out of disk space says so."""
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from playbook import extra_vars, run_playbook
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -30,22 +29,9 @@ PLAY = """
 def _run(tmp_path, argv, venv):
     play = tmp_path / "play.yml"
     play.write_text(PLAY.format(repo=REPO, argv=argv))
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
-    cmd = [
-        str(Path(sys.executable).with_name("ansible-playbook")),
-        str(play),
-        "-i",
-        "localhost,",
-        "-c",
-        "local",
-        "-e",
-        f"ansible_python_interpreter={sys.executable}",
-        "-e",
-        f"cuda13_new_venv={venv}",
-        "-e",
-        f"cuda13_new_sglang_src={tmp_path}/sglang-cu130",
-    ]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
+    proc = run_playbook(
+        play, *extra_vars(cuda13_new_venv=venv, cuda13_new_sglang_src=f"{tmp_path}/sglang-cu130")
+    )
     return proc.returncode, " ".join(proc.stdout.split())
 
 

@@ -6,10 +6,9 @@ the first failure, the rollback task that failed, the service's state, its drop-
 where /usr/local/cuda points.
 """
 
-import os
-import subprocess
-import sys
 from pathlib import Path
+
+from playbook import extra_vars, run_playbook
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -44,31 +43,10 @@ def test_failed_rollback_reports_what_it_left(tmp_path):
           ansible.builtin.import_tasks: {REPO}/playbooks/tasks/rescue-host.yml
 """
     )
-    env = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-        "ANSIBLE_NOCOLOR": "1",
-        "ANSIBLE_ROLES_PATH": str(REPO / "roles"),
-    }
-    proc = subprocess.run(
-        [
-            str(Path(sys.executable).with_name("ansible-playbook")),
-            str(playbook),
-            "-i",
-            "localhost,",
-            "-c",
-            "local",
-            "-e",
-            f"ansible_python_interpreter={sys.executable}",
-            "-e",
-            f"cuda13_state_dir={tmp_path}/state",
-            "-e",
-            "cuda13_service_name=nosuch-cuda13-test.service",
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
+    proc = run_playbook(
+        playbook,
+        *extra_vars(cuda13_state_dir=f"{tmp_path}/state", cuda13_service_name="nosuch-cuda13-test.service"),
+        roles=True,
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0

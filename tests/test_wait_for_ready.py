@@ -7,14 +7,13 @@ Run with ansible-playbook against the simulated server (a warm-up window where /
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from playbook import run_playbook
 from sandbox_mirror import testkit
 from test_sim_server import FAST, server_env
 
@@ -38,18 +37,7 @@ def _wait(tmp_path: Path, url: str, timeout: int) -> subprocess.CompletedProcess
         cuda13_ready_what: the stack under test
 """
     )
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
-    env["ANSIBLE_ROLES_PATH"] = str(REPO / "roles")
-    argv = [
-        str(Path(sys.executable).with_name("ansible-playbook")),
-        str(playbook),
-        "-i",
-        "localhost,",
-        "-c",
-        "local",
-    ]
-    argv += ["-e", f"ansible_python_interpreter={sys.executable}"]
-    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=180)
+    return run_playbook(playbook, roles=True)
 
 
 def _sim(venv, no_ld_conf, tmp_path, window: float) -> testkit.SimServer:

@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""Run molecule scenarios in N lanes at once, each scenario's output in its own file.
+
+Distinct scenarios use distinct container names and their own ephemeral
+directories, so they can run side by side. Each ``molecule test -s NAME``
+writes to ``LOG_DIR/NAME.log``; when a scenario ends, its whole log is printed
+in one piece (never interleaved with another's), with its result and wall
+time. At the end a table lists every scenario's result and duration; the exit
+status is 1 when any scenario failed (every scenario is still run, so that one
+run shows every failure), 130 on Ctrl-C.
+
+Scenarios named in ``--first`` start first, in that order (the longest ones,
+so that no long scenario is left to run alone at the end); the others follow
+in the order given. ``--before NAME=COMMAND`` runs COMMAND in NAME's lane
+just before its ``molecule test`` (output in the same log; a failure fails the
+scenario): a download only that scenario needs then overlaps the others.
+
+Usage: molecule-lanes.py [--lanes N] [--first "a b"] [--before NAME=COMMAND]...
+                         [--log-dir DIR] [--molecule CMD] SCENARIO...
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+
+def order(scenarios: list[str], first: list[str]) -> list[str]:
+    """The scenarios to start, those of ``first`` (present in ``scenarios``) leading, in its order."""
+    leading = [s for s in dict.fromkeys(first) if s in scenarios]
+    return leading + [s for s in dict.fromkeys(scenarios) if s not in leading]
+
+
+class Lanes:
+    def __init__(self, molecule: list[str], log_dir: Path, before: dict[str, str] | None = None) -> None:
+        self.molecule = molecule
+        self.before = before or {}
+        self.log_dir = log_dir
+        self.print_lock = threading.Lock()
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.stopping = False
+        self.results: dict[str, tuple[int, float]] = {}
+
+    def run(self, scenario: str) -> None:
+        if self.stopping:
+            return
+        log = self.log_dir / f"{scenario}.log"
+        start = time.monotonic()
+        with self.print_lock:
+            print(f"== molecule test -s {scenario}: started (output in {log})", flush=True)
+        commands = [[*self.molecule, "test", "-s", scenario]]
+        if scenario in self.before:
+            commands.insert(0, ["bash", "-c", self.before[scenario]])
+        rc = 0
+        with open(log, "wb") as out:
+            for argv in commands:
+                if self.stopping:
+                    rc = 130
+                    break
+                out.write(f"== {shlex.join(argv)}\n".encode())
+                out.flush()
+                proc = subprocess.Popen(
+                    argv,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+                self.procs[scenario] = proc
+                rc = proc.wait()
+                if rc != 0:
+                    break
+        seconds = time.monotonic() - start
+        self.results[scenario] = (rc, seconds)
+        verdict = "passed" if rc == 0 else f"FAILED (exit {rc})"
+        with self.print_lock:
+            print(f"== molecule test -s {scenario}: output", flush=True)
+            sys.stdout.buffer.write(log.read_bytes())
+            print(f"== molecule test -s {scenario}: {verdict} in {seconds:.0f} s", flush=True)
+
+    def stop(self, *_args) -> None:
+        """Stop every running scenario (SIGINT to its process group, as a terminal's Ctrl-C)."""
+        self.stopping = True
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGINT)
+                except ProcessLookupError:
+                    pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("scenarios", nargs="+", help="scenario names (molecule/NAME)")
+    parser.add_argument("--lanes", type=int, default=2, help="scenarios run at once (default 2)")
+    parser.add_argument("--first", default="", help="scenarios to start first, space-separated")
+    parser.add_argument(
+        "--before", action="append", default=[], metavar="NAME=COMMAND", help="run COMMAND before NAME"
+    )
+    parser.add_argument("--log-dir", type=Path, default=Path(".sandbox/molecule-logs"))
+    parser.add_argument("--molecule", default="molecule", help="the molecule command (default: molecule)")
+    args = parser.parse_args(argv)
+    if args.lanes < 1:
+        parser.error(f"--lanes {args.lanes}: must be 1 or more")
+
+    before = {}
+    for item in args.before:
+        name, sep, command = item.partition("=")
+        if not sep or not name or not command:
+            parser.error(f"--before {item!r}: expected NAME=COMMAND")
+        before[name] = command
+    args.log_dir.mkdir(parents=True, exist_ok=True)
+    lanes = Lanes(shlex.split(args.molecule), args.log_dir, before)
+    scenarios = order(args.scenarios, args.first.split())
+    print(f"== {len(scenarios)} scenarios in {args.lanes} lane(s): {' '.join(scenarios)}", flush=True)
+
+    signal.signal(signal.SIGINT, lanes.stop)
+    signal.signal(signal.SIGTERM, lanes.stop)
+    start = time.monotonic()
+    with ThreadPoolExecutor(max_workers=args.lanes) as pool:
+        for future in [pool.submit(lanes.run, s) for s in scenarios]:
+            future.result()
+    total = time.monotonic() - start
+
+    print(f"== molecule: {args.lanes} lane(s), {total:.0f} s in all")
+    failed = []
+    for scenario in scenarios:
+        if scenario not in lanes.results:
+            print(f"   {scenario:<16} not run")
+            failed.append(scenario)
+            continue
+        rc, seconds = lanes.results[scenario]
+        print(f"   {scenario:<16} {'passed' if rc == 0 else f'FAILED (exit {rc})':<18} {seconds:6.0f} s")
+        if rc != 0:
+            failed.append(scenario)
+    if lanes.stopping:
+        return 130
+    if failed:
+        print(f"== molecule: failed: {' '.join(failed)} (logs in {args.log_dir})")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

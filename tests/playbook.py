@@ -1,0 +1,55 @@
+"""Run ``ansible-playbook`` on localhost (``-i localhost, -c local``) with this project's ansible.cfg.
+
+The playbook tests (tests/test_*_playbook.py and others) run the real roles and task files
+this way; the GPU is the one thing they replace (the nvidia-smi double of sandbox/host).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+ANSIBLE_PLAYBOOK = Path(sys.executable).with_name("ansible-playbook")
+
+
+def extra_vars(**values: object) -> list[str]:
+    """``-e name=value`` arguments, one pair per keyword, in the order given."""
+    return [arg for name, value in values.items() for arg in ("-e", f"{name}={value}")]
+
+
+def run_playbook(
+    playbook: Path | str,
+    *args: str,
+    inventory: Path | str = "localhost,",
+    interpreter: bool = True,
+    roles: bool = False,
+    filters: bool = False,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = 180,
+) -> subprocess.CompletedProcess:
+    """Run ``playbook`` on localhost and return the finished process (text stdout and stderr).
+
+    ``args`` follow the inventory options (``-e`` values, ``--check``, ...). ``inventory``
+    replaces localhost with an inventory file (its hosts say how to reach them). ``interpreter``
+    passes this Python as ``ansible_python_interpreter``; ``roles`` and ``filters`` point
+    ``ANSIBLE_ROLES_PATH`` and ``ANSIBLE_FILTER_PLUGINS`` at the repository's own; ``env``
+    adds or replaces environment variables. Colour is off, so the output can be matched.
+    Raises subprocess.TimeoutExpired after ``timeout`` seconds.
+    """
+    environ = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+    if roles:
+        environ["ANSIBLE_ROLES_PATH"] = str(REPO / "roles")
+    if filters:
+        environ["ANSIBLE_FILTER_PLUGINS"] = str(REPO / "filter_plugins")
+    environ.update(env or {})
+    argv = [str(ANSIBLE_PLAYBOOK), str(playbook), "-i", str(inventory)]
+    if str(inventory) == "localhost,":
+        argv += ["-c", "local"]
+    if interpreter:
+        argv += ["-e", f"ansible_python_interpreter={sys.executable}"]
+    argv += args
+    return subprocess.run(argv, env=environ, cwd=cwd, capture_output=True, text=True, timeout=timeout)
