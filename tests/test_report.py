@@ -93,6 +93,10 @@ def _result(host: str, **over: Any) -> dict[str, Any]:
         "out_of_service_s": None,
         "resolved_target": [],
         "staged_in": None,
+        "apt": {"held": [], "holds_added": [], "source": None, "installed": []},
+        "restart_plan": None,
+        "restarts": 0,
+        "leftover_processes": [],
     }
     result.update(over)
     return result
