@@ -23,7 +23,7 @@ def _labels(host, venv):
     }
 
 
-@pytest.mark.parametrize(("name", "step"), [("bad-wheel", "wheels"), ("bad-build", "switch")])
+@pytest.mark.parametrize(("name", "step"), [("bad-wheel", "wheels"), ("bad-build", "sglang_build")])
 def test_failed_host_is_back_on_the_old_stack(hosts, name, step):
     host = hosts[name]
     result = json.loads(host.file("/var/lib/cuda13-upgrade/result.json").content_string)
@@ -46,9 +46,14 @@ def test_bad_wheel_resolved_installed_and_refused_by_the_stack_check(hosts):
     assert "sgl-kernel 0.3.21+cu128 is built for CUDA 12.8 (cu128)" in result["error"]
 
 
-def test_bad_build_failure_names_the_missing_library(hosts):
-    result = json.loads(hosts["bad-build"].file("/var/lib/cuda13-upgrade/result.json").content_string)
-    assert "libcudart.so.12" in result["error"]
+def test_bad_build_is_refused_before_building_naming_the_skew_and_the_option(hosts):
+    host = hosts["bad-build"]
+    result = json.loads(host.file("/var/lib/cuda13-upgrade/result.json").content_string)
+    assert "the toolkit's nvcc is CUDA 12.8 but torch was built for CUDA 13.0" in result["error"]
+    assert "sglang_build_cuda_home=/usr/local/cuda-12.8" in result["error"]
+    # Refused before the host left service: it was never drained nor switched.
+    assert [s["step"] for s in result["steps"]][-2:] == ["rollback", "result"]
+    assert not {"drain", "switch"} & {s["step"] for s in result["steps"]}
 
 
 def test_killed_host_ends_on_the_new_stack(hosts):
