@@ -49,7 +49,8 @@ def _run(tmp_path, mirror_url):
                         {
                             "ansible.builtin.copy": {
                                 "content": "{{ {'resolved': cu130_wheels_resolved_target,"
-                                " 'by': cu130_wheels_resolved_by} | to_json }}",
+                                " 'by': cu130_wheels_resolved_by,"
+                                " 'resolver_dir': __cu130_wheels_resolve_dir.path | default('')} | to_json }}",
                                 "dest": "{{ cuda13_new_venv | dirname }}/resolved.json",
                                 "mode": "0644",
                             }
@@ -113,6 +114,12 @@ def test_each_host_installs_the_one_resolution_of_its_target(tmp_path, mirror_ur
         name: json.loads((tmp_path / name / "resolved.json").read_text()) for name in ("canary", "follower")
     }
     assert records["canary"]["by"] == records["follower"]["by"] == "canary"
+    # The resolver's throwaway venv and downloads sat on the filesystem of pip's temporary
+    # directory (its nearest existing parent before the upgrade), not in the system's /tmp,
+    # and are gone.
+    resolver_dir = Path(records["canary"]["resolver_dir"])
+    assert resolver_dir.parent == tmp_path / "canary" and resolver_dir.name.startswith(".cuda13-resolve-")
+    assert not resolver_dir.exists()
     assert records["canary"]["resolved"] == records["follower"]["resolved"]
     resolved = records["canary"]["resolved"]
     assert {"torch", "sgl-kernel", "sglang", "nvidia-cudnn-cu13"} <= {d["name"] for d in resolved}
