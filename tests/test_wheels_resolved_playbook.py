@@ -127,6 +127,10 @@ def test_each_host_installs_the_one_resolution_of_its_target(tmp_path, mirror_ur
     for name in ("canary", "follower"):
         venv = tmp_path / name / "venv"
         assert _freeze(venv) == expected
+        # The service's user must execute the venv's python: the venv is 0755, though
+        # pip's 0700 temporary directory lies inside it.
+        assert venv.stat().st_mode & 0o777 == 0o755
+        assert (venv / ".pip-tmp").stat().st_mode & 0o777 == 0o700
         requirements = Path(f"{venv}.resolved.txt").read_text()
         assert "torch==2.9.1+cu130 --hash=sha256:" in requirements
     # The pins as written are not installed: the resolved set is.
