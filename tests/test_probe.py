@@ -172,6 +172,9 @@ def test_the_summary_shows_a_failed_probe_with_both_outputs_and_both_command_lin
     result["accept_length"] = {
         "eagle3": probe.compare_accept_length(_spec([(32, 10)] * 8), _spec([(32, 32)] * 8)),
         "plain": probe.compare_accept_length(_outputs("same"), _outputs("same"), profile="plain"),
+        "eagle3-long": probe.compare_accept_length(
+            _spec([(32, 10)] * 8), _outputs("same"), profile="eagle3-long"
+        ),
     }
     rows = report.summary_rows([result])
     assert rows[0]["probe"]["plain"]["passed"] is False
@@ -182,6 +185,10 @@ def test_the_summary_shows_a_failed_probe_with_both_outputs_and_both_command_lin
     )
     assert f"  - prompt: `{failed['example']['prompt']}`" in text
     assert "- gpu-node-02 eagle3: 3.20 -> 1.00 tokens per verify step (-68.8 %, rolled back)" in text
+    assert (
+        "- gpu-node-02 eagle3-long: 3.20 -> none: the new stack's server reported no "
+        "speculative counters (rolled back)" in text
+    )
     assert "gpu-node-02 plain: " not in text.split("## Speculative accept length")[1]
     assert "  - old stack: `/opt/ml-env/bin/python -m sglang.launch_server --x 1`" in text
     assert (
@@ -227,10 +234,24 @@ def test_accept_length_collapsing_to_one_fails_and_a_small_drop_passes():
     assert probe.compare_accept_length(old, _spec([(32, 10)] * 8))["passed"] is True
     none = probe.compare_accept_length(_outputs("same"), _outputs("same"), profile="plain")
     assert none["passed"] is None
+    # No old accept length: nothing to compare, whatever the new stack reports.
+    assert probe.compare_accept_length(_outputs("same"), _spec([(32, 10)] * 8))["passed"] is None
     with pytest.raises(
         ValueError, match=r"verify_throughput_accept_length_drop_pct must be a number >= 0 \(got -1\)"
     ):
         probe.compare_accept_length(old, old, max_drop_pct=-1)
+
+
+def test_accept_length_missing_on_the_new_stack_only_fails():
+    # The old stack's server answered with spec_verify_ct, the new one without: a server
+    # that decodes without speculation (or a probe of another profile) must not pass.
+    gone = probe.compare_accept_length(_spec([(32, 10)] * 8), _outputs("same"))
+    assert gone["passed"] is False
+    assert gone["old"] == 3.2 and gone["new"] is None and gone["change_pct"] is None
+    assert gone["reason"].startswith(
+        "eagle3: the new stack's probe answers carry no speculative counters (no spec_verify_ct"
+    )
+    assert "accept length 3.20" in gone["reason"] and "--speculative-algorithm" in gone["reason"]
 
 
 def test_load_checks_each_have_their_own_tolerance():

@@ -176,10 +176,13 @@ def compare_accept_length(
 
     Fails when the new accept length is 1.0 or less (no draft token accepted: speculative
     decoding silently off, as sgl-project/sglang PR #21272 describes with a wrong algorithm
-    flag), or lower than the old one by more than ``max_drop_pct`` percent. Returns
+    flag), or lower than the old one by more than ``max_drop_pct`` percent, or missing on the
+    new stack while the old stack had one (SGLang's tokenizer manager puts ``spec_verify_ct``
+    in every ``meta_info`` of a server run with ``--speculative-algorithm``: without it the
+    new server decodes without speculation, or the probe measured another profile). Returns
     ``{"profile", "old", "new", "change_pct", "passed", "reason"}``; ``passed`` is None (no
-    verdict) when either stack has no speculative counters. Raises ``ValueError`` for a
-    negative ``max_drop_pct``.
+    verdict) when the old stack has no speculative counters (a profile without speculative
+    decoding). Raises ``ValueError`` for a negative ``max_drop_pct``.
     """
     if isinstance(max_drop_pct, bool) or not isinstance(max_drop_pct, int | float) or max_drop_pct < 0:
         raise ValueError(
@@ -187,8 +190,17 @@ def compare_accept_length(
         )
     before, after = accept_length(old), accept_length(new)
     out: dict[str, Any] = {"profile": profile, "old": before, "new": after, "change_pct": None}
-    if before is None or after is None:
+    if before is None:
         return {**out, "passed": None, "reason": f"{profile}: no speculative accept length to compare"}
+    if after is None:
+        return {
+            **out,
+            "passed": False,
+            "reason": f"{profile}: the new stack's probe answers carry no speculative counters "
+            f"(no spec_verify_ct in meta_info) where the old stack's had accept length {before:.2f}: "
+            "speculative decoding is off on the new stack; check the profile's server_args "
+            "(--speculative-algorithm) and the service's command in the report",
+        }
     change = (after / before - 1.0) * 100.0
     out["change_pct"] = round(change, 2)
     figures = f"accept length {before:.2f} -> {after:.2f} tokens per step ({change:+.1f} %)"

@@ -466,6 +466,12 @@ def _probe_lines(rows: list[dict[str, Any]]) -> list[str]:
     for row in rows:
         for name, value in (row.get("accept_length") or {}).items():
             verdict = "healthy" if value["passed"] else "rolled back"
+            if value["new"] is None:
+                accept.append(
+                    f"- {row['host']} {name}: {value['old']:.2f} -> none: the new stack's server "
+                    f"reported no speculative counters ({verdict})"
+                )
+                continue
             accept.append(
                 f"- {row['host']} {name}: {value['old']:.2f} -> {value['new']:.2f} tokens per verify step "
                 f"({value['change_pct']:+.1f} %, {verdict})"
