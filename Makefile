@@ -71,7 +71,7 @@ MOLECULE_SCENARIOS ?= sandbox preflight host-apt default rollback gate midway fl
 # longest (MOLECULE_FIRST) started first; each one's log, in
 # .sandbox/molecule-logs/, is printed whole when it ends (scripts/molecule-lanes.py).
 MOLECULE_LANES ?= 2
-MOLECULE_FIRST ?= midway real-stack fleet default rollback
+MOLECULE_FIRST ?= fleet real-stack midway rollback default gate
 
 # real-stack's lane downloads its wheels first (make real-stack-cache), while
 # the other lanes run.
