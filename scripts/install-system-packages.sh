@@ -3,7 +3,7 @@
 # Runs as root (or with sudo available). Quick when everything is present.
 set -euo pipefail
 
-packages=(podman runc debootstrap dpkg-dev apt-utils gnupg git make ca-certificates
+packages=(podman runc debootstrap dpkg-dev apt-utils gnupg git make ca-certificates openssh-client
   python3-wheel-whl python3-setuptools-whl)
 missing=()
 for pkg in "${packages[@]}"; do

@@ -1,8 +1,8 @@
 """testinfra hosts for the molecule scenarios, reached with podman exec.
 
-testinfra's ansible backend does not know the containers.podman.podman
-connection and would run every command through Ansible; the podman backend
-talks to the same containers directly.
+The playbooks reach the containers over SSH (.config/molecule/config.yml);
+the checks read them directly with testinfra's podman backend, which needs
+neither the SSH key nor Ansible's inventory.
 """
 
 from __future__ import annotations

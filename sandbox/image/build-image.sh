@@ -14,6 +14,9 @@ mirror="${SANDBOX_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 recipe_hash="$(cat "$here/build-image.sh" "$here/packages.txt" | sha256sum | cut -c1-12)"
 image="localhost/cuda13-sandbox:${recipe_hash}"
 
+# The key the hosts authorize is the checkout's, not the image's.
+"$here/ssh-key.sh"
+
 if podman image exists "$image"; then
   echo "$image"
   exit 0
@@ -32,6 +35,20 @@ chroot "$rootfs" systemctl mask \
   systemd-udev-trigger.service systemd-remount-fs.service \
   sys-kernel-debug.mount sys-kernel-tracing.mount >&2 || true
 echo "cuda13-sandbox" > "$rootfs/etc/hostname"
+# SSH without a listening daemon: Ansible's ssh connection reaches the host
+# through `podman exec -i HOST /usr/sbin/sshd -i` (ProxyCommand), one sshd per
+# connection, multiplexed by ssh's ControlMaster. Root logs in with the
+# checkout's key, mounted read-only (ssh-key.sh); sshd needs /run/sshd.
+chroot "$rootfs" systemctl disable ssh.service >&2 || true
+chroot "$rootfs" systemctl mask ssh.service ssh.socket >&2 || true
+echo 'd /run/sshd 0755 root root -' > "$rootfs/usr/lib/tmpfiles.d/sandbox-sshd.conf"
+cat > "$rootfs/etc/ssh/sshd_config.d/sandbox.conf" <<'EOF'
+# Sandbox host: sshd -i behind podman exec, root with the checkout's key only.
+AuthorizedKeysFile .ssh/authorized_keys /etc/ssh/sandbox_authorized_keys
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+UseDNS no
+EOF
 # The sandbox host is offline (--network none): its only package source is the
 # local mirror that the provisioning adds.
 echo "# offline sandbox host: packages come from the local mirror only" > "$rootfs/etc/apt/sources.list"
