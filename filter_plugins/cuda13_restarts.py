@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import shlex
 import sys
 from pathlib import Path
 
@@ -24,6 +25,20 @@ DOCUMENTATION = r"""
         type: str
         required: true
       exec_start: {description: the service's own command, type: str, required: true}
+  - name: cuda13_running_venv
+    short_description: The venv whose Python the server's main process runs, or None.
+    options:
+      _input:
+        description: "slurp's base64 content of /proc/<MainPID>/cmdline, '' when not running"
+        type: str
+        required: true
+  - name: cuda13_running_command
+    short_description: The main process's command line, shell-quoted ('' when not running).
+    options:
+      _input:
+        description: "slurp's base64 content of /proc/<MainPID>/cmdline, '' when not running"
+        type: str
+        required: true
   - name: cuda13_restart_plan
     short_description: The upgrade's restart plan (baseline, switch, candidate, rollback re-check).
     positional: _input, running, baseline_recorded, rollback_verify
@@ -48,6 +63,7 @@ DOCUMENTATION = r"""
 """
 
 EXAMPLES = r"""
+venv: "{{ slurped.content | cuda13_running_venv }}"
 plan: "{{ cuda13_profiles | cuda13_restart_plan(slurped.content | cuda13_running_args(exec_start)) }}"
 msg: "{{ plan | cuda13_restart_plan_lines }}"
 """
@@ -64,11 +80,24 @@ def cuda13_running_args(content, exec_start):
             "cuda13_running_args expects base64 text and the ExecStart string, "
             f"got {content!r}, {exec_start!r}"
         )
+    return restarts.running_args(_cmdline("cuda13_running_args", content), exec_start)
+
+
+def _cmdline(name, content):
+    if not isinstance(content, str):
+        raise AnsibleFilterError(f"{name} expects slurp's base64 text, got {content!r}")
     try:
-        raw = base64.b64decode(content) if content else b""
+        return base64.b64decode(content) if content else b""
     except ValueError as exc:
-        raise AnsibleFilterError(f"cuda13_running_args: not base64: {content[:80]!r}") from exc
-    return restarts.running_args(raw, exec_start)
+        raise AnsibleFilterError(f"{name}: not base64: {content[:80]!r}") from exc
+
+
+def cuda13_running_venv(content):
+    return restarts.main_process_venv(_cmdline("cuda13_running_venv", content))
+
+
+def cuda13_running_command(content):
+    return shlex.join(restarts.main_process_argv(_cmdline("cuda13_running_command", content)))
 
 
 def _check_profiles(name, profiles):
@@ -113,6 +142,8 @@ class FilterModule:
     def filters(self):
         return {
             "cuda13_running_args": cuda13_running_args,
+            "cuda13_running_venv": cuda13_running_venv,
+            "cuda13_running_command": cuda13_running_command,
             "cuda13_restart_plan": cuda13_restart_plan,
             "cuda13_restart_plan_phase": cuda13_restart_plan_phase,
             "cuda13_restart_plan_lines": cuda13_restart_plan_lines,

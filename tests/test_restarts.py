@@ -129,6 +129,38 @@ def test_running_args_read_proc_cmdline():
     assert restarts.running_args("x\0", "unbalanced 'quote") is None
 
 
+def test_the_venv_the_server_runs_is_read_from_its_program_not_the_units_files():
+    # midway's killed host: the killed run had written the new stack's drop-ins
+    # but the service still ran the old venv's Python with EAGLE-3's arguments.
+    old = "\0".join(EXEC.split() + ["--speculative-algorithm", "EAGLE3"]) + "\0"
+    assert restarts.main_process_venv(old.encode()) == "/opt/ml-env"
+    new = old.replace("/opt/ml-env/bin/python", "/opt/ml-env-cu130/bin/python3.11")
+    assert restarts.main_process_venv(new) == "/opt/ml-env-cu130"
+    assert restarts.main_process_venv("/opt//ml-env/bin/python3\0-m\0sglang\0") == "/opt/ml-env"
+    # A wrapper script, a system Python, nothing running: unknown, not a venv.
+    assert restarts.main_process_venv("/bin/bash\0/usr/local/bin/start-sglang\0") is None
+    assert restarts.main_process_venv("/usr/bin/python3\0-m\0sglang\0") == "/usr"
+    assert restarts.main_process_venv("python3\0-m\0sglang\0") is None
+    assert restarts.main_process_venv(b"") is None
+    assert restarts.main_process_venv(None) is None
+
+
+def test_running_filters_decode_slurped_cmdline():
+    content = base64.b64encode(
+        b"/opt/ml-env/bin/python\0-m\0sglang.launch_server\0--model-path\0/m x\0"
+    ).decode()
+    assert filters()["cuda13_running_venv"](content) == "/opt/ml-env"
+    assert (
+        filters()["cuda13_running_command"](content)
+        == "/opt/ml-env/bin/python -m sglang.launch_server --model-path '/m x'"
+    )
+    assert filters()["cuda13_running_command"]("") == ""
+    with pytest.raises(AnsibleFilterError, match="cuda13_running_venv: not base64: 'abcde'"):
+        filters()["cuda13_running_venv"]("abcde")
+    with pytest.raises(AnsibleFilterError, match="cuda13_running_command expects slurp's base64 text, got 3"):
+        filters()["cuda13_running_command"](3)
+
+
 def test_bad_profiles_are_refused_with_the_value():
     with pytest.raises(ValueError, match="at least one profile"):
         restarts.plan_upgrade([], running=[])

@@ -27,6 +27,8 @@ before it runs and recorded in the host's result. Everything here is pure.
 
 from __future__ import annotations
 
+import posixpath
+import re
 import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -55,6 +57,17 @@ def profile_args(profile: Mapping[str, Any], phase: str) -> list[str]:
     return [str(a) for a in server_args] + [str(a) for a in extra]
 
 
+def main_process_argv(cmdline: str | bytes | None) -> list[str]:
+    """The argv of a process from its ``/proc/<pid>/cmdline`` (proc(5): the
+    arguments each ended by a NUL byte), as text or bytes; ``[]`` when empty
+    or None (not running)."""
+    if not cmdline:
+        return []
+    text = cmdline.decode("utf-8", "replace") if isinstance(cmdline, bytes) else cmdline
+    argv = text.split("\0")
+    return argv[:-1] if argv[-1] == "" else argv
+
+
 def running_args(cmdline: str | bytes | None, exec_start: str) -> list[str] | None:
     """The arguments the running server adds to the service's own command, or None.
 
@@ -65,12 +78,9 @@ def running_args(cmdline: str | bytes | None, exec_start: str) -> list[str] | No
     the process runs that command, else None (another command, a wrapper, not
     running): the plan then restarts for every profile.
     """
-    if not cmdline:
+    argv = main_process_argv(cmdline)
+    if not argv:
         return None
-    text = cmdline.decode("utf-8", "replace") if isinstance(cmdline, bytes) else cmdline
-    argv = text.split("\0")
-    if argv and argv[-1] == "":
-        argv = argv[:-1]
     try:
         own = shlex.split(exec_start)
     except ValueError:
@@ -78,6 +88,24 @@ def running_args(cmdline: str | bytes | None, exec_start: str) -> list[str] | No
     if not own or argv[: len(own)] != own:
         return None
     return argv[len(own) :]
+
+
+def main_process_venv(cmdline: str | bytes | None) -> str | None:
+    """The virtual environment whose Python the server's main process runs, or None.
+
+    ``cmdline``: the main process's ``/proc/<pid>/cmdline`` (proc(5)), as text or
+    bytes. Returns ``VENV`` (normalised, no trailing slash) when the process's
+    program, ``argv[0]``, is ``VENV/bin/python`` (or ``python3``, ``python3.X``),
+    else None (not running, a wrapper script, a system Python). Which stack
+    serves is read from this, not from the unit's files: a drop-in written but
+    not yet applied (a run killed between the write and the restart) leaves
+    the service on the other stack with the new stack's files in place.
+    """
+    argv = main_process_argv(cmdline)
+    head, _, name = (argv[0] if argv else "").rpartition("/bin/")
+    if not head or not re.fullmatch(r"python(3(\.\d+)?)?", name):
+        return None
+    return posixpath.normpath(head)
 
 
 def plan_phase(
