@@ -14,6 +14,8 @@ import subprocess
 import sys
 import time
 
+from host_watch import SWITCH_DROPIN, wait_for_path
+
 inventory, host = sys.argv[1], sys.argv[2]
 project = os.environ["MOLECULE_PROJECT_DIRECTORY"]
 env = {**os.environ, "ANSIBLE_CONFIG": f"{project}/ansible.cfg"}
@@ -31,15 +33,11 @@ proc = subprocess.Popen(
     stderr=subprocess.DEVNULL,
     start_new_session=True,
 )
-dropin = "/etc/systemd/system/sglang.service.d/50-cuda13-upgrade.conf"
-deadline = time.monotonic() + 600
-while time.monotonic() < deadline and proc.poll() is None:
-    if subprocess.run(["podman", "exec", host, "test", "-f", dropin], check=False).returncode == 0:
-        time.sleep(1.0)
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        print(f"killed ansible-playbook after the switch on {host}")
-        sys.exit(0)
-    time.sleep(0.2)
+if wait_for_path(host, SWITCH_DROPIN, running=lambda: proc.poll() is None):
+    time.sleep(1.0)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    print(f"killed ansible-playbook after the switch on {host}")
+    sys.exit(0)
 print(f"the run ended (rc {proc.poll()}) before the switch was seen on {host}")
 sys.exit(1)

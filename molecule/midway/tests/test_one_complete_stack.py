@@ -23,7 +23,9 @@ def _labels(host, venv):
     }
 
 
-@pytest.mark.parametrize(("name", "step"), [("bad-wheel", "wheels"), ("bad-build", "sglang_build")])
+@pytest.mark.parametrize(
+    ("name", "step"), [("bad-wheel", "wheels"), ("bad-build", "sglang_build"), ("full-disk", "wheels")]
+)
 def test_failed_host_is_back_on_the_old_stack(hosts, name, step):
     host = hosts[name]
     result = json.loads(host.file("/var/lib/cuda13-upgrade/result.json").content_string)
@@ -46,6 +48,19 @@ def test_bad_wheel_resolved_installed_and_refused_by_the_stack_check(hosts):
     assert "sgl-kernel 0.3.21+cu128 is built for CUDA 12.8 (cu128)" in result["error"]
 
 
+def test_full_disk_is_named_and_what_the_run_wrote_there_is_gone(hosts):
+    host = hosts["full-disk"]
+    result = json.loads(host.file("/var/lib/cuda13-upgrade/result.json").content_string)
+    # The step's own text may be pip's "[Errno 28] No space left on device" or
+    # only ensurepip's exit status; either way the full filesystem is named.
+    assert "the step ran out of disk space" in result["error"]
+    assert "/srv/cu130" in result["error"]
+    assert "Removed /srv/cu130/ml-env-cu130" in result["error"]
+    # The filler (the other process) is all that is left on that filesystem:
+    # the partial venv and pip's temporary files are gone.
+    assert host.check_output("ls -A /srv/cu130") == "filler"
+
+
 def test_bad_build_is_refused_before_building_naming_the_skew_and_the_option(hosts):
     host = hosts["bad-build"]
     result = json.loads(host.file("/var/lib/cuda13-upgrade/result.json").content_string)
@@ -56,10 +71,22 @@ def test_bad_build_is_refused_before_building_naming_the_skew_and_the_option(hos
     assert not {"drain", "switch"} & {s["step"] for s in result["steps"]}
 
 
-def test_killed_host_ends_on_the_new_stack(hosts):
-    host = hosts["killed"]
+@pytest.mark.parametrize(("name", "stopped_run"), [("killed", None), ("paused", "molecule-midway")])
+def test_stopped_host_ends_on_the_new_stack(hosts, name, stopped_run):
+    # killed: ansible-playbook SIGKILLed after the switch (its host's last run
+    # found it already kept); paused: unreachable after the switch, its host's
+    # last run resolved that stopped run. Either way: kept, lock released.
+    host = hosts[name]
     result = json.loads(host.file("/var/lib/cuda13-upgrade/result.json").content_string)
     assert result["status"] == "kept"
+    if stopped_run:
+        assert result["recovered"]["run_id"] == stopped_run
+        assert result["recovered"]["step"] in ("switch", "verify")
+        # The stopped run left the new stack's drop-ins with the old stack
+        # serving (the host was cut off before or during the restart): the
+        # re-run measured EAGLE-3 on the new stack, not on the old server
+        # (default scenario: 54.1 tok/s on CUDA 12.8, 96.1 on CUDA 13).
+        assert result["decisions"]["eagle3"]["change_pct"] > 50
     venv, cuda_home = _serving(host)
     assert venv == "/opt/ml-env-cu130"
     assert cuda_home == "/usr/local/cuda-13.0"
