@@ -49,6 +49,23 @@ def read(name: str) -> str:
         ("apt-no-space.txt", "no_space", "full"),
         ("apt-write-error-no-space.txt", "no_space", "full"),
         ("git-no-space.txt", "no_space", "full"),
+        (
+            "systemd-exec-venv-python-denied.txt",
+            "service_exec_denied",
+            "systemd could not execute /opt/tinypilot/venv/bin/python for tinypilot.service "
+            "(status=203/EXEC, Permission denied)",
+        ),
+        (
+            "systemd-exec-locate-denied.txt",
+            "service_exec_denied",
+            "/home/flathunter/.local/bin/pipenv for flathunter.service",
+        ),
+        ("systemd-exec-failed-to-execute-denied.txt", "service_exec_denied", "/tmp for evcc.service"),
+        (
+            "systemd-exec-command-denied.txt",
+            "service_exec_denied",
+            "/root/go/bin/imageproxy for imageproxy.service",
+        ),
     ],
 )
 def test_each_real_text_has_its_kind_cause_and_remedy(fixture: str, kind: str, in_cause: str) -> None:
@@ -126,3 +143,37 @@ def test_flashinfer_jit_cache_version_check():
     result = diagnose(text)
     assert result.kind == "flashinfer_jit_cache_mismatch"
     assert "flashinfer-jit-cache 0.6.0+cu128 and flashinfer 0.6.1" in result.cause
+
+
+def test_exec_denied_evidence_is_the_line_that_names_the_program():
+    # older systemd says "Failed to execute command:" without the path; the
+    # "Failed at step EXEC spawning" line after it names the program
+    result = diagnose(read("systemd-exec-command-denied.txt"), source="journal")
+    assert result.evidence.endswith(
+        "imageproxy.service: Failed at step EXEC spawning /root/go/bin/imageproxy: Permission denied"
+    )
+    assert "namei -l /root/go/bin/imageproxy" in result.remedy
+
+
+def test_exec_denied_names_the_units_user():
+    # journalctl --output cat drops the timestamp, host and pid prefix
+    lines = [line.split(": ", 1)[1] for line in read("systemd-exec-venv-python-denied.txt").splitlines()]
+    assert (
+        lines[0]
+        == "tinypilot.service: Failed at step EXEC spawning /opt/tinypilot/venv/bin/python: Permission denied"
+    )
+    result = diagnose(lines, context={"service_user": "tinypilot"})
+    assert result.kind == "service_exec_denied"
+    assert "its User= (tinypilot) may not execute that file" in result.cause
+    assert "sudo -u tinypilot test -x /opt/tinypilot/venv/bin/python" in result.remedy
+
+
+def test_exec_failure_other_than_permission_is_not_exec_denied():
+    # github.com/tiny-pilot/ansible-role-tinypilot issue #23, after a reboot: the symlink points nowhere
+    text = (
+        "Jul 28 19:40:06 raspberrypi systemd[561]: tinypilot.service: Failed to execute command: "
+        "No such file or directory\n"
+        "Jul 28 19:40:06 raspberrypi systemd[561]: tinypilot.service: Failed at step EXEC spawning "
+        "/opt/tinypilot/venv/bin/python: No such file or directory\n"
+    )
+    assert diagnose(text).kind == "unknown"

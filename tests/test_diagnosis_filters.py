@@ -26,6 +26,16 @@ def test_diagnose_lines_with_source_and_context():
     assert "torch 2.10" in result["remedy"]
 
 
+def test_diagnose_journal_with_the_units_user_as_wait_for_ready_passes_it():
+    # roles/cuda13/tasks/wait_for_ready.yml: {'service_user': cuda13_service_identity.user}
+    lines = (FAILURES / "systemd-exec-venv-python-denied.txt").read_text().splitlines()
+    result = FILTERS["cuda13_diagnose"](lines, "journal", {"service_user": "sglang"})
+    assert result["kind"] == "service_exec_denied" and result["source"] == "journal"
+    assert "sudo -u sglang test -x /opt/tinypilot/venv/bin/python" in result["remedy"]
+    unnamed = FILTERS["cuda13_diagnose"](lines, "journal", {"service_user": ""})
+    assert "sudo -u <User> test -x" in unnamed["remedy"]
+
+
 def test_diagnose_refuses_other_types():
     with pytest.raises(
         AnsibleFilterError, match="cuda13_diagnose: input must be text or a list of lines, got 42"

@@ -223,6 +223,9 @@ def test_inventory_refuses_two_driver_versions():
         ("table-570.124.06-h200-1gpu.txt", "570.124.06", "570.124.06", "12.8"),
         ("table-575.51.03-rtx6000ada-4gpu.txt", "575.51.03", "575.51.03", "12.9"),
         ("table-610.43.02-rtxpro6000-mig-excerpt.txt", "610.43.02", "610.43.02", "13.3"),
+        ("table-580.126.09-a100-mig-host.txt", "580.126.09", "580.126.09", "13.0"),
+        ("table-580.105.08-rtxpro6000-maxq-mig-no-devices.txt", "580.105.08", "580.105.08", "13.0"),
+        ("table-580.105.08-rtxpro6000-maxq-mig-container.txt", "580.105.08", "580.105.08", "13.0"),
     ],
 )
 def test_table_header(name, smi, driver, cuda):
@@ -307,6 +310,59 @@ def test_table_with_mig_enabled():
     ]  # fmt: skip
 
 
+def test_mig_devices_of_the_r610_host_view():
+    table = parse_table(fixture("table-610.43.02-rtxpro6000-mig-excerpt.txt"))
+    assert [(d["gpu"], d["gi"], d["ci"], d["mig_dev"]) for d in table["mig_devices"]] == [
+        (gpu, gi, 0, gi - 3) for gpu in (2, 3) for gi in (3, 4, 5, 6)
+    ]
+    assert table["mig_devices"][-1]["memory_used_mib"] == 1786
+
+
+def test_table_of_an_r580_host_with_four_mig_devices():
+    # A100 host, MIG enabled: the GPU row keeps its memory, GPU-Util is N/A, and
+    # GPU instance 3 holds two compute instances that share its memory.
+    table = parse_table(fixture("table-580.126.09-a100-mig-host.txt"))
+    (gpu,) = table["gpus"]
+    assert (gpu["mig_mode"], gpu["ecc"], gpu["utilization_pct"]) == ("Enabled", "On", None)
+    assert (gpu["memory_used_mib"], gpu["memory_total_mib"]) == (249, 40960)
+    assert [(d["gi"], d["ci"], d["mig_dev"]) for d in table["mig_devices"]] == [
+        (2, 0, 0), (3, 0, 1), (3, 1, 2), (9, 0, 3)
+    ]  # fmt: skip
+    assert table["mig_devices"][1] == {
+        "gpu": 0, "gi": 3, "ci": 0, "mig_dev": 1, "memory_used_mib": 71, "memory_total_mib": 9984,
+        "sm": 14, "ecc": 0, "ce": 2, "enc": 0, "dec": 1, "ofa": 0, "jpg": 0,
+        "bar1_used_mib": 0, "bar1_total_mib": 6105,
+    }  # fmt: skip
+    assert table["processes"] == []
+
+
+def test_table_of_an_r580_host_with_mig_enabled_and_no_mig_device():
+    # "No MIG devices found" is not a device, and the graphics processes outside
+    # MIG keep N/A for their GPU and compute instance.
+    table = parse_table(fixture("table-580.105.08-rtxpro6000-maxq-mig-no-devices.txt"))
+    assert [(g["mig_mode"], g["fan"], g["power_cap_w"]) for g in table["gpus"]] == [("Enabled", "30%", 300)]
+    assert table["mig_devices"] == []
+    assert [(p["gi"], p["ci"], p["pid"], p["type"], p["name"]) for p in table["processes"]] == [
+        (None, None, 2019, "G", "/usr/lib/xorg/Xorg"),
+        (None, None, 2154, "G", "/usr/bin/gnome-shell"),
+    ]
+
+
+def test_table_of_an_r580_container_on_one_mig_device():
+    table = parse_table(fixture("table-580.105.08-rtxpro6000-maxq-mig-container.txt"))
+    (gpu,) = table["gpus"]
+    assert (gpu["memory_used_mib"], gpu["memory_total_mib"], gpu["mig_mode"]) == (None, None, "Enabled")
+    (device,) = table["mig_devices"]
+    assert (device["gi"], device["memory_total_mib"], device["ecc"], device["bar1_total_mib"]) == (
+        3, 24192, None, 8327
+    )  # fmt: skip
+
+
+def test_tables_without_mig_have_no_mig_devices():
+    for name in ("table-590.48.01-rtxpro6000-2gpu.txt", "table-570.124.06-h200-1gpu.txt"):
+        assert parse_table(fixture(name))["mig_devices"] == []
+
+
 def test_table_of_four_gpus():
     table = parse_table(fixture("table-575.51.03-rtx6000ada-4gpu.txt"))
     assert [g["index"] for g in table["gpus"]] == [0, 1, 2, 3]
@@ -334,6 +390,14 @@ def test_list_with_mig_devices():
         "uuid": "MIG-0a1b2c3d-0000-5000-8000-000000000100",
     }
     assert gpus[1]["mig_devices"] == []
+
+
+def test_list_of_mig_devices_of_two_compute_instances():
+    (gpu,) = parse_list(fixture("list-a100-mig-580.126.09.txt"))
+    assert gpu["name"] == "NVIDIA A100-SXM4-40GB"
+    assert [(m["profile"], m["device"]) for m in gpu["mig_devices"]] == [
+        ("4g.20gb", 0), ("1c.2g.10gb", 1), ("1c.2g.10gb", 2), ("1g.5gb", 3)
+    ]  # fmt: skip
 
 
 def test_list_of_a_failed_run():

@@ -37,7 +37,16 @@ DOUBLE = ROOT / "sandbox" / "host" / "nvidia-smi"
 STATES = ROOT / "sandbox" / "host" / "nvidia-smi-states"
 FIXTURES = ROOT / "tests" / "fixtures" / "nvidia-smi"
 
-HEALTHY = ["default", "driver-too-old", "mixed-gpus", "h200", "mixed-models", "wsl"]
+HEALTHY = [
+    "default",
+    "driver-too-old",
+    "mixed-gpus",
+    "h200",
+    "mixed-models",
+    "wsl",
+    "mig-a100",
+    "mig-enabled",
+]
 FORMATS = ["csv", "csv,noheader", "csv,noheader,nounits"]
 
 
@@ -202,7 +211,13 @@ def test_table_reads_back(name):
         shown = expected["name"] if len(expected["name"]) <= 27 else expected["name"][:24] + "..."
         assert gpu["name"] == shown
         assert gpu["power_cap_w"] == expected["power_limit_w"]
-    assert table["processes"] == []
+        assert gpu["mig_mode"] == expected.get("mig_mode", "Disabled")
+    assert [(d["gpu"], d["gi"], d["ci"], d["memory_total_mib"]) for d in table["mig_devices"]] == [
+        (d["gpu"], d["gi"], d["ci"], d["memory_total_mib"]) for d in state.get("mig_devices", [])
+    ]
+    assert [(p["gpu"], p["pid"], p["name"]) for p in table["processes"]] == [
+        (p["gpu"], p["pid"], p["name"]) for p in state.get("processes", [])
+    ]
 
 
 def test_table_lines_are_the_real_width():
@@ -216,6 +231,9 @@ def test_list_reads_back(name):
     gpus = parse_list(out(state_file(name), "-L"))
     assert [(g["index"], g["name"], g["uuid"]) for g in gpus] == [
         (i, g["name"], g["uuid"]) for i, g in enumerate(state["gpus"])
+    ]
+    assert [(m["device"], m["uuid"]) for g in gpus for m in g["mig_devices"]] == [
+        (d["mig_dev"], d["uuid"]) for d in state.get("mig_devices", [])
     ]
     assert out(state_file(name), "--list-gpus") == out(state_file(name), "-L")
 
@@ -309,6 +327,11 @@ def test_preflight_refuses_the_h200_of_the_mixed_host():
         facts_of("mixed-gpus"),
         {"allowed_compute_capabilities": ["9.0", "12.0"], "allow_mixed_gpu_models": True},
     ).ok
+
+
+def test_preflight_refuses_the_a100_mig_host():
+    report = evaluate(facts_of("mig-a100"))
+    assert [(f["check"], f["value"]) for f in report.failures] == [("compute_capability", "8.0")]
 
 
 def test_preflight_refuses_the_h200_host():
@@ -568,6 +591,67 @@ def test_reproduces_the_r610_mig_table_of_a_host(tmp_path):
 
 
 SEP_GPU_HEAD = "|" + "=" * 41 + "+" + "=" * 24 + "+" + "=" * 22 + "|"
+
+
+def as_published(produced: bytes) -> bytes:
+    """The double's table as a Markdown page keeps it: the timestamp line without
+    the seven trailing spaces that R580 prints (table-580.126.09-rtxpro6000-server-1gpu.txt)."""
+    first, rest = produced.split(b"\n", 1)
+    assert first.endswith(b"2026       ")
+    return first.rstrip(b" ") + b"\n" + rest
+
+
+def test_reproduces_a_real_580_mig_host_table_byte_for_byte():
+    # nvidia-smi -i 0 on an A100 host with four MIG devices (two compute
+    # instances in GPU instance 3): the "MIG devices" box, R580's "Shared" headers
+    produced = run(state_file("mig-a100"), "-i", "0").stdout
+    assert as_published(produced) == fixture_bytes("table-580.126.09-a100-mig-host.txt")
+    assert run(state_file("mig-a100")).stdout == produced  # the host has this one GPU
+
+
+def test_reproduces_a_real_580_mig_list_byte_for_byte():
+    assert run(state_file("mig-a100"), "-i", "0", "-L").stdout == fixture_bytes(
+        "list-a100-mig-580.126.09.txt"
+    )
+    assert run(state_file("mig-a100"), "--list-gpus").stdout == fixture_bytes("list-a100-mig-580.126.09.txt")
+
+
+def test_reproduces_a_real_580_host_with_mig_enabled_and_no_mig_device():
+    # Blackwell (Max-Q) host: MIG mode on, no GPU instance yet, Xorg and gnome-shell
+    produced = run(state_file("mig-enabled")).stdout
+    assert as_published(produced) == fixture_bytes("table-580.105.08-rtxpro6000-maxq-mig-no-devices.txt")
+
+
+def test_reproduces_the_same_hosts_list_and_container_after_a_mig_device(tmp_path):
+    # The same post, after 'nvidia-smi mig -cgi 14 -C' made GPU instance 3:
+    # the host's -L, and nvidia-smi in a container given that MIG device.
+    state = load("mig-enabled")
+    device = {"gpu": 0, "gi": 3, "ci": 0, "mig_dev": 0, "profile": "1g.24gb",
+              "uuid": "MIG-0a1b2c3d-0000-5000-8000-000000000100"}  # fmt: skip
+    state["mig_devices"] = [device]
+    assert run(write_state(tmp_path, state), "-L").stdout == fixture_bytes(
+        "list-rtxpro6000-maxq-mig-580.105.08.txt"
+    )
+    state.update(timestamp="Mon Feb  2 00:04:39 2026", processes=[])
+    state["gpus"][0].update(temperature_c=30, power_draw_w=14, memory_used_mib=None, memory_total_mib=None)
+    state["mig_devices"] = [{**device, "memory_used_mib": 64, "bar1_total_mib": 8327, "ecc": "N/A"}]
+    produced = run(write_state(tmp_path, state)).stdout
+    assert as_published(produced) == fixture_bytes("table-580.105.08-rtxpro6000-maxq-mig-container.txt")
+
+
+def test_id_narrows_the_table_and_the_list(tmp_path):
+    state = load("default")
+    state["processes"] = [
+        {"gpu": g, "pid": 4242 + g, "type": "C", "name": "python3", "used_memory_mib": 1714} for g in (0, 3)
+    ]
+    path = write_state(tmp_path, state)
+    table = parse_table(out(path, "-i", "3"))
+    assert [g["bus_id"] for g in table["gpus"]] == ["00000000:5A:00.0"]
+    assert [p["pid"] for p in table["processes"]] == [4245]
+    assert parse_table(out(path, "--id=0,3"))["processes"] == parse_table(out(path))["processes"]
+    assert [g["index"] for g in parse_list(out(path, "--id", "7", "-L"))] == [7]
+    for args in (["-i", "8"], ["-i", "8", "-L"]):
+        assert (run(path, *args).returncode, run(path, *args).stdout) == (6, b"No devices were found\n")
 
 
 def test_no_mig_devices_box_without_mig_devices(tmp_path):

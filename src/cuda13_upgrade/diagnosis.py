@@ -17,6 +17,10 @@ kind                        text it is recognised by
 ``no_space``                ``No space left on device`` (pip ``[Errno 28]``, dpkg
                             ``failed to write``, apt ``Write error``, git
                             ``fatal: write error``)
+``service_exec_denied``     systemd's ``Failed at step EXEC spawning <path>: Permission
+                            denied`` (also ``Failed to execute <path>:`` /
+                            ``Failed to locate executable <path>:``; the unit ends
+                            with ``status=203/EXEC``)
 ``kernel_torch_abi``        ``undefined symbol: _ZN3c10...`` / ``_ZN5torch...`` /
                             ``_ZN2at...`` (a C++ symbol of torch: the extension
                             was built against another torch)
@@ -107,6 +111,22 @@ def _no_space(m: re.Match[str], context: dict[str, str]) -> tuple[str, str]:
         "free space where the new stack, the pip/apt caches and /tmp live (df -h), "
         "then run the upgrade again; the preflight's disk check "
         "(nvidia_driver_check_required_disk_gib) sets the margin",
+    )
+
+
+def _exec_denied(m: re.Match[str], context: dict[str, str]) -> tuple[str, str]:
+    path = m.group("path")
+    unit = m.group("unit") or "the service"
+    user = context.get("service_user")
+    who = f"its User= ({user})" if user else "its User="
+    check = f"sudo -u {user} test -x {path}" if user else f"sudo -u <User> test -x {path}"
+    return (
+        f"systemd could not execute {path} for {unit} (status=203/EXEC, Permission denied): "
+        f"{who} may not execute that file, or a directory above it is not searchable (x) "
+        "for that user",
+        f"give {who} execute permission on {path} and search permission on every directory "
+        f"above it (namei -l {path} shows each one; {check} checks), e.g. create the new "
+        "venv where that user can reach it, then restart the service",
     )
 
 
@@ -229,6 +249,14 @@ _CUDA_LIBS = r"lib(?:cudart|nvrtc|cublas\w*|cusparse|cufft|curand|nvJitLink)"
 _RULES: tuple[_Rule, ...] = (
     ("no_space", re.compile(r"No space left on device|\[Errno 28\]"), _no_space),
     (
+        "service_exec_denied",
+        re.compile(
+            r"(?:(?P<unit>[\w@:.\\-]+\.service): )?Failed (?:at step EXEC spawning|to execute|"
+            r"to locate executable) (?P<path>/\S*): Permission denied"
+        ),
+        _exec_denied,
+    ),
+    (
         "kernel_torch_abi",
         re.compile(
             r"(?P<lib>[\w./<>-]*\.so)?:?\s*undefined symbol: "
@@ -315,7 +343,9 @@ def diagnose(
             ``stderr_lines``, a journal). ``None`` reads as empty.
         source: where the text came from, copied to :attr:`Diagnosis.source`.
         context: facts that sharpen the remedy: ``torch_version``
-            (``"2.10.0+cu130"``: "install the kernel wheel built for torch 2.10").
+            (``"2.10.0+cu130"``: "install the kernel wheel built for torch 2.10"),
+            ``service_user`` (the unit's ``User=``, named in the remedy of
+            ``service_exec_denied``).
 
     Returns:
         A :class:`Diagnosis`; ``kind == "unknown"`` (cause naming the first

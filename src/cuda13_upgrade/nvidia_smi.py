@@ -461,6 +461,15 @@ _ROW1_CELL2 = re.compile(r"^\s*(\S+)\s+(On|Off|N/A)\s*$")
 _ROW2_CELL1 = re.compile(r"^\s*(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s*/\s*(\S+)\s*$")
 _MEM_CELL = re.compile(r"^\s*(\d+)MiB\s*/\s*(\d+)MiB\s*$")
 _PROC_ROW = re.compile(r"^\|\s+(\d+)\s+(\S+)\s+(\S+)\s+(\d+)\s+(\S+)\s+(.*?)\s+(\d+)MiB\s*\|$")
+# "|  0    3   1   2  |              71MiB /  9984MiB    | 14      0 |  2   0    1    0    0 |"
+_MIG_ROW = re.compile(
+    r"^\|\s*(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s*\|\s*(\d+)MiB\s*/\s*(\d+)MiB\s*\|\s*(\d+)\s+(\S+)\s*\|"
+    r"\s*(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s*\|$"
+)
+# "|                  |               0MiB /  6105MiB    |           |                       |"
+_MIG_BAR1 = re.compile(r"^\|\s+\|\s*(\d+)MiB\s*/\s*(\d+)MiB\s*\|")
+_MIG_FIELDS = ("gpu", "gi", "ci", "mig_dev", "memory_used_mib", "memory_total_mib", "sm", "ecc",
+               "ce", "enc", "dec", "ofa", "jpg")  # fmt: skip
 
 
 def _num(value: str, suffix: str) -> int | None:
@@ -481,8 +490,20 @@ def parse_table(text: str) -> dict[str, object]:
         ``"30%"``), ``temperature_c``, ``perf`` (``"P8"``), ``power_usage_w``,
         ``power_cap_w``, ``memory_used_mib``, ``memory_total_mib`` (ints or
         ``None`` where nvidia-smi prints N/A), ``utilization_pct``,
-        ``compute_mode``, ``mig_mode``; and ``processes``, a list of dicts with
-        ``gpu``, ``gi``, ``ci``, ``pid``, ``type``, ``name``, ``memory_mib``.
+        ``compute_mode``, ``mig_mode``; ``mig_devices``, the rows of the "MIG
+        devices" box (printed when a GPU has MIG enabled; empty when it says
+        "No MIG devices found" or is absent), dicts of ints ``gpu``, ``gi``,
+        ``ci``, ``mig_dev``, ``memory_used_mib``, ``memory_total_mib``,
+        ``bar1_used_mib``, ``bar1_total_mib`` (MiB; the memory is shared by the
+        compute instances of one GPU instance), ``sm``, ``ecc`` (``None`` for
+        N/A), ``ce``, ``enc``, ``dec``, ``ofa``, ``jpg`` (engine counts); and
+        ``processes``, a list of dicts with ``gpu``, ``gi``, ``ci`` (strings,
+        ``None`` for N/A: a process outside MIG), ``pid``, ``type``, ``name``,
+        ``memory_mib``.
+
+    Sources: the R570, R575, R580, R590 and R610 tables in
+    ``tests/fixtures/nvidia-smi/table-*.txt`` (MIG: the R580 A100 host with
+    four MIG devices, the R580 RTX PRO 6000 Max-Q with none, the R610 views).
 
     Raises:
         ParseError: as :func:`parse_table_header`, or a GPU row that cannot be read.
@@ -491,7 +512,9 @@ def parse_table(text: str) -> dict[str, object]:
     lines = text.splitlines()
     gpus: list[dict[str, object]] = []
     processes: list[dict[str, object]] = []
+    mig_devices: list[dict[str, object]] = []
     in_gpus = False
+    in_mig = False
     in_procs = False
     i = 0
     while i < len(lines):
@@ -511,7 +534,19 @@ def parse_table(text: str) -> dict[str, object]:
                 i += 1
                 continue
             in_gpus = False
+        if line.startswith("| MIG devices:"):
+            in_mig = True
+        elif in_mig and (mig := _MIG_ROW.match(line)):
+            values = [int(v) if v.isdigit() else None for v in mig.groups()]
+            device: dict[str, object] = dict(zip(_MIG_FIELDS, values, strict=True))
+            bar1 = _MIG_BAR1.match(lines[i + 1].rstrip()) if i + 1 < len(lines) else None
+            device["bar1_used_mib"] = int(bar1.group(1)) if bar1 else None
+            device["bar1_total_mib"] = int(bar1.group(2)) if bar1 else None
+            mig_devices.append(device)
+        elif in_mig and not line.startswith(("|", "+")):
+            in_mig = False
         if line.startswith("| Processes:"):
+            in_mig = False
             in_procs = True
         elif in_procs:
             match = _PROC_ROW.match(line)
@@ -531,7 +566,7 @@ def parse_table(text: str) -> dict[str, object]:
             elif line.startswith("+"):
                 in_procs = False
         i += 1
-    return {**header, "gpus": gpus, "processes": processes}
+    return {**header, "gpus": gpus, "mig_devices": mig_devices, "processes": processes}
 
 
 def _parse_gpu_block(block: list[str]) -> dict[str, object]:
