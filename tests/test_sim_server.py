@@ -460,3 +460,45 @@ def test_flashinfer_allreduce_fusion_refuses_to_start_on_the_cuda_12_8_stack(
         assert testkit.http_get(server.url + "/health_generate")[0] == 200
     finally:
         server.close()
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_default_scenario_eagle3_accept_length_is_in_a_kept_hosts_report(
+    venv_cu128, venv_cu130, no_ld_conf, tmp_path
+):
+    """`make demo`'s scenario: both stacks' EAGLE-3 servers count verify steps at the sourced
+    accept length, the probe reads them as the role does, and summary.md shows before -> after."""
+    from cuda13_upgrade import probe, report
+
+    default = json.loads((REPO / "sandbox" / "mirror" / "scenarios" / "default.json").read_text())
+    # The scenario's own accept length; only the timing is made fast.
+    fast = {**default, "rates_tok_s": FAST["rates_tok_s"], "ttft_ms": 5, "startup_s": 0.1}
+    scenario = tmp_path / "default-fast.json"
+    scenario.write_text(json.dumps(fast))
+    outputs = {}
+    for name, venv in (("old", venv_cu128), ("new", venv_cu130)):
+        server = testkit.SimServer(
+            venv.python, server_env(venv, scenario, no_ld_conf), tmp_path / name, *EAGLE3
+        )
+        try:
+            outputs[name] = _probe(server.url, tmp_path)
+            info = get_json(server.url + "/get_server_info")
+        finally:
+            server.close()
+        assert info["simulation"]["rate_key"].endswith("/eagle3")
+        # 32 tokens at 2.687 per verify step take 12 steps (SGLang's meta_info counters).
+        assert {(o["completion_tokens"], o["spec_verify_ct"]) for o in outputs[name]} == {(32, 12)}
+    accept = probe.compare_accept_length(outputs["old"], outputs["new"])
+    assert accept["passed"] is True and accept["change_pct"] == 0.0
+    result = {
+        "host": "cuda13-sandbox-1",
+        "status": "kept",
+        "probe": {"eagle3": probe.compare_outputs(outputs["old"], outputs["new"])},
+        "accept_length": {"eagle3": accept},
+    }
+    text = report.render_markdown("run-1", report.summary_rows([result]))
+    assert "## Speculative accept length" in text
+    assert "- cuda13-sandbox-1 eagle3: 2.67 -> 2.67 tokens per verify step (+0.0 %, healthy)" in text
+    assert "- cuda13-sandbox-1 eagle3: output matches the old stack (4 of 4 prompts" in text

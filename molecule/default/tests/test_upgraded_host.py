@@ -87,6 +87,11 @@ def test_result_records_the_kept_upgrade(host):
     assert (
         eagle["candidate"]["eagle3"]["summary"]["median"] > eagle["candidate"]["plain"]["summary"]["median"]
     )
+    # The default scenario's EAGLE-3 accept length (2.687) on both stacks: 32 probe tokens take
+    # 12 verify steps, so the report shows 2.67 -> 2.67 tokens per verify step.
+    accept = result["accept_length"]["eagle3"]
+    assert accept["passed"] is True
+    assert round(accept["old"], 2) == round(accept["new"], 2) == 2.67
     assert not host.file("/var/lib/cuda13-upgrade/run.lock").exists
 
 

@@ -91,7 +91,8 @@ def test_accept_length_collapsing_to_one_rolls_back(collapse):
     assert _serving_venv(collapse) == "/opt/ml-env/bin/python"
     eagle3 = result["accept_length"]["eagle3"]
     assert eagle3["passed"] is False
-    assert eagle3["old"] > 3.0 and eagle3["new"] == 1.0
+    # The old stack's scenario accept length is 2.687: 32 probe tokens take 12 verify steps.
+    assert round(eagle3["old"], 2) == 2.67 and eagle3["new"] == 1.0
     assert "eagle3: speculative accept length collapsed to 1.00 on the new stack" in result["reason"]
     # Output was correct and decode not slower: the accept length alone decided.
     assert "output differs" not in result["reason"]
@@ -121,4 +122,6 @@ def test_long_prompt_ttft_and_concurrent_throughput_are_gated(drift):
 def test_the_report_shows_the_accept_length(collapse):
     summary = (RUN / "summary.md").read_text()
     assert "## Speculative accept length" in summary
-    assert "- cuda13-gate-3 eagle3: 3.20 -> 1.00 tokens per verify step (-68.8 %, rolled back)" in summary
+    assert "- cuda13-gate-3 eagle3: 2.67 -> 1.00 tokens per verify step (-62.5 %, rolled back)" in summary
+    # The kept host's EAGLE-3 accepted as many draft tokens on both stacks.
+    assert "- cuda13-gate-1 eagle3: 2.67 -> 2.67 tokens per verify step (+0.0 %, healthy)" in summary

@@ -9,8 +9,9 @@ built-in ``DEFAULT_SCENARIO`` when the file does not exist. Schema::
       "noise_pct": 1.0,          # per-request gaussian multiplicative noise (sigma, %)
       "ttft_ms": 150,            # time to first token
       "startup_s": 1.0,          # simulated weight loading before the port opens
-      "spec_accept_length": {"eagle3": 3.2},  # optional: accept length of speculative profiles,
-                                              # or per CUDA tag {"cu130": {"eagle3": 1.0}}
+      "spec_accept_length": {"eagle3": 2.687},  # accept length of speculative profiles, or
+                                                # per CUDA tag {"cu130": {"eagle3": 1.0}};
+                                                # {} for none (no speculative counters)
       "warmup_window_s": {"cu130": 20},       # optional: after the port opens, /health is 200
                                               # but generation blocks this long (per CUDA tag)
       "tokens": {"cu130": {"mode": "drift", "after": 24}},  # optional, per CUDA tag
@@ -62,6 +63,10 @@ DEFAULT_SCENARIO: dict = {
     "noise_pct": 1.0,
     "ttft_ms": 150,
     "startup_s": 1.0,
+    # As sandbox/mirror/scenarios/default.json (the source is named there): Kimi-K2.5 with
+    # the EAGLE-3 draft lightseekorg/kimi-k2.5-eagle3, topk=1, num_steps=3,
+    # num_draft_tokens=4, MTBench (https://huggingface.co/lightseekorg/kimi-k2.5-eagle3).
+    "spec_accept_length": {"eagle3": 2.687},
 }
 
 _WORDS = (

@@ -533,6 +533,11 @@ def launch_server(server_args: ServerArgs) -> None:
         raise Exception(
             "Capture cuda graph failed: No supported CUDA architectures found for major versions [9, 10]."
         )
+    # --enable-torch-symm-mem is accepted on both stacks: no public record was found of how it
+    # fails on sm_120 with CUDA 12.8, so there is no real text to refuse it with. (SGLang's
+    # TorchSymmMemCommunicator checks the compute capability against its own table of sizes,
+    # sgl-project/sglang#10571 and #24548; PyTorch's symmetric memory needs CUDA 12.3+,
+    # pytorch/pytorch#151203: neither singles out 12.8.)
     log(f"Load weight end. Simulated decode: {tag}/{profile} at {model.rate_tok_s} tok/s ({source})")
     _hold_gpu_memory(scenario, server_args.tp_size)
     for path in write_jit_caches(tag):
