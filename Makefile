@@ -15,12 +15,11 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 # The real PyPI CUDA 13 stack, downloaded once per machine (scripts/real-stack-cache.sh).
 export CUDA13_REAL_STACK_CACHE ?= /var/cache/cuda13-upgrade-ci/real-stack
 
-.PHONY: help setup system-packages venv image mirror real-stack-cache sandbox sandbox-destroy demo test test-all lint unit molecule benchmark clean
+.PHONY: help setup system-packages venv image mirror real-stack-cache sandbox sandbox-destroy demo test lint unit molecule benchmark clean
 
 help:
 	@echo "make demo       bring up a sandbox host and run the CUDA 13 upgrade against it"
 	@echo "make test       lint, unit tests, molecule scenarios"
-	@echo "make test-all   the same and the long scenarios (midway, fleet, host-apt, host-user)"
 	@echo "make sandbox    create HOSTS sandbox hosts (default 1) and inventory/sandbox/hosts.yml"
 	@echo "make sandbox-destroy  remove the sandbox hosts"
 
@@ -65,12 +64,8 @@ lint: setup
 unit: setup
 	$(BIN)/python -m pytest -q tests
 
-# make test's scenarios (MOLECULE_SCENARIOS="default" runs one), and the
-# longer ones make test-all adds: all of them together, in two lanes on two
-# cores, take about 80 minutes (each scenario's time in
-# .sandbox/molecule-logs/), too near CI's 90 with the unit tests.
-MOLECULE_SCENARIOS ?= sandbox preflight default rollback gate real-stack
-MOLECULE_MORE ?= midway fleet host-apt host-user
+# make test's scenarios: all of them (MOLECULE_SCENARIOS="default" runs one).
+MOLECULE_SCENARIOS ?= sandbox preflight bad-input host-apt default rollback gate real-stack midway fleet host-user
 
 # Scenarios run MOLECULE_LANES at a time (distinct container names), the
 # longest (MOLECULE_FIRST) started first; each one's log, in
@@ -87,9 +82,6 @@ molecule: image mirror
 	  --molecule $(BIN)/molecule --log-dir .sandbox/molecule-logs $(MOLECULE_SCENARIOS)
 
 test: lint unit molecule
-
-test-all: lint unit
-	$(MAKE) --no-print-directory molecule MOLECULE_SCENARIOS="$(MOLECULE_SCENARIOS) $(MOLECULE_MORE)"
 
 # Figures, not pass/fail: the gate's error rates by simulation and the time the
 # probe and the load metrics add to the trials, measured on the simulated server;

@@ -7,10 +7,18 @@ on a free loopback port, and make one venv per CUDA stack with SGLang built into
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import pytest
+
+# pip reads the machine's global configuration even with --isolated (a build
+# machine's /etc/xdg/pip/pip.conf adds "constraint = ...torch<=2.14.1"), and
+# that would change what the tests' own indexes resolve: pip loads no
+# configuration file at all when PIP_CONFIG_FILE is os.devnull (pip's
+# configuration docs), for the tests and the pip runs they start.
+os.environ["PIP_CONFIG_FILE"] = os.devnull
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sandbox" / "mirror"))
 
