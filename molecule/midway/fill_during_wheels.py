@@ -17,7 +17,7 @@ from host_watch import wait_for_path
 
 host, venv = sys.argv[1], sys.argv[2]
 filler = venv.rsplit("/", 1)[0] + "/filler"
-if not wait_for_path(host, venv, running=lambda: True, timeout_s=900.0, every_s=0.1):
+if not wait_for_path(host, venv, running=lambda: True, timeout_s=3000.0, every_s=0.1):
     print(f"{venv} did not appear on {host}")
     sys.exit(1)
 # dd stops at ENOSPC with "No space left on device" and exit status 1.

@@ -18,7 +18,7 @@ import time
 from host_watch import SWITCH_DROPIN, wait_for_path
 
 host, seconds = sys.argv[1], float(sys.argv[2])
-if not wait_for_path(host, SWITCH_DROPIN, running=lambda: True, timeout_s=900.0):
+if not wait_for_path(host, SWITCH_DROPIN, running=lambda: True, timeout_s=3000.0):
     print(f"the switch was not seen on {host}")
     sys.exit(1)
 time.sleep(1.0)
