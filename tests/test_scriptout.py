@@ -1,0 +1,141 @@
+"""What a host script printed, read from a task's result over SSH with and without a pty."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible.errors import AnsibleFilterError
+
+from cuda13_upgrade import scriptout
+from cuda13_upgrade.stack import stack_verdict
+
+ROOT = Path(__file__).resolve().parents[1]
+PROBES = ROOT / "tests" / "fixtures" / "probes"
+
+_spec = importlib.util.spec_from_file_location("cuda13_script", ROOT / "filter_plugins" / "cuda13_script.py")
+assert _spec is not None and _spec.loader is not None
+_filters = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_filters)
+FILTERS = _filters.FilterModule().filters()
+
+# The registered result of stack_probe.py over SSH with ssh -tt (Ansible's default):
+# flashinfer's warning and the JSON share stdout; stderr is empty.
+SSH_TTY = {
+    "rc": 0,
+    "stdout": (PROBES / "flashinfer-cubin-0.6.13.ssh-tty.stdout").read_bytes().decode("utf-8"),
+    "stderr": "",
+}
+WARNING = (
+    "Ignoring incompatible flashinfer-cubin package (cubins will be downloaded on demand to "
+    "/root/.cache/flashinfer/cubins): flashinfer-cubin version (0.6.13) does not match flashinfer "
+    "version (0.7.2)."
+)
+
+
+def test_the_pty_merged_the_warning_into_stdout():
+    # The fixture is what made `stdout | from_json` fail on the real stack.
+    assert SSH_TTY["stdout"].startswith(WARNING)
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(SSH_TTY["stdout"])
+
+
+def test_the_result_is_read_from_a_pty_merged_stdout():
+    document = FILTERS["cuda13_script_result"](SSH_TTY)
+    assert document["prefix"] == "/opt/variant-flashinfer-cubin-0.6.13"
+    assert document["dists"]["flashinfer-cubin"] == "0.6.13"
+    verdict = stack_verdict(document, 13, driver_library_optional=True, compute_capabilities=["12.0"])
+    assert not verdict["consistent"]
+    assert any("flashinfer-cubin 0.6.13" in problem for problem in verdict["problems"])
+
+
+def test_the_same_result_from_separate_streams():
+    # A local or podman connection keeps stderr apart, with \n line ends.
+    merged = SSH_TTY["stdout"].replace("\r\n", "\n")
+    warning, result = merged.rstrip("\n").rsplit("\n", 1)
+    separate = {"rc": 0, "stdout": result + "\n", "stderr": warning + "\n"}
+    assert FILTERS["cuda13_script_result"](separate) == FILTERS["cuda13_script_result"](SSH_TTY)
+    assert FILTERS["cuda13_script_said"](separate) == FILTERS["cuda13_script_said"](SSH_TTY)
+
+
+def test_what_the_script_said_is_its_other_lines():
+    said = FILTERS["cuda13_script_said"](SSH_TTY)
+    assert said.startswith(WARNING)
+    assert "\r" not in said and "{" not in said.splitlines()[0][:1]
+    assert len(said.splitlines()) == 1
+
+
+def test_the_last_json_line_wins_and_later_text_is_ignored():
+    stdout = '{"first": 1}\r\nnoise { not json\r\n{"second": 2}\r\nException ignored in atexit\r\n'
+    assert scriptout.result_document(stdout) == {"second": 2}
+
+
+@pytest.mark.parametrize(
+    "stdout",
+    [
+        "",
+        'Traceback (most recent call last):\r\n  File "x"\r\nImportError: libcuda.so.1\r\n',
+        "[1, 2]\n",  # JSON, but not an object
+        '{"cut": \n',
+    ],
+)
+def test_no_result_is_an_error_naming_the_output(stdout):
+    with pytest.raises(AnsibleFilterError, match="printed no JSON result"):
+        FILTERS["cuda13_script_result"]({"stdout": stdout, "stderr": ""})
+    if stdout.strip():
+        with pytest.raises(
+            AnsibleFilterError, match=stdout.strip().splitlines()[-1][:20].replace("[", r"\[")
+        ):
+            FILTERS["cuda13_script_result"]({"stdout": stdout, "stderr": ""})
+
+
+def test_the_fallback_covers_a_skipped_task_and_no_result():
+    skipped = {"changed": False, "skipped": True, "skip_reason": "Conditional result was False"}
+    assert FILTERS["cuda13_script_result"](skipped, {}) == {}
+    assert FILTERS["cuda13_script_result"]({"stdout": "oops\r\n", "stderr": ""}, {}) == {}
+    with pytest.raises(AnsibleFilterError, match="did not run"):
+        FILTERS["cuda13_script_result"](skipped)
+
+
+def test_a_script_that_did_not_start_says_its_msg():
+    result = {"rc": 127, "stdout": "", "stderr": "", "msg": "non-zero return code"}
+    assert FILTERS["cuda13_script_said"](result) == "non-zero return code"
+
+
+def test_stdout_given_alone():
+    assert FILTERS["cuda13_script_result"]('{"a": 1}\n') == {"a": 1}
+    with pytest.raises(AnsibleFilterError, match="expected a script task's result"):
+        FILTERS["cuda13_script_result"](["not", "a", "result"])
+
+
+def _script_registers(node):
+    if isinstance(node, list):
+        for item in node:
+            yield from _script_registers(item)
+    elif isinstance(node, dict):
+        if "ansible.builtin.script" in node and "register" in node:
+            yield node["register"]
+        for value in node.values():
+            yield from _script_registers(value)
+
+
+def test_no_task_reads_a_script_stdout_or_stderr_directly():
+    # Every ansible.builtin.script result is read with cuda13_script_result and
+    # cuda13_script_said: a pty may put stderr in stdout on any SSH host.
+    offenders = []
+    paths = [*ROOT.glob("roles/*/tasks/*.yml"), *ROOT.glob("playbooks/**/*.yml")]
+    for path in paths:
+        text = path.read_text(encoding="utf-8")
+        for name in set(_script_registers(yaml.safe_load(text))):
+            if re.search(rf"\b{name}\.(stdout|stderr)", text):
+                offenders.append(f"{path.relative_to(ROOT)}: {name}")
+    assert offenders == []
+    # The walk finds the script tasks it polices.
+    found = {
+        name for path in paths for name in _script_registers(yaml.safe_load(path.read_text(encoding="utf-8")))
+    }
+    assert {"__cu130_wheels_probe", "__cuda13_release", "__verify_throughput_run"} <= found
