@@ -148,6 +148,30 @@ def test_host_failures_name_the_option(specs):
     assert options.host_failures(fine, values) == []
 
 
+def test_the_toolkit_package_is_a_debian_name_and_the_preflight_looks_that_one_up(specs):
+    bad = options.validate({"cuda_toolkit_package": "CUDA-13"}, specs)
+    assert [f["option"] for f in bad["failures"]] == ["cuda_toolkit_package"]
+    assert "is not a Debian package name" in bad["failures"][0]["message"]
+    values = options.validate({"cuda_toolkit_package": "cuda-13-0"}, specs)["values"]
+    fine = {
+        "unit_load_state": "loaded",
+        "unit_exec_start": "{ path=/opt/ml-env/bin/python ; argv[]=/opt/ml-env/bin/python -m sglang.launch_server }",
+        "old_python_exists": True,
+        "indexes": {},
+    }
+    offered = "Package: cuda-toolkit-13-0\nVersion: 13.0.2-1\n\nPackage: cuda-13-0\nVersion: 13.0.2-1\n"
+    assert options.host_failures({**fine, "apt_packages": offered}, values) == []
+    # the preflight asks for the package the toolkit step installs, not cuda-toolkit-X-Y
+    only_toolkit = "Package: cuda-toolkit-13-0\nVersion: 13.0.2-1\n"
+    missing = options.host_failures({**fine, "apt_packages": only_toolkit}, values)
+    assert [f["option"] for f in missing] == ["cuda_toolkit_package"]
+    assert "cuda-13-0" in missing[0]["message"]
+    older = "Package: cuda-13-0\nVersion: 13.0.1-1\n"
+    wrong = options.host_failures({**fine, "apt_packages": older}, values)
+    assert [f["option"] for f in wrong] == ["cuda13_toolkit_package_version"]
+    assert "for cuda-13-0 (it offers: 13.0.1-1)" in wrong[0]["message"]
+
+
 def test_docs_options_table_is_the_generated_one(specs):
     text = (REPO / "docs" / "options.md").read_text()
     assert text.endswith(options.options_table(specs))

@@ -9,7 +9,8 @@ Three questions the toolkit step asks apt before it changes anything:
   install only adds packages; an upgrade or a removal changes what the host runs). A
   metapackage's dependencies can replace the driver (canonical/checkbox#748: "one of the
   dependencies in the cuda chain removes our drivers and force installs the ones from the
-  NVIDIA repos").
+  NVIDIA repos"): ``cuda-X-Y`` depends on ``cuda-runtime-X-Y``, which depends on
+  ``cuda-drivers``, while ``cuda-toolkit-X-Y`` does not.
 * **Which driver packages are installed?** :func:`driver_packages` reads ``dpkg-query`` and
   names the packages to hold, so that NVIDIA's repository cannot move the driver later
   (aws/aws-parallelcluster-cookbook PR #3238: "prevent silent upgrades of the driver through
@@ -182,11 +183,11 @@ def check_transaction(text: str, requested: list[str]) -> dict[str, Any]:
             f"installing {', '.join(requested)} would also "
             + "; ".join(f"{r['text']} ({r['kind']})" for r in refused)
             + ". The toolkit is installed beside the running stack and must not change the driver,"
-            " the kernel, dkms or any installed package: choose a toolkit package version whose"
-            " dependencies the host already satisfies (cuda-toolkit-X-Y, not the cuda or cuda-drivers"
-            " metapackages), hold the"
-            " driver (cuda_toolkit_hold_driver, apt-mark hold), or make that change in a maintenance"
-            " window of its own first."
+            " the kernel, dkms or any installed package: choose a toolkit package and version whose"
+            " dependencies the host already satisfies (cuda_toolkit_package: cuda-toolkit-X-Y, not the"
+            " cuda, cuda-X-Y, cuda-runtime-X-Y or cuda-drivers metapackages, which depend on the driver),"
+            " hold the driver (cuda_toolkit_hold_driver, apt-mark hold), or make that change in a"
+            " maintenance window of its own first."
         )
     return {
         "ok": not refused,

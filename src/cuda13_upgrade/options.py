@@ -58,6 +58,9 @@ _DROPIN_RE = re.compile(r"^[A-Za-z0-9_.@-]+\.conf$")
 _PROFILE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _RELEASE_RE = re.compile(r"^(\d+)\.(\d+)$")
 _PACKAGE_VERSION_RE = re.compile(r"^(\d+)\.(\d+)\.(\d+)-(\d+)$")
+# Debian Policy 5.6.1: lower case letters, digits, + - . ; two characters or more, starting
+# with a letter or digit.
+_PACKAGE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
 _PYTHON_VERSION_RE = re.compile(r"^3\.\d{1,2}$")
 _SERIAL_RE = re.compile(r"^(?:[1-9]\d*|(?:[1-9]\d?|100)%)$")
 
@@ -180,6 +183,16 @@ def _dropin(value: Any) -> tuple[str, str] | None:
     """a drop-in file name (NAME.conf, no directory)"""
     if not isinstance(value, str) or not _DROPIN_RE.match(value):
         return "is not a drop-in file name", "a file name ending in .conf, without a directory"
+    return None
+
+
+def _package_name(value: Any) -> tuple[str, str] | None:
+    """a Debian package name (Policy 5.6.1), e.g. cuda-toolkit-13-0"""
+    if not isinstance(value, str) or not _PACKAGE_NAME_RE.match(value):
+        return (
+            "is not a Debian package name",
+            "lower case letters, digits, '+', '-' and '.' (e.g. 'cuda-toolkit-13-0')",
+        )
     return None
 
 
@@ -355,6 +368,7 @@ RULES: dict[str, Callable[[Any], tuple[str, str] | None]] = {
     # cuda_toolkit
     "cuda_toolkit_release": _release,
     "cuda_toolkit_package_version": _package_version,
+    "cuda_toolkit_package": _package_name,
     "cuda_toolkit_apt_repo_url": _url(schemes=("http", "https", "file")),
     "cuda_toolkit_apt_keyring": _abs_path(),
     "cuda_toolkit_keyring_package_url": _url(schemes=("http", "https", "file")),
@@ -786,7 +800,11 @@ def host_failures(facts: Mapping[str, Any], values: Mapping[str, Any]) -> list[d
                 "the path of the serving virtual environment",
             )
         )
-    package = "cuda-toolkit-" + str(values.get("cuda13_toolkit_release", "")).replace(".", "-")
+    # The toolkit step's package: cuda_toolkit_package when given, else its default
+    # (roles/cuda_toolkit/defaults/main.yml).
+    package = values.get("cuda_toolkit_package") or (
+        "cuda-toolkit-" + str(values.get("cuda13_toolkit_release", "")).replace(".", "-")
+    )
     version = values.get("cuda13_toolkit_package_version")
     packages = facts.get("apt_packages")
     apt_versions = None if packages is None else packages_versions(str(packages), package)
@@ -798,6 +816,17 @@ def host_failures(facts: Mapping[str, Any], values: Mapping[str, Any]) -> list[d
                 repo,
                 f"does not answer ({facts['apt_error']})",
                 "the URL of NVIDIA's repository (or a mirror) that the host can read",
+            )
+        )
+    elif apt_versions == [] and values.get("cuda_toolkit_package"):
+        failures.append(
+            _failure(
+                "cuda_toolkit_package",
+                package,
+                f"is not a package of {repo} (its Packages index has no stanza of it)",
+                "a metapackage the repository offers, e.g. "
+                + "cuda-toolkit-"
+                + str(values.get("cuda13_toolkit_release", "")).replace(".", "-"),
             )
         )
     elif apt_versions is not None and version not in apt_versions:
@@ -832,6 +861,7 @@ RELATIONS: dict[str, str] = {
     "cuda13_toolkit_package_version": "offered by cuda_toolkit_apt_repo_url's Packages index (host)",
     "cuda_toolkit_release": "equal to cuda13_toolkit_release",
     "cuda_toolkit_package_version": "equal to cuda13_toolkit_package_version",
+    "cuda_toolkit_package": "offered at cuda13_toolkit_package_version by cuda_toolkit_apt_repo_url (host)",
     "cuda_toolkit_apt_repo_url": "answers from the host (its Packages index)",
     "cuda13_old_venv": "has bin/python on the host; the unit runs its Python (or, switched, the new venv's)",
     "cuda13_new_venv": "not cuda13_old_venv / cuda13_old_sglang_src, nor inside them or they inside it",

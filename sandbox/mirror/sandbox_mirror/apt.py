@@ -27,7 +27,16 @@ versions and the exact-version dependencies among them (``nvidia-alternative (= 
 Debian 12's real records (``records/apt/nvidia-graphics-drivers-debian12.txt``,
 ``apt-cache show`` of bookworm and bookworm-backports); dependencies on packages the sandbox
 does not carry are left out. NVIDIA's debian12 repository builds the same source package
-(nvidia-graphics-drivers) under these names; its own versions are not recorded here.
+(nvidia-graphics-drivers) under these names.
+
+Above the toolkit, for each ``catalog.DRIVER_CHAINS`` entry (13.0 with driver 580.95.05-1), the
+chain of metapackages NVIDIA's repository has (``metapackages``): ``cuda-X-Y`` Depends
+``cuda-runtime-X-Y`` and ``cuda-toolkit-X-Y``, ``cuda-runtime-X-Y`` Depends ``cuda-drivers``,
+``cuda-drivers`` Depends ``nvidia-driver``; and the four driver packages at that driver version
+(``chain_driver_packages``: Debian's 535.261.03-1 stanzas, their exact-version dependencies
+among themselves moved to the new version). So ``apt-get install cuda-13-0`` on a host with
+an older driver upgrades the driver, as it does from NVIDIA's repository. What each stand-in
+states and where it comes from, or that it is unverified: ``records/apt/nvidia-cuda-metapackages.md``.
 
 The repository is flat (``deb [signed-by=...] URL /``): ``Packages``, ``Packages.gz``,
 ``Release`` with MD5Sum/SHA1/SHA256/SHA512, ``InRelease`` (clearsigned) and ``Release.gpg``.
@@ -49,8 +58,10 @@ from pathlib import Path
 from sandbox_mirror.catalog import (
     APT_KEYRING_NAME,
     DEB_MAINTAINER,
+    DRIVER_CHAINS,
     SOURCE_DATE_EPOCH,
     CudaRelease,
+    DriverChain,
 )
 from sandbox_mirror.gpg import Gpg
 
@@ -263,6 +274,69 @@ def driver_packages(record: Path = DRIVER_RECORD) -> list[DebPackage]:
     return out
 
 
+def metapackages(release: CudaRelease, chain: DriverChain) -> list[DebPackage]:
+    """``cuda-X-Y``, ``cuda-runtime-X-Y`` and ``cuda-drivers`` of one release (see the module
+    docstring; the dependencies' form is that of NVIDIA's stanzas quoted in
+    ``records/apt/nvidia-cuda-metapackages.md``). Dependencies on packages the sandbox does not
+    carry (``cuda-libraries-X-Y``, the driver's other packages) are left out."""
+    d, dot = release.dashed, release.dotted
+    drivers = DebPackage(
+        "cuda-drivers",
+        chain.driver,
+        "CUDA Driver meta-package, branch-agnostic",
+        depends=[f"nvidia-driver (>= {chain.driver_upstream})"],
+    )
+    runtime = DebPackage(
+        f"cuda-runtime-{d}",
+        release.toolkit,
+        f"CUDA Runtime {dot} meta-package",
+        depends=[f"{drivers.name} (>= {chain.driver_upstream})"],
+    )
+    cuda = DebPackage(
+        f"cuda-{d}",
+        release.toolkit,
+        f"CUDA {dot} meta-package",
+        depends=[
+            f"{runtime.name} (>= {release.sdk_version})",
+            f"cuda-toolkit-{d} (>= {release.sdk_version})",
+        ],
+    )
+    return [cuda, runtime, drivers]
+
+
+def chain_driver_packages(chain: DriverChain, record: Path = DRIVER_RECORD) -> list[DebPackage]:
+    """The driver's packages at ``chain.driver``: each package of ``record``'s newest version
+    (Debian 12's 535.261.03-1), its exact-version dependencies on the others moved to
+    ``chain.driver``. NVIDIA's own stanzas of that version were not found (the record file
+    says so); the names and the dependencies among them are Debian's."""
+    newest: dict[str, DebPackage] = {}
+    for pkg in driver_packages(record):
+        if pkg.name not in newest or _dpkg_newer(pkg.version, newest[pkg.name].version):
+            newest[pkg.name] = pkg
+    out = []
+    for name, pkg in newest.items():
+        out.append(
+            DebPackage(
+                name,
+                chain.driver,
+                f"{name} (sandbox stand-in of NVIDIA's debian12 build of nvidia-graphics-drivers)",
+                depends=[d.replace(f"(= {pkg.version})", f"(= {chain.driver})") for d in pkg.depends],
+                files={
+                    f"usr/share/doc/{name}/SANDBOX": (
+                        f"{name} {chain.driver}: no driver code.\n".encode(),
+                        0o644,
+                    )
+                },
+            )
+        )
+    return out
+
+
+def _dpkg_newer(a: str, b: str) -> bool:
+    """Whether Debian version ``a`` is newer than ``b`` (``dpkg --compare-versions``)."""
+    return subprocess.run(["dpkg", "--compare-versions", a, "gt", b], check=False).returncode == 0
+
+
 def _control(pkg: DebPackage, installed_kib: int) -> str:
     fields = [
         ("Package", pkg.name),
@@ -361,6 +435,12 @@ def build_apt_repo(repo: Path, releases: tuple[CudaRelease, ...], gpg: Gpg, fing
                 debs.append(build_deb(pkg, repo, Path(tmp)))
         for pkg in driver_packages():
             debs.append(build_deb(pkg, repo, Path(tmp)))
+        by_release = {r.dotted: r for r in releases}
+        for chain in DRIVER_CHAINS:
+            if chain.release not in by_release:
+                continue
+            for pkg in metapackages(by_release[chain.release], chain) + chain_driver_packages(chain):
+                debs.append(build_deb(pkg, repo, Path(tmp)))
     scan = subprocess.run(
         ["dpkg-scanpackages", "--multiversion", ".", "/dev/null"],
         cwd=repo,

@@ -108,6 +108,38 @@ CUDA_RELEASES: tuple[CudaRelease, ...] = (
     ),
 )
 
+
+@dataclass(frozen=True)
+class DriverChain:
+    """NVIDIA's metapackages above ``cuda-toolkit-X-Y`` for one release, down to the driver.
+
+    ``cuda-X-Y`` Depends ``cuda-runtime-X-Y (>= X.Y.Z)`` and ``cuda-toolkit-X-Y (>= X.Y.Z)``;
+    ``cuda-runtime-X-Y`` Depends ``cuda-drivers (>= <driver>)``; ``cuda-drivers`` (at ``driver``
+    with Debian revision) Depends ``nvidia-driver (>= <driver>)``, and the repository carries
+    ``nvidia-driver``, ``nvidia-alternative``, ``libnvidia-ml1`` and ``libcuda1`` at that
+    version. Installing ``cuda-X-Y`` on a host with an older driver therefore upgrades the
+    driver's packages: the hazard the toolkit step's apt transaction refuses.
+
+    Which of these facts come from a record of the real repository and which are *unverified*
+    is written in ``records/apt/nvidia-cuda-metapackages.md``: the shape of the three stanzas
+    is NVIDIA's (``cuda-11-5``, ``cuda-runtime-11-8``, ``cuda-drivers`` of ubuntu2604), the
+    13.0 / 580.95.05 stanzas themselves were not found.
+    """
+
+    release: str
+    driver: str
+
+    @property
+    def driver_upstream(self) -> str:
+        """``580.95.05``: the driver version without Debian revision."""
+        return self.driver.split("-")[0]
+
+
+# 13.0 Update 2 (cuda-toolkit-13-0 13.0.2-1) with the driver it bundles and requires,
+# 580.95.05 (CUDA Toolkit Release Notes, Table 3: cuda13_upgrade.versions.DRIVER_TABLE;
+# NVIDIA's local installer cuda-repo-<distro>-13-0-local_13.0.2-580.95.05-1).
+DRIVER_CHAINS: tuple[DriverChain, ...] = (DriverChain(release="13.0", driver="580.95.05-1"),)
+
 APT_REPO_PATH = "cuda/repos/debian12/x86_64"
 APT_KEYRING_NAME = "cuda-sandbox-keyring.gpg"
 APT_KEY_UID = "CUDA Sandbox Repository <cuda-sandbox@localhost>"
