@@ -133,6 +133,12 @@ def test_the_sglang_0_5_9_wheel_is_pure_python_with_the_sdists_requirements():
     assert rec["wheel"]["root_is_purelib"] is True
     assert rec["import_names"] == ["sglang"]
     assert rec["shared_objects"] == {}
+    # Its stand-in: the same module at the same version, and no build record of a source build.
+    spec = standins.sglang_spec("0.5.9")
+    assert spec.tag == "py3-none-any" and spec.purelib
+    assert b'__version__ = "0.5.9"' in spec.files["sglang/version.py"]
+    assert "sglang/_build_info.json" not in spec.files
+    assert "sglang/launch_server.py" in spec.files
 
 
 def test_recorded_torch_reports_its_cuda_build_in_version_py():
