@@ -108,9 +108,14 @@ def test_the_sglang_wheel_needs_a_release_to_install(specs):
     # A commit builds from source only.
     commit = "3f1c2e9a5b7d4c6e8f0a1b2c3d4e5f6a7b8c9d0e"
     assert options.validate({"sglang_build_version": commit}, specs)["ok"]
-    (failure,) = options.validate({"sglang_build_method": "wheel", "sglang_build_version": commit}, specs)["failures"]
+    (failure,) = options.validate({"sglang_build_method": "wheel", "sglang_build_version": commit}, specs)[
+        "failures"
+    ]
     assert failure["option"] == "sglang_build_version"
-    assert "names no release (vX.Y.Z), so sglang_build_method 'wheel' has no wheel to install" in failure["message"]
+    assert (
+        "names no release (vX.Y.Z), so sglang_build_method 'wheel' has no wheel to install"
+        in failure["message"]
+    )
     (failure,) = options.validate({"sglang_build_method": "binary"}, specs)["failures"]
     assert failure["option"] == "sglang_build_method"
     assert "source, wheel" in failure["message"]

@@ -12,30 +12,39 @@ from cuda13_upgrade import sglang_build
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# pip show --isolated sglang of the two installs (pip 25, the sandbox's stand-in).
-SHOW_WHEEL = """Name: sglang
-Version: 0.5.9
-Summary: SGLang is a fast serving framework for large language models and vision language models.
-Home-page: 
-Author: 
-Author-email: 
-License: 
-Location: /opt/ml-env-cu130/lib/python3.11/site-packages
-Requires: flashinfer_cubin, flashinfer_python, sgl-kernel, torch
-Required-by: 
-"""
-SHOW_EDITABLE = """Name: sglang
-Version: 0.5.9
-Summary: SGLang is a fast serving framework for large language models and vision language models.
-Location: /opt/ml-env-cu130/lib/python3.11/site-packages
-Editable project location: /opt/sglang-cu130/python
-Requires: flashinfer-cubin, flashinfer-python, sgl-kernel, torch
-Required-by: 
-Files:
-  __editable__.sglang-0.5.9.pth
-  __editable___sglang_0_5_9_finder.py
-  sglang-0.5.9.dist-info/METADATA
-"""
+# pip show --isolated sglang of the two installs (pip 25, the sandbox's stand-in); pip ends
+# its empty fields with a space.
+SHOW_WHEEL = "\n".join(
+    [
+        "Name: sglang",
+        "Version: 0.5.9",
+        "Summary: SGLang is a fast serving framework for large language models and vision language models.",
+        "Home-page: ",
+        "Author: ",
+        "Author-email: ",
+        "License: ",
+        "Location: /opt/ml-env-cu130/lib/python3.11/site-packages",
+        "Requires: flashinfer_cubin, flashinfer_python, sgl-kernel, torch",
+        "Required-by: ",
+        "",
+    ]
+)
+SHOW_EDITABLE = "\n".join(
+    [
+        "Name: sglang",
+        "Version: 0.5.9",
+        "Summary: SGLang is a fast serving framework for large language models and vision language models.",
+        "Location: /opt/ml-env-cu130/lib/python3.11/site-packages",
+        "Editable project location: /opt/sglang-cu130/python",
+        "Requires: flashinfer-cubin, flashinfer-python, sgl-kernel, torch",
+        "Required-by: ",
+        "Files:",
+        "  __editable__.sglang-0.5.9.pth",
+        "  __editable___sglang_0_5_9_finder.py",
+        "  sglang-0.5.9.dist-info/METADATA",
+        "",
+    ]
+)
 VENV, SRC = "/opt/ml-env-cu130", "/opt/sglang-cu130"
 SITE = f"{VENV}/lib/python3.11/site-packages"
 
@@ -133,7 +142,10 @@ def test_a_source_build_imports_from_its_tree_whatever_version_it_reports():
 
 
 def test_the_wheel_imports_from_the_venv_at_the_release_version():
-    assert sglang_build.import_problems(_imported(f"{SITE}/sglang/__init__.py"), "wheel", "v0.5.9", SRC, VENV) == []
+    assert (
+        sglang_build.import_problems(_imported(f"{SITE}/sglang/__init__.py"), "wheel", "v0.5.9", SRC, VENV)
+        == []
+    )
     from_tree = sglang_build.import_problems(
         _imported(f"{SRC}/python/sglang/__init__.py"), "wheel", "v0.5.9", SRC, VENV
     )
@@ -147,7 +159,14 @@ def test_the_wheel_imports_from_the_venv_at_the_release_version():
         f"sglang.__version__ in {VENV} is '0.5.8', not '0.5.9' (sglang_build_version=v0.5.9)",
         f"its distribution in {VENV} is '0.5.8', not '0.5.9' (sglang_build_version=v0.5.9)",
     ]
-    assert len(sglang_build.import_problems(_imported(f"{SITE}/sglang/__init__.py", dist=None), "wheel", "v0.5.9", SRC, VENV)) == 1
+    assert (
+        len(
+            sglang_build.import_problems(
+                _imported(f"{SITE}/sglang/__init__.py", dist=None), "wheel", "v0.5.9", SRC, VENV
+            )
+        )
+        == 1
+    )
 
 
 def test_the_record_names_what_a_rollback_removes_across_runs():
@@ -174,7 +193,9 @@ def test_the_record_names_what_a_rollback_removes_across_runs():
 
 @pytest.fixture(scope="module")
 def filters():
-    spec = importlib.util.spec_from_file_location("cuda13_sglang", ROOT / "filter_plugins" / "cuda13_sglang.py")
+    spec = importlib.util.spec_from_file_location(
+        "cuda13_sglang", ROOT / "filter_plugins" / "cuda13_sglang.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.FilterModule().filters()
@@ -186,7 +207,12 @@ def test_the_filters_wrap_the_functions(filters):
     show = filters["cuda13_pip_show"](SHOW_EDITABLE)
     assert filters["cuda13_sglang_wheel_plan"](show, "v0.5.9")["remove_first"] is True
     assert filters["cuda13_sglang_resolved_wheel"](None, "v0.5.9") == []
-    assert filters["cuda13_sglang_import_problems"](_imported(f"{SITE}/sglang/__init__.py"), "wheel", "v0.5.9", SRC, VENV) == []
+    assert (
+        filters["cuda13_sglang_import_problems"](
+            _imported(f"{SITE}/sglang/__init__.py"), "wheel", "v0.5.9", SRC, VENV
+        )
+        == []
+    )
     assert filters["cuda13_sglang_record"](None, "wheel", "v0.5.9", "https://x", SRC, VENV)["paths"] == [VENV]
 
 

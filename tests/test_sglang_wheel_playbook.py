@@ -20,9 +20,8 @@ from pathlib import Path
 
 import yaml
 from packaging.utils import canonicalize_name
-from sandbox_mirror import testkit
-
 from playbook import run_playbook
+from sandbox_mirror import testkit
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -132,10 +131,14 @@ def test_the_release_wheel_goes_into_the_new_venv_and_no_tree_is_cloned(tmp_path
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-6000:]
     # The preflight resolved sglang==0.5.9 from the index, with its hash.
-    assert "sglang==0.5.9" in out.split("TASK [cu130_wheels : Show the resolved target]")[1].split("TASK [")[0]
+    assert (
+        "sglang==0.5.9" in out.split("TASK [cu130_wheels : Show the resolved target]")[1].split("TASK [")[0]
+    )
     installed = out.split("TASK [sglang_build : Install SGLang's wheel as the preflight resolved it")[1]
     assert "changed: [resolved]" in installed.split("TASK [")[0]
-    _earlier_source_build(mirror_url, tmp_path / "unresolved" / "venv", tmp_path / "unresolved" / "earlier-tree")
+    _earlier_source_build(
+        mirror_url, tmp_path / "unresolved" / "venv", tmp_path / "unresolved" / "earlier-tree"
+    )
     proc = _run(tmp_path, mirror_url, "unresolved", False)
     again = proc.stdout + proc.stderr
     assert proc.returncode == 0, again[-6000:]
