@@ -23,15 +23,24 @@ DOCUMENTATION = r"""
       target: {description: this run's target, type: dict, required: true}
       digest: {description: the stack digest read now (stack_digest.py), type: dict}
       reverify: {description: measure again anyway (cuda13_reverify), type: bool, default: false}
+  - name: cuda13_same_target
+    short_description: Whether a recorded target (result.json, staged.json) is this run's.
+    positional: _input, target
+    options:
+      _input: {description: the recorded target, or none, type: raw, required: true}
+      target: {description: this run's target, type: dict, required: true}
 """
 
 EXAMPLES = r"""
 verdict: "{{ previous | cuda13_kept_rerun(__cuda13_target, digest, false) }}"
+staged: "{{ staged.target | default(none) | cuda13_same_target(__cuda13_target) }}"
 """
 
 RETURN = r"""
   _value:
-    description: "{already_kept: bool, differs: [part], reason: str} (cuda13_upgrade.rerun.kept_rerun)."
+    description: >-
+      {already_kept: bool, differs: [part], reason: str} (cuda13_upgrade.rerun.kept_rerun);
+      a bool (cuda13_upgrade.rerun.same_target).
 """
 
 
@@ -50,6 +59,12 @@ def cuda13_kept_rerun(previous, target, digest=None, reverify=False):
     )
 
 
+def cuda13_same_target(recorded, target):
+    if not isinstance(target, Mapping):
+        raise AnsibleFilterError(f"cuda13_same_target expects the run's target as a dict, got {target!r}")
+    return rerun.same_target(dict(recorded) if isinstance(recorded, Mapping) else None, dict(target))
+
+
 class FilterModule:
     def filters(self):
-        return {"cuda13_kept_rerun": cuda13_kept_rerun}
+        return {"cuda13_kept_rerun": cuda13_kept_rerun, "cuda13_same_target": cuda13_same_target}

@@ -24,6 +24,13 @@ torch wheels are ~900 MB), and one JSON record per distribution and version is w
 * for an SGLang sdist, ``pyproject_dependencies``: ``[project].dependencies`` of its
   ``pyproject.toml`` (the file at that release's ``python/`` directory).
 
+A release recorded both ways (``--sdist sglang==0.5.9``, then ``sglang==0.5.9``, in either
+order) keeps one record: the sdist's facts and ``source``, the wheel's ``wheel``,
+``import_names``, ``runtime`` and ``shared_objects``, and the wheel's own ``source`` as
+``wheel_source``. The two are merged only when the wheel's ``METADATA`` and the sdist's
+``PKG-INFO`` give the same fields (name, version, Requires-Dist, ...); otherwise the recorder
+stops and names the difference.
+
 ``--follow-cuda`` also records every ``nvidia-*``, ``cuda-*`` and ``triton`` distribution a
 recorded wheel pins with ``==`` (markers evaluated for this machine).
 """
@@ -188,6 +195,45 @@ def record_sdist(path: Path) -> dict:
     }
 
 
+_WHEEL_FACTS = ("wheel", "import_names", "runtime", "shared_objects")
+
+
+def _kind(data: dict) -> str:
+    return "sdist" if data["source"]["filename"].endswith(".tar.gz") else "wheel"
+
+
+def merge(existing: dict, new: dict) -> dict:
+    """The record of one release from both its sdist and its wheel (see the module docstring).
+
+    ``new`` replaces ``existing`` when it is of the same kind and ``existing`` holds nothing of
+    the other kind; otherwise the sdist's facts and ``source`` are kept with the wheel's facts
+    and its ``source`` as ``wheel_source``.
+    """
+    kinds = {_kind(existing), _kind(new)}
+    if kinds == {"wheel"} or (kinds == {"sdist"} and "wheel_source" not in existing):
+        return new
+    if existing["metadata"] != new["metadata"]:
+        differ = sorted(
+            k
+            for k in {*existing["metadata"], *new["metadata"]}
+            if existing["metadata"].get(k) != new["metadata"].get(k)
+        )
+        raise SystemExit(
+            f"{new['name']} {new['version']}: the wheel's METADATA and the sdist's PKG-INFO differ "
+            f"in {differ}; record them apart"
+        )
+    if _kind(new) == "wheel":
+        sdist, wheel = existing, new
+    elif _kind(existing) == "wheel":
+        sdist, wheel = new, existing
+    else:  # a new sdist beside a record that holds a wheel already
+        sdist, wheel = new, {**existing, "source": existing["wheel_source"]}
+    merged = {k: v for k, v in sdist.items() if k not in _WHEEL_FACTS and k != "wheel_source"}
+    merged.update({k: wheel[k] for k in _WHEEL_FACTS if k in wheel})
+    merged["wheel_source"] = wheel["source"]
+    return merged
+
+
 def record(req: str, sdist: bool) -> dict:
     name, version = req.split("==")
     path, argv = download(req, sdist)
@@ -202,6 +248,8 @@ def record(req: str, sdist: bool) -> dict:
     }
     data = {"name": canonicalize_name(name), "version": version, "source": source, **facts}
     out = RECORDS / f"{canonicalize_name(name)}-{version}.json"
+    if out.is_file():
+        data = merge(json.loads(out.read_text()), data)
     out.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     print(f"recorded {out.relative_to(ROOT)}")
     return data

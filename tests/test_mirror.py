@@ -307,6 +307,36 @@ def test_torch_without_its_runtime_wheel_fails_like_the_real_one(mirror_url, tmp
     )
 
 
+def test_sglang_release_wheel_installs_beside_the_cu130_stack(mirror_url, toolkits, tmp_path, no_ld_conf):
+    """The release wheel (sglang_build_method: wheel): from pypi/simple, beside the cu130 stack,
+    none of which it replaces; it imports as the real one does (module sglang, its version) and
+    its server's stack check passes, with no build record (the real wheel is pure Python)."""
+    python = testkit.make_venv(tmp_path / "venv")
+    testkit.install_stack(python, mirror_url, "cu130")
+    freeze = [str(python), "-m", "pip", "--isolated", "freeze", "--all"]
+    before = testkit.run(freeze, testkit.clean_env()).stdout.splitlines()
+    testkit.pip(python, *testkit.index_args(mirror_url, "cu130"), "sglang==0.5.9")
+    after = testkit.run(freeze, testkit.clean_env()).stdout.splitlines()
+    assert sorted(set(after) - set(before)) == ["sglang==0.5.9"]
+    assert set(before) <= set(after)
+    code = (
+        "import json, importlib.metadata as m, sglang\n"
+        "from sglang.srt.stack import check_stack, read_build_info\n"
+        "print(json.dumps({'version': sglang.__version__, 'file': sglang.__file__,\n"
+        " 'dist': m.version('sglang'), 'build_info': read_build_info(),\n"
+        " 'stack': check_stack()['sglang_cudart']}))\n"
+    )
+    env = testkit.clean_env(CUDA_HOME=str(toolkits["13.0"]), SANDBOX_LD_SO_CONF_D=str(no_ld_conf))
+    probe = json.loads(testkit.run([str(python), "-c", code], env, cwd=tmp_path).stdout)
+    assert probe["version"] == probe["dist"] == "0.5.9"
+    assert (
+        probe["file"].startswith(str(tmp_path / "venv" / "lib")) and "site-packages/sglang/" in probe["file"]
+    )
+    assert probe["build_info"] == {} and probe["stack"] is None
+    show = testkit.run([str(python), "-m", "pip", "show", "sglang"], testkit.clean_env()).stdout
+    assert "Editable project location" not in show
+
+
 # -- git repository ---------------------------------------------------------------------
 
 

@@ -102,6 +102,25 @@ def test_new_stack_is_neither_the_serving_one_nor_inside_it(specs, option, value
     assert option in [f["option"] for f in report["failures"]]
 
 
+def test_the_sglang_wheel_needs_a_release_to_install(specs):
+    assert options.validate({"sglang_build_method": "wheel"}, specs)["ok"]
+    assert options.validate({"sglang_build_method": "wheel", "sglang_build_version": "0.5.9"}, specs)["ok"]
+    # A commit builds from source only.
+    commit = "3f1c2e9a5b7d4c6e8f0a1b2c3d4e5f6a7b8c9d0e"
+    assert options.validate({"sglang_build_version": commit}, specs)["ok"]
+    (failure,) = options.validate({"sglang_build_method": "wheel", "sglang_build_version": commit}, specs)[
+        "failures"
+    ]
+    assert failure["option"] == "sglang_build_version"
+    assert (
+        "names no release (vX.Y.Z), so sglang_build_method 'wheel' has no wheel to install"
+        in failure["message"]
+    )
+    (failure,) = options.validate({"sglang_build_method": "binary"}, specs)["failures"]
+    assert failure["option"] == "sglang_build_method"
+    assert "source, wheel" in failure["message"]
+
+
 def test_profiles_unique_names_and_string_arguments(specs):
     dup = options.validate(
         {"cuda13_profiles": [{"name": "a", "server_args": []}, {"name": "a", "server_args": []}]}, specs

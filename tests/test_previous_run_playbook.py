@@ -54,13 +54,13 @@ PLAY = """
 """
 
 
-def _run(tmp_path: Path, run_id: str) -> subprocess.CompletedProcess:
+def _run(tmp_path: Path, run_id: str, target: dict | None = None) -> subprocess.CompletedProcess:
     # The host scripts are found as the upgrade play finds them: {{ playbook_dir }}/../src.
     (tmp_path / "playbooks").mkdir(exist_ok=True)
     if not (tmp_path / "src").exists():
         (tmp_path / "src").symlink_to(REPO / "src")
     play = tmp_path / "playbooks" / "play.yml"
-    play.write_text(PLAY.format(repo=REPO, target=json.dumps(TARGET)))
+    play.write_text(PLAY.format(repo=REPO, target=json.dumps(target or TARGET)))
     env = {
         **os.environ,
         "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
@@ -151,6 +151,24 @@ def test_a_kept_host_whose_stack_differs_goes_through_the_full_run_and_says_what
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (
         "localhost: not already kept: its stack differs from the one run 20261201T101500Z kept: toolkit;"
+        " the full run follows." in out
+    )
+    assert (state / "walked").exists()
+
+
+def test_a_host_kept_with_sglang_from_source_is_not_kept_for_its_wheel(tmp_path):
+    # The kept record predates sglang_build_method (its target has no sglang_method): a
+    # source build. The same release's wheel is another target; a source run is the same one.
+    state = _kept_host(tmp_path)
+    proc = _run(tmp_path, "r-source", {**TARGET, "sglang_method": "source"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "localhost: already kept" in " ".join(proc.stdout.split())
+    assert not (state / "walked").exists()
+    proc = _run(tmp_path, "r-wheel", {**TARGET, "sglang_method": "wheel"})
+    out = " ".join(proc.stdout.split())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (
+        "localhost: not already kept: it was kept for another target (run 20261201T101500Z);"
         " the full run follows." in out
     )
     assert (state / "walked").exists()

@@ -81,17 +81,64 @@ def test_every_record_names_its_source(path):
 
     rec = json.loads(path.read_text())
     assert path.name == f"{rec['name']}-{rec['version']}.json"
-    source = rec["source"]
-    assert source["date"] and source["filename"]
-    if source["kind"] == "recorded":
-        assert source["url"].startswith("https://files.pythonhosted.org/")
-        assert source["sha256"] == source["sha256_downloaded"]
-        assert source["command"].startswith(
-            "pip --isolated download --no-deps --index-url https://pypi.org/simple"
-        )
-    else:
-        assert source["kind"] == "inferred"
-        assert source["basis"] and (REPO / "sandbox/mirror/records" / source["like"]).is_file()
+    for source in (rec["source"], rec.get("wheel_source")):
+        if source is None:
+            continue
+        assert source["date"] and source["filename"]
+        if source["kind"] == "recorded":
+            assert source["url"].startswith("https://files.pythonhosted.org/")
+            assert source["url"].endswith("/" + source["filename"])
+            assert source["sha256"] == source["sha256_downloaded"]
+            assert source["command"].startswith(
+                "pip --isolated download --no-deps --index-url https://pypi.org/simple"
+            )
+        else:
+            assert source["kind"] == "inferred"
+            assert source["basis"] and (REPO / "sandbox/mirror/records" / source["like"]).is_file()
+    if "wheel_source" in rec:
+        # The sdist's record with its wheel's: the wheel file, its tags, its packages.
+        assert rec["source"]["filename"].endswith(".tar.gz")
+        assert rec["wheel_source"]["filename"].endswith(".whl")
+        assert rec["wheel"]["tags"] and rec["import_names"]
+
+
+def _recorder():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("recorder", REPO / "scripts" / "record-package-metadata.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_release_recorded_from_sdist_and_wheel_keeps_both_in_one_record():
+    recorder = _recorder()
+    both = records.load("sglang", "0.5.9")
+    sdist = {k: v for k, v in both.items() if k not in (*recorder._WHEEL_FACTS, "wheel_source")}
+    wheel = {k: both[k] for k in ("name", "version", "metadata", *recorder._WHEEL_FACTS)}
+    wheel["source"] = both["wheel_source"]
+    # In either order, and again: one record.
+    assert recorder.merge(sdist, wheel) == both
+    assert recorder.merge(wheel, sdist) == both
+    assert recorder.merge(both, sdist) == both == recorder.merge(both, wheel)
+    assert recorder.merge(sdist, sdist) == sdist
+    other = {**wheel, "metadata": {**wheel["metadata"], "Requires-Dist": ["torch==2.10.0"]}}
+    with pytest.raises(SystemExit, match=r"differ in \['Requires-Dist'\]"):
+        recorder.merge(sdist, other)
+
+
+def test_the_sglang_0_5_9_wheel_is_pure_python_with_the_sdists_requirements():
+    rec = records.load("sglang", "0.5.9")
+    assert records.wheel_tag(rec) == "py3-none-any"
+    assert rec["wheel"]["root_is_purelib"] is True
+    assert rec["import_names"] == ["sglang"]
+    assert rec["shared_objects"] == {}
+    # Its stand-in: the same module at the same version, and no build record of a source build.
+    spec = standins.sglang_spec("0.5.9")
+    assert spec.tag == "py3-none-any" and spec.purelib
+    assert b'__version__ = "0.5.9"' in spec.files["sglang/version.py"]
+    assert "sglang/_build_info.json" not in spec.files
+    assert "sglang/launch_server.py" in spec.files
 
 
 def test_recorded_torch_reports_its_cuda_build_in_version_py():

@@ -66,6 +66,14 @@ def test_each_part_that_differs_is_named():
             "it was kept for another target (run 20261201T101500Z)",
         ),
         (
+            # The same release from its wheel instead of the tree built from its tag.
+            KEPT,
+            {**TARGET, "sglang_method": "wheel"},
+            {"parts": PARTS},
+            False,
+            "it was kept for another target (run 20261201T101500Z)",
+        ),
+        (
             {k: v for k, v in KEPT.items() if k != "stack_digest"},
             TARGET,
             {"parts": PARTS},
@@ -80,6 +88,21 @@ def test_every_other_host_goes_through_the_full_run_and_says_why(previous, targe
     assert verdict == {"already_kept": False, "differs": [], "reason": reason}
 
 
+def test_a_change_of_sglang_method_is_another_target():
+    source = {**TARGET, "sglang_method": "source"}
+    wheel = {**TARGET, "sglang_method": "wheel"}
+    assert rerun.same_target(source, source) and rerun.same_target(wheel, wheel)
+    assert not rerun.same_target(source, wheel) and not rerun.same_target(wheel, source)
+    # A target recorded before the method was part of it: SGLang was built from source.
+    assert rerun.same_target(TARGET, source)
+    assert not rerun.same_target(TARGET, wheel)
+    assert not rerun.same_target(None, source) and not rerun.same_target({}, source)
+    kept_before = {**KEPT, "target": TARGET}
+    now = {"parts": dict(PARTS)}
+    assert rerun.kept_rerun(kept_before, source, now)["already_kept"] is True
+    assert rerun.kept_rerun(kept_before, wheel, now)["already_kept"] is False
+
+
 def test_the_filter_checks_its_input():
     spec = importlib.util.spec_from_file_location("cuda13_rerun", ROOT / "filter_plugins" / "cuda13_rerun.py")
     module = importlib.util.module_from_spec(spec)
@@ -90,6 +113,11 @@ def test_the_filter_checks_its_input():
         kept_rerun("x", TARGET)
     with pytest.raises(AnsibleFilterError, match="expects the run's target as a dict, got None"):
         kept_rerun(KEPT, None)
+    same_target = module.FilterModule().filters()["cuda13_same_target"]
+    assert same_target(TARGET, {**TARGET, "sglang_method": "source"}) is True
+    assert same_target(None, TARGET) is False
+    with pytest.raises(AnsibleFilterError, match="cuda13_same_target expects the run's target as a dict"):
+        same_target(TARGET, "x")
 
 
 def _fake_tools(bin_dir: Path, dropin: Path, toolkit: str) -> None:

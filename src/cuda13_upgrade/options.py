@@ -280,6 +280,15 @@ def _version(value: Any) -> tuple[str, str] | None:
     return None
 
 
+def _sglang_method(value: Any) -> tuple[str, str] | None:
+    """source (build the git ref) or wheel (the release's wheel)"""
+    from cuda13_upgrade.sglang_build import METHODS
+
+    if value not in METHODS:
+        return "is not an install method", " or ".join(METHODS)
+    return None
+
+
 def _serial(value: Any) -> tuple[str, str] | None:
     """batch sizes: int >= 1 or 'N%' (1-100), or a list of them"""
     expected = "a batch size (an int >= 1 or a percentage such as '25%') or a list of them"
@@ -384,6 +393,7 @@ RULES: dict[str, Callable[[Any], tuple[str, str] | None]] = {
     "cu130_wheels_pip_tmpdir": _abs_path(),
     "cu130_wheels_expected_cuda_major": _min(1),
     # sglang_build
+    "sglang_build_method": _sglang_method,
     "sglang_build_repo": _nonempty,
     "sglang_build_version": _nonempty,
     "sglang_build_src": _abs_path(),
@@ -393,6 +403,7 @@ RULES: dict[str, Callable[[Any], tuple[str, str] | None]] = {
     "sglang_build_index_url": _url(schemes=("http", "https", "file")),
     "sglang_build_extra_index_urls": _urls,
     "sglang_build_build_requirements": _requirements,
+    "sglang_build_record": _abs_path(),
     # stack_switch
     "stack_switch_old_venv": _abs_path(),
     "stack_switch_new_venv": _abs_path(),
@@ -440,6 +451,7 @@ RULES: dict[str, Callable[[Any], tuple[str, str] | None]] = {
     "rollback_new_venv": _abs_path(),
     "rollback_new_sglang_src": _abs_path(),
     "rollback_apt_record": _abs_path(),
+    "rollback_sglang_build_record": _abs_path(),
     "rollback_profile_dropin": _dropin,
     # artifact_cache
     "artifact_cache_index_url": _url(schemes=("http", "https", "file")),
@@ -614,6 +626,26 @@ def _cross_checks(values: Mapping[str, Any], given: Mapping[str, Any]) -> list[d
                 values[option],
                 "overlaps the other of cuda13_new_venv / cuda13_new_sglang_src",
                 "two separate paths",
+            )
+        )
+
+    # The wheel method installs sglang==<the release the ref names>: a commit or branch names none.
+    from cuda13_upgrade.sglang_build import release_version
+
+    method, ref = values.get("sglang_build_method"), values.get("sglang_build_version")
+    if method == "wheel" and isinstance(ref, str) and ref.strip() and release_version(ref) is None:
+        option = blame("sglang_build_version", "sglang_build_method")
+        problem = (
+            "names no release (vX.Y.Z), so sglang_build_method 'wheel' has no wheel to install"
+            if option == "sglang_build_version"
+            else f"is 'wheel', but sglang_build_version {ref!r} names no release (vX.Y.Z) to install"
+        )
+        failures.append(
+            _failure(
+                option,
+                values[option],
+                problem,
+                "a release tag such as 'v0.5.9' for the wheel, or sglang_build_method 'source' for a commit",
             )
         )
 
@@ -869,6 +901,8 @@ RELATIONS: dict[str, str] = {
     "cu130_wheels_venv": "not cuda13_old_venv nor inside it",
     "sglang_build_venv": "not cuda13_old_venv nor inside it",
     "sglang_build_src": "not cuda13_old_sglang_src nor inside it",
+    "sglang_build_method": "wheel: sglang_build_version names a release (vX.Y.Z)",
+    "sglang_build_version": "a release (vX.Y.Z), not a commit, with sglang_build_method wheel",
     "stack_switch_new_venv": "not cuda13_old_venv nor inside it",
     "cuda13_service_name": "a unit the host's systemd knows (LoadState=loaded)",
     "cuda13_wheels_index_url": "answers HTTP 200 from the host (unless cuda13_artifact_cache)",

@@ -18,6 +18,22 @@ from typing import Any
 #: The parts of a stack digest, in the order a difference is named.
 PARTS = ("freeze", "dropins", "alternatives", "toolkit")
 
+#: Parts of a target that later versions added, with what a target recorded without them
+#: meant: before ``sglang_build_method`` every run built SGLang from source.
+TARGET_DEFAULTS: dict[str, Any] = {"sglang_method": "source"}
+
+
+def same_target(recorded: Mapping[str, Any] | None, target: Mapping[str, Any]) -> bool:
+    """Whether a target a run recorded (result.json, staged.json) is this run's ``target``.
+
+    Every part counts, the SGLang install method too (a host kept with SGLang built from
+    source is not kept for its release wheel); a part the record lacks because it was written
+    before that part existed counts as its :data:`TARGET_DEFAULTS` value.
+    """
+    if not isinstance(recorded, Mapping) or not recorded:
+        return False
+    return {**TARGET_DEFAULTS, **recorded} == {**TARGET_DEFAULTS, **target}
+
 
 def kept_rerun(
     previous: Mapping[str, Any] | None,
@@ -31,7 +47,8 @@ def kept_rerun(
     ``previous``: the host's ``result.json`` (``status``, ``target``,
     ``stack_digest``: ``{"digest", "parts": {part: sha256}}``), ``{}`` or
     None when there is none. ``target``: this run's target (toolkit release,
-    package version, requirements, SGLang version, profiles). ``digest``:
+    package version, requirements, SGLang version and install method, profiles;
+    compared by :func:`same_target`). ``digest``:
     the stack digest read now (same shape as ``stack_digest``), None when it
     was not read. ``reverify``: ``cuda13_reverify``, measure again anyway.
 
@@ -49,7 +66,7 @@ def kept_rerun(
         return full("cuda13_reverify=true measures the host again")
     if previous.get("status") != "kept":
         return full(f"its last result is {previous.get('status') or 'none'}, not kept")
-    if dict(previous.get("target") or {}) != dict(target):
+    if not same_target(previous.get("target"), target):
         return full(f"it was kept for another target (run {previous.get('run_id') or '?'})")
     recorded = previous.get("stack_digest") or {}
     if not recorded.get("parts"):

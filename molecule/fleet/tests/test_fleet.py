@@ -24,12 +24,38 @@ def test_canary_kept_the_upgrade(fleet):
     assert json.loads(host.file("/var/lib/cuda13-upgrade/result.json").content_string)["status"] == "kept"
 
 
+def test_canary_installed_the_release_wheel_and_cloned_no_tree(fleet):
+    host = fleet[1]
+    # sglang_build_method: wheel -- no SGLang source tree, the release's wheel in the new venv.
+    assert not host.file("/opt/sglang-cu130").exists
+    code = "import importlib.metadata as m, sglang; print(sglang.__version__, m.version('sglang'), sglang.__file__)"
+    version, dist, path = host.check_output(f'/opt/ml-env-cu130/bin/python -c "{code}"').split()
+    assert (version, dist) == ("0.5.9", "0.5.9")
+    assert path.startswith("/opt/ml-env-cu130/lib/") and path.endswith("/site-packages/sglang/__init__.py")
+    assert "Editable project location" not in host.check_output(
+        "/opt/ml-env-cu130/bin/python -m pip --isolated show sglang"
+    )
+    result = json.loads(host.file("/var/lib/cuda13-upgrade/result.json").content_string)
+    assert result["status"] == "kept"
+    assert (result["target"]["sglang_version"], result["target"]["sglang_method"]) == ("v0.5.9", "wheel")
+    assert "sglang==0.5.9" in result["resolved_target"]
+    record = json.loads(host.file("/var/lib/cuda13-upgrade/sglang-build.json").content_string)
+    assert (record["method"], record["requirement"], record["paths"]) == (
+        "wheel",
+        "sglang==0.5.9",
+        ["/opt/ml-env-cu130"],
+    )
+
+
 def test_regressed_host_rolled_back(fleet):
     host = fleet[2]
     assert _serving_venv(host) == "/opt/ml-env/bin/python"
     assert host.check_output("readlink -f /usr/local/cuda") == "/usr/local/cuda-12.8"
     result = json.loads(host.file("/var/lib/cuda13-upgrade/result.json").content_string)
     assert result["status"] == "rolled_back"
+    # It built SGLang from the tag (sglang_build_method: source); the tree stays for diagnosis.
+    assert result["target"]["sglang_method"] == "source"
+    assert host.check_output("git -C /opt/sglang-cu130 describe --tags --exact-match") == "v0.5.9"
 
 
 def test_unreached_hosts_are_untouched(fleet):

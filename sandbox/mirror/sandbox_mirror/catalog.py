@@ -412,5 +412,11 @@ def sglang_dependencies(version: str) -> list[str]:
     return [d for d in deps if is_imitated(records.requirement_name(d))]
 
 
+# Releases whose wheel the mirror's pypi/simple serves (sglang_build_method: wheel), each built
+# from the stand-in source tree at that version and from its record's wheel facts (the record
+# holds the real wheel under ``wheel_source``: py3-none-any, package ``sglang``, no shared
+# objects; its METADATA is the sdist's PKG-INFO).
+SGLANG_WHEELS: tuple[str, ...] = ("0.5.9",)
+
 SGLANG_AUTHOR = ("SGLang Sandbox", "sglang-sandbox@localhost")
 SGLANG_SOURCE_VERSION = "0.5.9"  # the version written in sandbox/sglang-src

@@ -2,7 +2,8 @@
 
 ``sandbox/mirror/records/<name>-<version>.json`` holds what
 ``scripts/record-package-metadata.py`` read from the real file (``source.kind: recorded``:
-URL, sha256, the pip command and the date), or, for the builds only PyTorch's, sgl-kernel's
+URL, sha256, the pip command and the date; a release recorded from both its sdist and its
+wheel has the wheel's under ``wheel_source``), or, for the builds only PyTorch's, sgl-kernel's
 and flashinfer's own indexes serve (unreachable from the build machines), what public evidence
 says and what is inferred (``source.kind: inferred`` with ``source.basis``).
 
@@ -73,8 +74,9 @@ def exact_pin(record: dict, name: str) -> str | None:
 def wheel_tag(record: dict) -> str:
     """The compressed tag of the real wheel's file name (what pip matches), e.g.
     ``py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64``; from its ``Tag`` lines when the
-    record has no wheel file name."""
-    filename = record.get("source", {}).get("filename", "")
+    record has no wheel file name. A release recorded from both its sdist and its wheel keeps
+    the wheel's file under ``wheel_source``."""
+    filename = (record.get("wheel_source") or record.get("source", {})).get("filename", "")
     if filename.endswith(".whl"):
         return "-".join(filename.removesuffix(".whl").split("-")[-3:])
     pys: list[str] = []

@@ -8,7 +8,9 @@ Index layout (paths under the mirror root, shaped like the real servers):
 * ``flashinfer-whl/cu128/``, ``flashinfer-whl/cu130/`` -- flashinfer.ai/whl/cu1xx:
   flashinfer-jit-cache;
 * ``pypi/simple/`` (files in ``pypi/packages/``) -- PyPI: flashinfer-python, flashinfer-cubin,
-  and the genuine ``setuptools`` and ``wheel`` wheels of the build machine's Debian
+  sglang (the release wheel of each of ``catalog.SGLANG_WHEELS``: the stand-in source tree's
+  ``python/sglang`` at that version, pure Python like the real one), and the genuine
+  ``setuptools`` and ``wheel`` wheels of the build machine's Debian
   ``python3-setuptools-whl``/``python3-wheel-whl`` packages, which a source build of SGLang
   needs (``bdist_wheel`` comes from ``wheel`` for setuptools < 70.1).
 
@@ -27,7 +29,7 @@ import zipfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from sandbox_mirror import catalog, records
+from sandbox_mirror import catalog, gitrepo, records
 from sandbox_mirror.catalog import (
     FLASHINFER_JIT_CACHE_BUILDS,
     FLASHINFER_VERSIONS,
@@ -244,6 +246,34 @@ def flashinfer_jit_cache_spec(build: KernelBuild) -> WheelSpec:
     )
 
 
+SGLANG_SRC = Path(__file__).resolve().parents[2] / "sglang-src"
+
+
+def sglang_spec(version: str) -> WheelSpec:
+    """``sglang-<version>-py3-none-any.whl``: the stand-in tree's package at ``version``.
+
+    The files are those the git repository's ``v<version>`` commit holds under ``python/``
+    (``gitrepo``: ``sglang/version.py`` says ``version``); no ``_build_info.json``: like the real
+    wheel, which is pure Python (its CUDA code is in sgl-kernel and flashinfer), it links no CUDA
+    runtime of its own. Name, version, tag, Requires-Python, Requires-Dist and Provides-Extra
+    are the record's.
+    """
+    record = records.load("sglang", version)
+    tree = gitrepo._versioned(gitrepo.source_files(SGLANG_SRC), version)
+    files = {
+        rel.removeprefix("python/"): data for rel, data in tree.items() if rel.startswith("python/sglang/")
+    }
+    return WheelSpec(
+        name="sglang",
+        version=version,
+        tag=records.wheel_tag(record),
+        files=files,
+        metadata=_pure_metadata(record),
+        description=_STANDIN_NOTE,
+        purelib=bool(record["wheel"]["root_is_purelib"]),
+    )
+
+
 def all_specs(python_wheels_dir: Path | None = None) -> list[tuple[str, WheelSpec]]:
     """Every stand-in wheel as (index path, spec); a library wheel once per index."""
     specs: list[tuple[str, WheelSpec]] = []
@@ -258,6 +288,7 @@ def all_specs(python_wheels_dir: Path | None = None) -> list[tuple[str, WheelSpe
     for version in FLASHINFER_VERSIONS:
         specs.append(("pypi/simple", flashinfer_python_spec(version)))
         specs.append(("pypi/simple", flashinfer_cubin_spec(version)))
+    specs += [("pypi/simple", sglang_spec(v)) for v in catalog.SGLANG_WHEELS]
     return specs
 
 
