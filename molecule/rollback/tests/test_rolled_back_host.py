@@ -6,6 +6,8 @@ from statistics import median
 
 from probes import stream_decode
 
+from cuda13_upgrade.stack import parse_alternatives_query
+
 
 def _snapshot(host):
     return json.loads(host.file("/var/lib/cuda13-upgrade/snapshots/pre-upgrade.json").content_string)
@@ -42,6 +44,21 @@ def test_alternatives_point_where_the_snapshot_says(host):
     )
     assert host.check_output("readlink -f /usr/local/cuda-12") == "/usr/local/cuda-12.8"
     assert "release 12.8" in host.check_output("/usr/local/cuda/bin/nvcc --version")
+
+
+def test_each_alternatives_group_has_its_recorded_target_and_mode(host):
+    # The rollback restores each group's target as recorded, and its mode: a group
+    # recorded in auto mode is auto again where auto picks the recorded target, else
+    # (the newer toolkit still installed, with the higher priority) manual on it.
+    recorded = {name: q for name, q in _snapshot(host)["cuda"]["alternatives"].items() if q}
+    assert {"cuda", "cuda-12"} <= set(recorded)
+    for name, before in recorded.items():
+        now = parse_alternatives_query(host.check_output(f"update-alternatives --query {name}"))
+        assert now["value"] == before["value"], (name, before, now)
+        if before["status"] == "manual" or now["best"] != before["value"]:
+            assert now["status"] == "manual", (name, before, now)
+        else:
+            assert now["status"] == "auto", (name, before, now)
 
 
 def test_unit_has_no_upgrade_dropins_and_equals_the_snapshot(host):
