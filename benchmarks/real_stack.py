@@ -184,7 +184,8 @@ def main() -> None:
                 f"{size / seconds / 1e6:.1f} MB/s)"
             )
             shutil.rmtree(work / "download")
-        cache_bytes = sum(p.stat().st_size for p in wheels)
+        # The artifact cache's copy on a host holds the wheels the install reads: the cache's.
+        cache_bytes = sum(p.stat().st_size for p in wheels_of(CACHE / "wheels"))
 
         pip = venv(work / "resolve")
         seconds, done = timed(
