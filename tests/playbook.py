@@ -53,3 +53,33 @@ def run_playbook(
         argv += ["-e", f"ansible_python_interpreter={sys.executable}"]
     argv += args
     return subprocess.run(argv, env=environ, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def mirror_preflight_vars(
+    mirror_url: str, requirements: list[str], *, kernel_index: str = "sgl-whl/cu130"
+) -> dict[str, object]:
+    """Extra vars that run the preflight (and the roles after it) on localhost against the mirror.
+
+    The nvidia-smi double answers for the GPUs; the checks against a serving host are off
+    (localhost serves no stack: those are the molecule bad-input scenario's); this Python
+    runs the roles and the resolver; the wheels come from the sandbox mirror at
+    ``mirror_url`` (``kernel_index`` is the kernel's index under it) and SGLang v0.5.9 from
+    its git repository there. ``requirements`` are the cu130 wheels' pins.
+    """
+    return {
+        "cuda13_target_hosts": "all",
+        "nvidia_driver_check_nvidia_smi": str(REPO / "sandbox" / "host" / "nvidia-smi"),
+        "nvidia_driver_check_required_disk_gib": 0.001,
+        "nvidia_driver_check_host_checks": False,
+        "ansible_python_interpreter": sys.executable,
+        "cu130_wheels_python": sys.executable,
+        "cuda13_wheels_index_url": f"{mirror_url}/whl/cu130",
+        "cuda13_wheels_extra_index_urls": [
+            f"{mirror_url}/{kernel_index}",
+            f"{mirror_url}/flashinfer-whl/cu130",
+            f"{mirror_url}/pypi/simple",
+        ],
+        "cu130_wheels_requirements": requirements,
+        "sglang_build_repo": f"{mirror_url}/git/sglang.git",
+        "sglang_build_version": "v0.5.9",
+    }

@@ -9,35 +9,19 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 
-from playbook import run_playbook
+from playbook import mirror_preflight_vars, run_playbook
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _preflight(tmp_path, mirror_url, requirements, hosts="localhost,", kernel_index="sgl-whl/cu130"):
     extra = {
-        "cuda13_target_hosts": "all",
+        **mirror_preflight_vars(mirror_url, requirements, kernel_index=kernel_index),
         "cuda13_new_venv": f"{tmp_path}/venv",
         "cuda13_preflight_resolve": True,
-        "nvidia_driver_check_nvidia_smi": str(REPO / "sandbox" / "host" / "nvidia-smi"),
-        "nvidia_driver_check_required_disk_gib": 0.001,
         "nvidia_driver_check_space_stack": "sandbox",
-        # localhost has no serving stack: the checks against the host are the molecule bad-input scenario's
-        "nvidia_driver_check_host_checks": False,
-        "ansible_python_interpreter": sys.executable,
-        "cu130_wheels_python": sys.executable,
-        "cuda13_wheels_index_url": f"{mirror_url}/whl/cu130",
-        "cuda13_wheels_extra_index_urls": [
-            f"{mirror_url}/{kernel_index}",
-            f"{mirror_url}/flashinfer-whl/cu130",
-            f"{mirror_url}/pypi/simple",
-        ],
-        "cu130_wheels_requirements": requirements,
-        "sglang_build_repo": f"{mirror_url}/git/sglang.git",
-        "sglang_build_version": "v0.5.9",
     }
     return run_playbook(
         REPO / "playbooks" / "preflight.yml",

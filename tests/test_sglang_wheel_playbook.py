@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 from packaging.utils import canonicalize_name
-from playbook import run_playbook
+from playbook import mirror_preflight_vars, run_playbook
 from sandbox_mirror import testkit
 
 REPO = Path(__file__).resolve().parents[1]
@@ -92,24 +92,11 @@ def _run(tmp_path: Path, mirror_url: str, name: str, resolve: bool) -> subproces
         )
     )
     extra = {
-        "cuda13_target_hosts": "all",
-        "nvidia_driver_check_nvidia_smi": str(REPO / "sandbox" / "host" / "nvidia-smi"),
-        "nvidia_driver_check_required_disk_gib": 0.001,
+        **mirror_preflight_vars(mirror_url, PINS),
         "nvidia_driver_check_space_stack": "sandbox",
-        "nvidia_driver_check_host_checks": False,
-        "ansible_python_interpreter": sys.executable,
-        "cu130_wheels_python": sys.executable,
         "cu130_wheels_driver_library_optional": True,
-        "cuda13_wheels_index_url": f"{mirror_url}/whl/cu130",
-        "cuda13_wheels_extra_index_urls": [
-            f"{mirror_url}/sgl-whl/cu130",
-            f"{mirror_url}/flashinfer-whl/cu130",
-            f"{mirror_url}/pypi/simple",
-        ],
-        "cu130_wheels_requirements": PINS,
         # Unreachable: the wheel method clones nothing.
         "sglang_build_repo": "http://127.0.0.1:9/git/sglang.git",
-        "sglang_build_version": "v0.5.9",
         "sglang_build_method": "wheel",
         "cuda13_preflight_resolve": resolve,
     }

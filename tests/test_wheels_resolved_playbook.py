@@ -16,6 +16,7 @@ from pathlib import Path
 
 import yaml
 from packaging.utils import canonicalize_name
+from playbook import mirror_preflight_vars
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -60,24 +61,7 @@ def _run(tmp_path, mirror_url):
             ]
         )
     )
-    extra = {
-        "cuda13_target_hosts": "all",
-        "nvidia_driver_check_nvidia_smi": str(REPO / "sandbox" / "host" / "nvidia-smi"),
-        "nvidia_driver_check_required_disk_gib": 0.001,
-        "nvidia_driver_check_host_checks": False,
-        "ansible_python_interpreter": sys.executable,
-        "cu130_wheels_python": sys.executable,
-        "cu130_wheels_driver_library_optional": True,
-        "cuda13_wheels_index_url": f"{mirror_url}/whl/cu130",
-        "cuda13_wheels_extra_index_urls": [
-            f"{mirror_url}/sgl-whl/cu130",
-            f"{mirror_url}/flashinfer-whl/cu130",
-            f"{mirror_url}/pypi/simple",
-        ],
-        "cu130_wheels_requirements": PINS,
-        "sglang_build_repo": f"{mirror_url}/git/sglang.git",
-        "sglang_build_version": "v0.5.9",
-    }
+    extra = {**mirror_preflight_vars(mirror_url, PINS), "cu130_wheels_driver_library_optional": True}
     env = {
         **os.environ,
         "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
