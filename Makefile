@@ -57,8 +57,8 @@ demo: image mirror
 	scripts/demo.sh $(SCENARIO)
 
 lint: setup
-	$(BIN)/ruff check src tests filter_plugins sandbox benchmarks molecule
-	$(BIN)/ruff format --check src tests filter_plugins sandbox benchmarks molecule
+	$(BIN)/ruff check src tests filter_plugins roles sandbox benchmarks molecule
+	$(BIN)/ruff format --check src tests filter_plugins roles sandbox benchmarks molecule
 	ANSIBLE_LINT_SKIP_UPDATE=1 $(BIN)/ansible-lint --offline -q
 
 unit: setup

@@ -182,11 +182,11 @@ open(path, "w").write(json.dumps(result, indent=2) + "\n")
 
 
 def kept_rerun_figures() -> None:
-    """The re-run of a host that kept this target (upgrade-cuda13.yml: preflight,
-    one stack digest compared, "already kept"), a facts-only play on the same
-    host, and the same re-run walking every role (the host's recorded digest
-    removed, so the comparison cannot match), side by side. Needs the sandbox
-    host upgraded (upgrade_figures)."""
+    """The re-run of a host that kept this target (upgrade-cuda13.yml: the options
+    checked, one script on the host before the preflight, "already kept"), a
+    facts-only play on the same host, and the same re-run walking every role
+    (the host's recorded digest removed, so the comparison cannot match), side
+    by side. Needs the sandbox host upgraded (upgrade_figures)."""
     with tempfile.NamedTemporaryFile("w", suffix=".yml", dir=REPO / "playbooks", delete=False) as f:
         f.write(FACTS_PLAY)
     try:

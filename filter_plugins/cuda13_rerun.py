@@ -29,18 +29,34 @@ DOCUMENTATION = r"""
     options:
       _input: {description: the recorded target, or none, type: raw, required: true}
       target: {description: this run's target, type: dict, required: true}
+  - name: cuda13_target
+    short_description: The run's target from the validated options (nvidia_driver_check_options).
+    positional: _input
+    options:
+      _input: {description: the validated options, type: dict, required: true}
+  - name: cuda13_early_verdict
+    short_description: Whether a host is already kept, from stack_digest.py --state, before the preflight.
+    positional: _input, target, run_id, reverify
+    options:
+      _input: {description: the script's result (stack_digest.py --state), or none, type: raw, required: true}
+      target: {description: this run's target, type: dict, required: true}
+      run_id: {description: this run's identifier, type: str, required: true}
+      reverify: {description: measure again anyway (cuda13_reverify), type: bool, default: false}
 """
 
 EXAMPLES = r"""
 verdict: "{{ previous | cuda13_kept_rerun(__cuda13_target, digest, false) }}"
 staged: "{{ staged.target | default(none) | cuda13_same_target(__cuda13_target) }}"
+target: "{{ nvidia_driver_check_options | cuda13_target }}"
+early: "{{ state | cuda13_early_verdict(__cuda13_target, cuda13_run_id, false) }}"
 """
 
 RETURN = r"""
   _value:
     description: >-
       {already_kept: bool, differs: [part], reason: str} (cuda13_upgrade.rerun.kept_rerun);
-      a bool (cuda13_upgrade.rerun.same_target).
+      a bool (cuda13_upgrade.rerun.same_target); the target (cuda13_upgrade.rerun.target);
+      {already_kept, differs, reason, previous} (cuda13_upgrade.rerun.early_verdict).
 """
 
 
@@ -65,6 +81,35 @@ def cuda13_same_target(recorded, target):
     return rerun.same_target(dict(recorded) if isinstance(recorded, Mapping) else None, dict(target))
 
 
+def cuda13_target(options):
+    if not isinstance(options, Mapping):
+        raise AnsibleFilterError(f"cuda13_target expects the validated options as a dict, got {options!r}")
+    try:
+        return rerun.target(options)
+    except KeyError as exc:
+        raise AnsibleFilterError(
+            f"cuda13_target: {exc.args[0]} (run nvidia_driver_check's options.yml first)"
+        ) from exc
+
+
+def cuda13_early_verdict(state, target, run_id, reverify=False):
+    if not isinstance(target, Mapping):
+        raise AnsibleFilterError(f"cuda13_early_verdict expects the run's target as a dict, got {target!r}")
+    if state is not None and not isinstance(state, Mapping):
+        raise AnsibleFilterError(f"cuda13_early_verdict expects the host's state as a dict, got {state!r}")
+    found = dict(state["state"]) if state is not None and isinstance(state.get("state"), Mapping) else None
+    if found is not None:
+        found["digest"] = (
+            {"digest": state.get("digest"), "parts": state.get("parts")} if state.get("parts") else None
+        )
+    return rerun.early_verdict(found, dict(target), str(run_id), reverify=bool(reverify))
+
+
 class FilterModule:
     def filters(self):
-        return {"cuda13_kept_rerun": cuda13_kept_rerun, "cuda13_same_target": cuda13_same_target}
+        return {
+            "cuda13_kept_rerun": cuda13_kept_rerun,
+            "cuda13_same_target": cuda13_same_target,
+            "cuda13_target": cuda13_target,
+            "cuda13_early_verdict": cuda13_early_verdict,
+        }

@@ -17,6 +17,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 DIGEST = REPO / "src" / "cuda13_upgrade" / "hostscripts" / "stack_digest.py"
+# The GPU boundary: the sandbox's nvidia-smi double, in its default state (8 GPUs, driver 590.48.01).
+NVIDIA_SMI = REPO / "sandbox" / "host" / "nvidia-smi"
 TARGET = {
     "toolkit_release": "13.0",
     "toolkit_package_version": "13.0.2-1",
@@ -33,7 +35,10 @@ PLAY = """
         name: cuda13
     - name: The validated options, as the preflight leaves them
       ansible.builtin.set_fact:
-        nvidia_driver_check_options: {{cuda13_reverify: false}}
+        nvidia_driver_check_options:
+          cuda13_reverify: false
+          nvidia_driver_check_nvidia_smi: {nvidia_smi}
+          nvidia_driver_check_python: {python}
     - ansible.builtin.import_tasks: {repo}/playbooks/tasks/lock.yml
     - name: The run's target, as upgrade-host.yml notes it
       ansible.builtin.set_fact:
@@ -45,6 +50,9 @@ PLAY = """
     - ansible.builtin.import_tasks: {repo}/playbooks/tasks/step.yml
       vars:
         __cuda13_next_step: snapshot
+    - name: Say whether the full run measures
+      ansible.builtin.debug:
+        msg: "measures={{{{ __cuda13_measure }}}}"
     - name: Stands for the roles of the full run
       ansible.builtin.copy:
         content: walked
@@ -60,7 +68,11 @@ def _run(tmp_path: Path, run_id: str, target: dict | None = None) -> subprocess.
     if not (tmp_path / "src").exists():
         (tmp_path / "src").symlink_to(REPO / "src")
     play = tmp_path / "playbooks" / "play.yml"
-    play.write_text(PLAY.format(repo=REPO, target=json.dumps(target or TARGET)))
+    play.write_text(
+        PLAY.format(
+            repo=REPO, target=json.dumps(target or TARGET), nvidia_smi=NVIDIA_SMI, python=sys.executable
+        )
+    )
     env = {
         **os.environ,
         "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
@@ -98,7 +110,14 @@ def _kept_host(tmp_path: Path) -> Path:
     (venv / "bin" / "python").symlink_to(sys.executable)
     digest = json.loads(
         subprocess.run(
-            [sys.executable, str(DIGEST), str(venv), "nosuch-cuda13-test.service"],
+            [
+                sys.executable,
+                str(DIGEST),
+                "--nvidia-smi",
+                str(NVIDIA_SMI),
+                str(venv),
+                "nosuch-cuda13-test.service",
+            ],
             capture_output=True,
             text=True,
             check=True,
@@ -154,6 +173,8 @@ def test_a_kept_host_whose_stack_differs_goes_through_the_full_run_and_says_what
         " the full run follows." in out
     )
     assert (state / "walked").exists()
+    # The stack verified is not the one it serves: the gate measures it again.
+    assert "msg: measures=True" in out
 
 
 def test_a_host_kept_with_sglang_from_source_is_not_kept_for_its_wheel(tmp_path):

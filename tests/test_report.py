@@ -647,3 +647,35 @@ def test_chart_shows_every_trial_the_medians_and_the_tolerance_band(run_dir):
     assert "band:gpu-node-03:plain" not in artists  # no decision, so no tolerance recorded
     # Hosts without measurements have no points.
     assert not [gid for gid in artists if "gpu-node-04" in gid or "gpu-node-05" in gid]
+
+
+def test_a_run_that_measured_nothing_has_no_chart(tmp_path):
+    """Hosts already kept (their result as playbooks/tasks/already-kept.yml writes it): no
+    trials to draw, so no summary.png, and the summary says why."""
+    run = tmp_path / "r-again"
+    for host in ("gpu-node-01", "gpu-node-02"):
+        (run / host).mkdir(parents=True)
+        result = {
+            "host": host,
+            "run_id": "r-again",
+            "status": "kept",
+            "measured": False,
+            "already_kept": True,
+            "verified_in_run": "r-first",
+        }
+        (run / host / "result.json").write_text(json.dumps(result))
+    summary = report.fleet_summary(run, ["gpu-node-01", "gpu-node-02"])
+    assert summary["files"]["chart"] is None
+    assert summary["chart_note"] == "no chart: no host of this run was measured"
+    assert not (run / "summary.png").exists()
+    assert "| gpu-node-01 | already kept (verified in run r-first) |" in summary["markdown"]
+
+
+def test_the_chart_is_drawn_again_only_when_its_rows_change(run_dir):
+    report.fleet_summary(run_dir, HOSTS)
+    png = run_dir / "summary.png"
+    png.write_bytes(b"drawn before")
+    report.fleet_summary(run_dir, HOSTS)
+    assert png.read_bytes() == b"drawn before"
+    report.fleet_summary(run_dir, HOSTS[:2])
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

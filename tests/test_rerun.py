@@ -13,6 +13,8 @@ from cuda13_upgrade import rerun
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGEST = ROOT / "src" / "cuda13_upgrade" / "hostscripts" / "stack_digest.py"
+NVIDIA_SMI = ROOT / "sandbox" / "host" / "nvidia-smi"
+NVIDIA_SMI_STATES = ROOT / "sandbox" / "host" / "nvidia-smi-states"
 
 TARGET = {
     "toolkit_release": "13.0",
@@ -21,7 +23,13 @@ TARGET = {
     "sglang_version": "v0.5.9",
     "profiles": [{"name": "plain", "args": []}],
 }
-PARTS = {"freeze": "a" * 64, "dropins": "b" * 64, "alternatives": "c" * 64, "toolkit": "d" * 64}
+PARTS = {
+    "freeze": "a" * 64,
+    "dropins": "b" * 64,
+    "alternatives": "c" * 64,
+    "toolkit": "d" * 64,
+    "driver": "f" * 64,
+}
 KEPT = {
     "run_id": "20261201T101500Z",
     "status": "kept",
@@ -140,10 +148,14 @@ def _fake_tools(bin_dir: Path, dropin: Path, toolkit: str) -> None:
         path.chmod(0o755)
 
 
-def _digest(tmp_path: Path, venv: Path) -> dict:
-    env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin"}
+def _digest(tmp_path: Path, venv: Path, *options: str, state: str = "default.json") -> dict:
+    """The host script run for real; nvidia-smi is the sandbox's double in ``state``."""
+    env = {
+        "PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin",
+        "NVIDIA_SMI_DOUBLE_STATE": str(NVIDIA_SMI_STATES / state),
+    }
     out = subprocess.run(
-        [sys.executable, str(DIGEST), str(venv), "sglang.service"],
+        [sys.executable, str(DIGEST), "--nvidia-smi", str(NVIDIA_SMI), *options, str(venv), "sglang.service"],
         env=env,
         capture_output=True,
         text=True,
@@ -190,3 +202,213 @@ def test_a_part_that_cannot_be_read_differs_and_says_why(tmp_path):
     readable = _digest(tmp_path, venv)
     assert "freeze" not in readable["errors"]
     assert readable["parts"]["freeze"] != result["parts"]["freeze"]
+
+
+def test_a_new_driver_or_another_gpu_is_another_stack(tmp_path):
+    """The driver part: nvidia-smi's driver version and GPUs (the sandbox's double, in the
+    state of a host on driver 570.86.15 against the default's 590.48.01)."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    dropin = tmp_path / "50-cuda13-upgrade.conf"
+    dropin.write_text("[Service]\n")
+    _fake_tools(tmp_path / "bin", dropin, "cuda-toolkit-13-0=13.0.2-1 ii \\n")
+    now = _digest(tmp_path, venv)
+    older_driver = _digest(tmp_path, venv, state="driver-too-old.json")
+    assert [p for p in rerun.PARTS if now["parts"][p] != older_driver["parts"][p]] == ["driver"]
+    no_driver = _digest(tmp_path, venv, state="no-driver.json")
+    assert "driver" in no_driver["errors"]
+    verdict = rerun.kept_rerun({**KEPT, "stack_digest": now}, TARGET, older_driver)
+    assert verdict["already_kept"] is False and verdict["differs"] == ["driver"]
+
+
+def test_a_digest_recorded_without_the_driver_part_sends_the_host_through_once():
+    """A result written before the digest had its driver part: the full run, saying so."""
+    recorded = {k: v for k, v in PARTS.items() if k != "driver"}
+    verdict = rerun.kept_rerun({**KEPT, "stack_digest": {"parts": recorded}}, TARGET, {"parts": PARTS})
+    assert verdict == {
+        "already_kept": False,
+        "differs": ["driver"],
+        "reason": "the stack digest run 20261201T101500Z recorded has no driver part "
+        "(an earlier version of cuda13-upgrade wrote it)",
+    }
+
+
+def _specs() -> dict:
+    import yaml
+
+    merged = {}
+    for path in sorted((ROOT / "roles").glob("*/meta/argument_specs.yml")):
+        entry = yaml.safe_load(path.read_text())["argument_specs"].get("main", {})
+        merged.update(entry.get("options") or {})
+    return merged
+
+
+def test_the_target_comes_from_the_validated_options():
+    """Given values as -e key=value strings and a profile without new_stack_args: the target
+    holds them converted, and equals a target recorded from the inventory's own values."""
+    from cuda13_upgrade import options
+
+    given = {
+        "cu130_wheels_requirements": "torch==2.9.1+cu130,sgl-kernel==0.3.21+cu130",
+        "cuda13_profiles": [{"name": "plain", "server_args": []}],
+    }
+    checked = options.validate(given, _specs())
+    assert checked["ok"], checked["failures"]
+    target = rerun.target(checked["values"])
+    assert target == {
+        "toolkit_release": "13.0",
+        "toolkit_package_version": "13.0.2-1",
+        "requirements": ["torch==2.9.1+cu130", "sgl-kernel==0.3.21+cu130"],
+        "sglang_version": "v0.5.9",
+        "sglang_method": "source",
+        "profiles": [{"name": "plain", "server_args": [], "new_stack_args": []}],
+    }
+    recorded = {**TARGET, "profiles": [{"name": "plain", "server_args": []}]}
+    recorded["requirements"] = ["torch==2.9.1+cu130", "sgl-kernel==0.3.21+cu130"]
+    assert rerun.same_target(recorded, target)
+    assert not rerun.same_target(
+        recorded, {**target, "profiles": [{"name": "plain", "server_args": [], "new_stack_args": ["--x"]}]}
+    )
+    with pytest.raises(KeyError, match="the validated options lack cuda13_profiles"):
+        rerun.target({k: v for k, v in checked["values"].items() if k != "cuda13_profiles"})
+
+
+STEP_DONE = {"run_id": "20261201T101500Z", "step": "result", "started_at": "2026-12-01T10:40:00+00:00"}
+
+
+@pytest.mark.parametrize(
+    ("state", "reason"),
+    [
+        (None, "its state could not be read"),
+        (
+            {
+                "result": KEPT,
+                "step": STEP_DONE,
+                "lock": {"run_id": "20261202T080000Z"},
+                "digest": {"parts": PARTS},
+            },
+            "the lock of run 20261202T080000Z is on the host",
+        ),
+        (
+            # mkdir took the lock, owner.json not yet written
+            {"result": KEPT, "step": STEP_DONE, "lock": {}, "digest": {"parts": PARTS}},
+            "the lock of run ? is on the host",
+        ),
+        (
+            # a later run lost its host after the switch: the full run resolves it
+            {
+                "result": KEPT,
+                "step": {
+                    "run_id": "20261202T080000Z",
+                    "step": "switch",
+                    "started_at": "2026-12-02T08:10:00+00:00",
+                },
+                "lock": None,
+                "digest": {"parts": PARTS},
+            },
+            "run 20261202T080000Z stopped at step switch",
+        ),
+        (
+            {
+                "result": KEPT,
+                "step": STEP_DONE,
+                "lock": None,
+                "digest": {"parts": {**PARTS, "freeze": "0" * 64}},
+            },
+            "its stack differs from the one run 20261201T101500Z kept: freeze",
+        ),
+        (
+            {"result": {**KEPT, "status": "rolled_back"}, "step": STEP_DONE, "lock": None, "digest": None},
+            "its last result is rolled_back, not kept",
+        ),
+        ({"result": None, "step": None, "lock": None, "digest": None}, "its last result is none, not kept"),
+    ],
+)
+def test_before_the_preflight_only_an_unchanged_unlocked_kept_host_is_already_kept(state, reason):
+    verdict = rerun.early_verdict(state, TARGET, "20261202T090000Z")
+    assert verdict["already_kept"] is False
+    assert verdict["reason"] == reason
+
+
+def test_an_unchanged_kept_host_is_already_kept_before_the_preflight():
+    state = {"result": KEPT, "step": STEP_DONE, "lock": None, "digest": {"parts": dict(PARTS)}}
+    verdict = rerun.early_verdict(state, TARGET, "20261202T090000Z")
+    assert verdict == {"already_kept": True, "differs": [], "reason": "", "previous": KEPT}
+    again = rerun.early_verdict(state, TARGET, "20261202T090000Z", reverify=True)
+    assert again["already_kept"] is False
+    assert again["reason"] == "cuda13_reverify=true measures the host again"
+
+
+def _state_dir(tmp_path: Path, result: dict | str | None) -> Path:
+    state = tmp_path / "state"
+    state.mkdir(exist_ok=True)
+    if result is not None:
+        (state / "result.json").write_text(result if isinstance(result, str) else json.dumps(result))
+    (state / "step.json").write_text(json.dumps(STEP_DONE))
+    return state
+
+
+def test_the_script_reads_the_state_and_digests_only_a_kept_host(tmp_path):
+    """stack_digest.py --state, run for real: what the early verdict reads in one script."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    dropin = tmp_path / "50-cuda13-upgrade.conf"
+    dropin.write_text("[Service]\n")
+    _fake_tools(tmp_path / "bin", dropin, "cuda-toolkit-13-0=13.0.2-1 ii \\n")
+    plain = _digest(tmp_path, venv)
+
+    state = _state_dir(tmp_path, {**KEPT, "stack_digest": plain})
+    kept = _digest(tmp_path, venv, "--state", str(state))
+    assert kept["state"] == {
+        "result": {**KEPT, "stack_digest": plain},
+        "step": STEP_DONE,
+        "lock": None,
+        "errors": {},
+    }
+    assert kept["parts"] == plain["parts"]
+
+    (state / "run.lock").mkdir()
+    assert _digest(tmp_path, venv, "--state", str(state))["state"]["lock"] == {}
+    (state / "run.lock" / "owner.json").write_text('{"run_id": "20261202T080000Z"}')
+    assert _digest(tmp_path, venv, "--state", str(state))["state"]["lock"] == {"run_id": "20261202T080000Z"}
+
+    rolled_back = _digest(
+        tmp_path, venv, "--state", str(_state_dir(tmp_path, {**KEPT, "status": "rolled_back"}))
+    )
+    assert rolled_back["digest"] is None and rolled_back["parts"] is None
+
+    torn = _digest(tmp_path, venv, "--state", str(_state_dir(tmp_path, '{"status": "kep')))
+    assert torn["state"]["result"] is None
+    assert torn["state"]["errors"]["result"].startswith(f"{tmp_path / 'state' / 'result.json'}: ")
+
+    empty = tmp_path / "never-upgraded"
+    assert _digest(tmp_path, venv, "--state", str(empty))["state"] == {
+        "result": None,
+        "step": None,
+        "lock": None,
+        "errors": {},
+    }
+
+
+def test_the_early_filter_reads_the_scripts_output():
+    spec = importlib.util.spec_from_file_location("cuda13_rerun", ROOT / "filter_plugins" / "cuda13_rerun.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    early = module.FilterModule().filters()["cuda13_early_verdict"]
+    output = {
+        "digest": "e" * 64,
+        "parts": PARTS,
+        "errors": {},
+        "state": {"result": KEPT, "step": STEP_DONE, "lock": None, "errors": {}},
+    }
+    assert early(output, TARGET, "20261202T090000Z", False)["already_kept"] is True
+    not_kept = {**output, "digest": None, "parts": None, "state": {**output["state"], "result": None}}
+    assert early(not_kept, TARGET, "20261202T090000Z")["reason"] == "its last result is none, not kept"
+    assert early(None, TARGET, "20261202T090000Z")["reason"] == "its state could not be read"
+    with pytest.raises(AnsibleFilterError, match="expects the host's state as a dict, got 'x'"):
+        early("x", TARGET, "r")
+    target = module.FilterModule().filters()["cuda13_target"]
+    with pytest.raises(AnsibleFilterError, match="run nvidia_driver_check's options.yml first"):
+        target({})

@@ -861,7 +861,7 @@ def _show_report(run_dir: Path, hosts: list[str] | None, out: TextIO) -> list[di
     if files["chart"]:
         print(f"        {files['chart']}", file=out)
     else:
-        print(f"        ({summary.get('chart_error')})", file=out)
+        print(f"        ({summary.get('chart_error') or summary.get('chart_note')})", file=out)
     print(f"run:    {run_dir / 'run.json'}", file=out, flush=True)
     return summary["rows"]
 

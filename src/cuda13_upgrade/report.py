@@ -820,6 +820,12 @@ def run_hosts(run_dir: str | Path) -> list[str]:
 def fleet_summary(run_dir: str | Path, hosts: list[str] | None = None) -> dict[str, Any]:
     """Summarise a run and write ``summary.md``, ``summary.json`` and ``summary.png``.
 
+    The chart is drawn only when ``summary.png`` is missing or the rows differ
+    from those of the ``summary.json`` it replaces (it shows the rows alone),
+    and not at all when no host of the run was measured (no row has a
+    profile's figures: hosts already kept, refused, not reached, or a run in
+    check mode): ``chart`` is then None and ``chart_note`` says why.
+
     ``hosts``: the hosts of the run, in report order; None takes
     :func:`run_hosts`. A host without a result file takes its outcome from
     ``run.json`` when the command recorded one, else it is "not reached".
@@ -848,8 +854,15 @@ def fleet_summary(run_dir: str | Path, hosts: list[str] | None = None) -> dict[s
     markdown = render_markdown(run.name, rows)
     run.mkdir(parents=True, exist_ok=True)
     md_path, json_path, png_path = run / "summary.md", run / "summary.json", run / "summary.png"
+    summary_json = json.dumps({"run_id": run.name, "rows": rows}, indent=2) + "\n"
+    # The chart shows the rows and nothing else: drawn again only when they changed (the
+    # summary is written after each batch, again by the report play and by the command).
+    try:
+        chart_current = png_path.is_file() and json_path.read_text(encoding="utf-8") == summary_json
+    except OSError:
+        chart_current = False
     md_path.write_text(markdown, encoding="utf-8")
-    json_path.write_text(json.dumps({"run_id": run.name, "rows": rows}, indent=2) + "\n", encoding="utf-8")
+    json_path.write_text(summary_json, encoding="utf-8")
     summary: dict[str, Any] = {
         "run_id": run.name,
         "rows": rows,
@@ -863,9 +876,14 @@ def fleet_summary(run_dir: str | Path, hosts: list[str] | None = None) -> dict[s
     textfile_dir = os.environ.get("CUDA13_METRICS_TEXTFILE_DIR")
     if textfile_dir:  # node_exporter's textfile collector directory on the control node
         metrics.write_textfile(textfile_dir, text)
+    if not any(row.get("profiles") for row in rows):
+        # Nothing measured (hosts already kept, refused, not reached, check mode): no trials to draw.
+        summary["chart_note"] = "no chart: no host of this run was measured"
+        return summary
     try:
-        title = f"Trials per host, profile and stack, run {run.name}"
-        render_chart(rows, png_path, title=title)
+        if not chart_current:
+            title = f"Trials per host, profile and stack, run {run.name}"
+            render_chart(rows, png_path, title=title)
         summary["files"]["chart"] = str(png_path)
     except ImportError as exc:  # the report must not fail an upgrade for want of a chart
         summary["chart_error"] = f"no chart: {exc}"

@@ -3,11 +3,12 @@
 A host whose last measured upgrade kept the new stack records in its
 ``result.json`` the target it was verified for and a digest of the stack it
 then served (``hostscripts/stack_digest.py``: the venv's ``pip freeze``, the
-unit's drop-ins, the CUDA alternatives, the toolkit's packages). A later run
-for the same target reads the digest again; when nothing differs the host is
-"already kept" and no role runs (kubernetes-sigs/kubespray#6948: an
-idempotent re-run that re-walks every role of every host is what this
-avoids).
+unit's drop-ins, the CUDA alternatives, the toolkit's packages, the driver
+and GPUs nvidia-smi reports). A later run for the same target reads the
+digest again, before its preflight (:func:`early_verdict`, one script on the
+host); when nothing differs the host is "already kept" and neither the
+preflight nor any role runs (kubernetes-sigs/kubespray#6948: an idempotent
+re-run that re-walks every role of every host is what this avoids).
 """
 
 from __future__ import annotations
@@ -15,12 +16,58 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from cuda13_upgrade.runlock import stopped_run
+
 #: The parts of a stack digest, in the order a difference is named.
-PARTS = ("freeze", "dropins", "alternatives", "toolkit")
+PARTS = ("freeze", "dropins", "alternatives", "toolkit", "driver")
 
 #: Parts of a target that later versions added, with what a target recorded without them
 #: meant: before ``sglang_build_method`` every run built SGLang from source.
 TARGET_DEFAULTS: dict[str, Any] = {"sglang_method": "source"}
+
+#: A profile's keys that may be absent, with what their absence means (the argument
+#: spec's defaults of ``cuda13_profiles``: roles/cuda13/meta/argument_specs.yml).
+PROFILE_DEFAULTS: dict[str, Any] = {"new_stack_args": []}
+
+#: The validated option each part of a target comes from.
+TARGET_OPTIONS: dict[str, str] = {
+    "toolkit_release": "cuda13_toolkit_release",
+    "toolkit_package_version": "cuda13_toolkit_package_version",
+    "requirements": "cu130_wheels_requirements",
+    "sglang_version": "sglang_build_version",
+    "sglang_method": "sglang_build_method",
+    "profiles": "cuda13_profiles",
+}
+
+
+def target(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The run's target from the validated options (``nvidia_driver_check_options``).
+
+    ``options``: ``{option: value}`` as :func:`cuda13_upgrade.options.validate`
+    returns them (given values converted to their types, literal defaults for
+    the others). Returns ``{"toolkit_release", "toolkit_package_version",
+    "requirements", "sglang_version", "sglang_method", "profiles"}``: what a
+    run installs and measures, recorded in ``step.json``, ``staged.json`` and
+    ``result.json`` and compared by :func:`same_target`.
+
+    Raises ``KeyError`` naming the option when one is missing (the options were
+    not validated).
+    """
+    missing = [option for option in TARGET_OPTIONS.values() if option not in options]
+    if missing:
+        raise KeyError(f"the validated options lack {', '.join(missing)}")
+    return {part: options[option] for part, option in TARGET_OPTIONS.items()}
+
+
+def _normalised(target: Mapping[str, Any]) -> dict[str, Any]:
+    whole = {**TARGET_DEFAULTS, **target}
+    profiles = whole.get("profiles")
+    if isinstance(profiles, list):
+        whole["profiles"] = [
+            {**PROFILE_DEFAULTS, **profile} if isinstance(profile, Mapping) else profile
+            for profile in profiles
+        ]
+    return whole
 
 
 def same_target(recorded: Mapping[str, Any] | None, target: Mapping[str, Any]) -> bool:
@@ -28,11 +75,12 @@ def same_target(recorded: Mapping[str, Any] | None, target: Mapping[str, Any]) -
 
     Every part counts, the SGLang install method too (a host kept with SGLang built from
     source is not kept for its release wheel); a part the record lacks because it was written
-    before that part existed counts as its :data:`TARGET_DEFAULTS` value.
+    before that part existed counts as its :data:`TARGET_DEFAULTS` value, and a profile's
+    key it lacks as its :data:`PROFILE_DEFAULTS` value.
     """
     if not isinstance(recorded, Mapping) or not recorded:
         return False
-    return {**TARGET_DEFAULTS, **recorded} == {**TARGET_DEFAULTS, **target}
+    return _normalised(recorded) == _normalised(target)
 
 
 def kept_rerun(
@@ -73,6 +121,13 @@ def kept_rerun(
         return full("its result records no stack digest")
     if not digest or not digest.get("parts"):
         return full("the stack digest could not be read")
+    unrecorded = [part for part in PARTS if part not in recorded["parts"]]
+    if unrecorded:
+        return full(
+            f"the stack digest run {previous.get('run_id') or '?'} recorded has no "
+            f"{', '.join(unrecorded)} part (an earlier version of cuda13-upgrade wrote it)",
+            unrecorded,
+        )
     differs = [
         part
         for part in (*PARTS, *sorted(set(recorded["parts"]) - set(PARTS)))
@@ -84,3 +139,47 @@ def kept_rerun(
             differs,
         )
     return {"already_kept": True, "differs": [], "reason": ""}
+
+
+def early_verdict(
+    state: Mapping[str, Any] | None,
+    target: Mapping[str, Any],
+    run_id: str,
+    *,
+    reverify: bool = False,
+) -> dict[str, Any]:
+    """Decide, before the preflight, whether a host is already kept for ``target``.
+
+    ``state``: what ``stack_digest.py --state DIR`` read on the host, one
+    script run: ``{"result": result.json or None, "step": step.json or None,
+    "lock": run.lock's owner.json ({} when the lock has no owner yet) or None
+    when no lock is held, "digest": {"digest", "parts", "errors"} or None}``;
+    None when the script did not run. ``target``, ``reverify``: as for
+    :func:`kept_rerun`. ``run_id``: this run's identifier.
+
+    Nothing is written on the host on the way to this verdict, so a host goes
+    the short way only when no other run can be changing it: no lock is held
+    and no earlier run stopped part way (:func:`cuda13_upgrade.runlock.stopped_run`);
+    either sends the host through the preflight and the full run, which takes
+    the lock (or refuses it) and resolves the stopped run.
+
+    Returns :func:`kept_rerun`'s ``{"already_kept", "differs", "reason"}`` and
+    ``"previous"``, the host's result.json (``{}`` when there is none).
+    """
+    if not isinstance(state, Mapping):
+        return {"already_kept": False, "differs": [], "reason": "its state could not be read", "previous": {}}
+    previous = state.get("result") if isinstance(state.get("result"), Mapping) else {}
+    step = state.get("step") if isinstance(state.get("step"), Mapping) else {}
+
+    def full(reason: str) -> dict[str, Any]:
+        return {"already_kept": False, "differs": [], "reason": reason, "previous": dict(previous)}
+
+    lock = state.get("lock")
+    if lock is not None:
+        holder = lock.get("run_id") if isinstance(lock, Mapping) else None
+        return full(f"the lock of run {holder or '?'} is on the host")
+    stopped = stopped_run(step, previous, run_id)
+    if stopped:
+        return full(f"run {stopped['run_id']} stopped at step {stopped['step']}")
+    verdict = kept_rerun(previous, target, state.get("digest"), reverify=reverify)
+    return {**verdict, "previous": dict(previous)}

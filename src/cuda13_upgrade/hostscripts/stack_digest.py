@@ -3,14 +3,30 @@
 
 Runs on the managed host with any Python 3 (standard library only)::
 
-    stack_digest.py VENV UNIT
+    stack_digest.py [--nvidia-smi CMD] [--state DIR] VENV UNIT
 
 Prints one JSON object::
 
     {"digest": "<sha256 of the parts>",
      "parts": {"freeze": "<sha256>", "dropins": "<sha256>",
-               "alternatives": "<sha256>", "toolkit": "<sha256>"},
+               "alternatives": "<sha256>", "toolkit": "<sha256>",
+               "driver": "<sha256>"},
      "errors": {"toolkit": "dpkg-query: no packages found matching cuda-*"}}
+
+With ``--state DIR`` (the host's state directory, cuda13_state_dir) it also
+reads what earlier runs left there, so that one script run tells whether the
+host is already kept (cuda13_upgrade.rerun.early_verdict), and digests the
+stack only where the last result is "kept" (``digest`` and ``parts`` are null
+otherwise)::
+
+    {"digest": ..., "parts": ..., "errors": ...,
+     "state": {"result": <DIR/result.json> or null,
+               "step": <DIR/step.json> or null,
+               "lock": <DIR/run.lock/owner.json, {} without one> or null (no lock),
+               "errors": {"result": "<why it could not be read>"}}}
+
+A file that is absent is null; one that cannot be read or parsed is null with
+its error in ``state.errors``.
 
 Each part is the SHA-256 of a text read on the host:
 
@@ -26,6 +42,10 @@ Each part is the SHA-256 of a text read on the host:
 ``toolkit``
     ``dpkg-query -W -f='${Package}=${Version} ${db:Status-Abbrev}\\n' 'cuda-*'``
     (the toolkit's installed packages and their versions).
+``driver``
+    ``CMD --query-gpu=uuid,name,driver_version,compute_cap
+    --format=csv,noheader`` (``CMD``: ``--nvidia-smi``, nvidia-smi by default):
+    a new driver, or a GPU replaced, is another stack.
 
 A command that fails contributes its exit status and error text to its part
 (so a part that cannot be read differs from one that can) and the text to
@@ -34,10 +54,11 @@ A command that fails contributes its exit status and error text to its part
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
+import os
 import subprocess
-import sys
 
 
 def _run(argv: list[str]) -> tuple[int, str, str]:
@@ -80,7 +101,7 @@ def _alternatives(errors: dict[str, str]) -> str:
     )
 
 
-def digest(venv: str, unit: str) -> dict:
+def digest(venv: str, unit: str, nvidia_smi: str = "nvidia-smi") -> dict:
     """The parts' digests and the digest over them (see the module's docstring)."""
     errors: dict[str, str] = {}
     texts = {
@@ -94,13 +115,65 @@ def digest(venv: str, unit: str) -> dict:
             errors,
             "toolkit",
         ),
+        "driver": _part(
+            [nvidia_smi, "--query-gpu=uuid,name,driver_version,compute_cap", "--format=csv,noheader"],
+            errors,
+            "driver",
+        ),
     }
     parts = {name: hashlib.sha256(text.encode()).hexdigest() for name, text in texts.items()}
     whole = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
     return {"digest": whole, "parts": parts, "errors": errors}
 
 
+def _read_json(path: str, name: str, errors: dict[str, str]) -> dict | None:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            value = json.load(handle)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        errors[name] = f"{path}: {exc}"
+        return None
+    if not isinstance(value, dict):
+        errors[name] = f"{path}: not a JSON object"
+        return None
+    return value
+
+
+def state(directory: str) -> dict:
+    """What earlier runs left in ``directory`` (see the module's docstring)."""
+    errors: dict[str, str] = {}
+    lock_dir = os.path.join(directory, "run.lock")
+    lock = None
+    if os.path.isdir(lock_dir):
+        lock = _read_json(os.path.join(lock_dir, "owner.json"), "lock", errors) or {}
+    return {
+        "result": _read_json(os.path.join(directory, "result.json"), "result", errors),
+        "step": _read_json(os.path.join(directory, "step.json"), "step", errors),
+        "lock": lock,
+        "errors": errors,
+    }
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description="Digest the stack a host serves.")
+    parser.add_argument(
+        "--nvidia-smi", default="nvidia-smi", help="the nvidia-smi command (default: nvidia-smi)"
+    )
+    parser.add_argument("--state", metavar="DIR", help="also read the host's state directory")
+    parser.add_argument("venv")
+    parser.add_argument("unit")
+    args = parser.parse_args(argv)
+    if args.state is None:
+        return digest(args.venv, args.unit, args.nvidia_smi)
+    found = state(args.state)
+    if (found["result"] or {}).get("status") == "kept":
+        out = digest(args.venv, args.unit, args.nvidia_smi)
+    else:
+        out = {"digest": None, "parts": None, "errors": {}}
+    return {**out, "state": found}
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        sys.exit("usage: stack_digest.py VENV UNIT")
-    print(json.dumps(digest(sys.argv[1], sys.argv[2]), sort_keys=True))
+    print(json.dumps(main(), sort_keys=True))
