@@ -222,3 +222,45 @@ def test_progress_mode():
         progress.UsageError, match="CUDA13_UPGRADE_PROGRESS='fancy': expected auto, live or plain"
     ):
         progress.progress_mode(Tty(), {"CUDA13_UPGRADE_PROGRESS": "fancy"})
+
+
+def test_the_batches_are_counted_without_the_hosts_already_kept():
+    """gpu-node-01 is found already kept before the preflight (playbooks/tasks/early-kept.yml):
+    the upgrade play's batches of one are gpu-node-02's and gpu-node-03's, two of them."""
+
+    def event(kind, second, **data):
+        return {"event": kind, "created": f"2026-12-02T10:00:{second:02d}.000000", "event_data": data}
+
+    def ok(host, second, task, facts=None):
+        return event(
+            "runner_on_ok",
+            second,
+            host=host,
+            task=task,
+            play_pattern="blackwell",
+            res={"ansible_facts": facts or {}},
+        )
+
+    events = [
+        event("playbook_on_play_start", 0, play="Find the hosts already kept", play_pattern="blackwell"),
+        *[
+            ok(h, 1, "Decide whether the host is already kept")
+            for h in ("gpu-node-01", "gpu-node-02", "gpu-node-03")
+        ],
+        ok(
+            "gpu-node-01",
+            2,
+            "Assemble the host's result",
+            {"cuda13_result": {"status": "kept", "already_kept": True}},
+        ),
+        event("playbook_on_play_start", 3, play="Preflight (read-only)", play_pattern="blackwell"),
+        ok("gpu-node-02", 4, "Query the GPUs with nvidia-smi"),
+        ok("gpu-node-03", 4, "Query the GPUs with nvidia-smi"),
+        event(
+            "playbook_on_play_start", 5, play="Upgrade, verify, keep or roll back", play_pattern="blackwell"
+        ),
+        ok("gpu-node-02", 6, "Shared settings"),
+    ]
+    _, lines = _plain(events)
+    assert "gpu-node-01: kept (1 kept, 0 rolled back, 0 failed, 2 running, 0 waiting)" in lines
+    assert "batch 1 of 2 (1 kept, 0 rolled back, 0 failed, 0 running, 2 waiting)" in lines, lines

@@ -222,6 +222,7 @@ class RunProgress(Progress):
         self._at: float | None = None  # the time of the event being handled
         self._batch_line = False  # a batch started: say so with its first host event
         self._play_starts: dict[str, int] = {}
+        self._batch_pool: list[str] | None = None  # the hosts the batched play takes
         self._lock = threading.RLock()
         self._live: Any = None
         self._console: Any = None
@@ -303,6 +304,12 @@ class RunProgress(Progress):
         self._play = name
         count = self._play_starts[name] = self._play_starts.get(name, 0) + 1
         if count > 1 or self._batched(name):
+            if count == 1:
+                # Hosts already kept left the run before the preflight (playbooks/tasks/early-kept.yml):
+                # the upgrade play's batches are of the others alone.
+                self._batch_pool = [
+                    h for h in self._all_hosts() if (self.views.get(h) or HostView(host=h)).state != "kept"
+                ]
             self.batch = count
             self._batch_line = True
             for view in self.views.values():  # hosts not (yet) in a batch wait for theirs
@@ -396,7 +403,8 @@ class RunProgress(Progress):
         """``"batch 2 of 3"`` (``"batch 2"`` while the number of batches is unknown)."""
         total = None
         try:
-            total = len(serial_batches(len(self._all_hosts()), self.serial)) or None
+            pool = self._batch_pool if self._batch_pool is not None else self._all_hosts()
+            total = len(serial_batches(len(pool), self.serial)) or None
         except ValueError:
             total = None
         self.batches_total = total
