@@ -58,6 +58,10 @@ PLAY = """
         content: walked
         dest: "{{{{ cuda13_state_dir }}}}/walked"
         mode: "0600"
+    - name: The gate kept the stack, as verify_throughput decides it
+      ansible.builtin.set_fact:
+        __cuda13_status: kept
+    - ansible.builtin.import_tasks: {repo}/playbooks/tasks/result.yml
     - ansible.builtin.import_tasks: {repo}/playbooks/tasks/unlock.yml
 """
 
@@ -219,7 +223,34 @@ def test_a_run_that_stopped_after_the_switch_is_named_and_its_lock_taken_over(tm
     assert "localhost: run 20261201T101500Z stopped at step switch (begun 2026-12-01T10:41:07+00:00" in out
     assert (state / "walked").exists()
     assert not (state / "run.lock").exists()
+    # This run's own boundaries, through to its result: the stopped run is resolved.
     record = json.loads((state / "step.json").read_text())
-    assert (record["run_id"], record["step"], record["steps"]) == ("r-next", "snapshot", ["snapshot"])
+    assert (record["run_id"], record["step"], record["steps"]) == ("r-next", "result", ["snapshot", "result"])
     assert record["serving"] == f"{tmp_path}/old-venv"
     assert record["target"] == TARGET
+
+
+def test_a_kept_record_without_the_driver_part_is_completed_unmeasured_then_already_kept(tmp_path):
+    """A host kept by an earlier version of cuda13-upgrade (its digest has no driver part):
+    through the roles once, not measured, its verified record completed with the whole
+    digest; the run after that finds it already kept."""
+    state = _kept_host(tmp_path)
+    result = json.loads((state / "result.json").read_text())
+    del result["stack_digest"]["parts"]["driver"]
+    (state / "result.json").write_text(json.dumps(result))
+    proc = _run(tmp_path, "r-complete")
+    out = " ".join(proc.stdout.split())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "recorded has no driver part (an earlier version of cuda13-upgrade wrote it)" in out
+    assert "msg: measures=False" in out
+    assert (state / "walked").exists()
+    kept = json.loads((state / "result.json").read_text())
+    assert (kept["run_id"], kept["verified_in_run"], kept["measured"]) == ("20261201T101500Z",) * 2 + (True,)
+    assert set(kept["stack_digest"]["parts"]) == {"freeze", "dropins", "alternatives", "toolkit", "driver"}
+    (state / "walked").unlink()
+    proc = _run(tmp_path, "r-after")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "localhost: already kept: run 20261201T101500Z verified this target" in " ".join(
+        proc.stdout.split()
+    )
+    assert not (state / "walked").exists()

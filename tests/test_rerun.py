@@ -43,6 +43,7 @@ def test_a_kept_host_with_the_same_target_and_stack_is_already_kept():
         "already_kept": True,
         "differs": [],
         "reason": "",
+        "measure": False,
     }
 
 
@@ -93,7 +94,9 @@ def test_each_part_that_differs_is_named():
 )
 def test_every_other_host_goes_through_the_full_run_and_says_why(previous, target, digest, reverify, reason):
     verdict = rerun.kept_rerun(previous, target, digest, reverify=reverify)
-    assert verdict == {"already_kept": False, "differs": [], "reason": reason}
+    # Measured again, unless only the record falls short (no digest recorded at all).
+    measure = reason != "its result records no stack digest"
+    assert verdict == {"already_kept": False, "differs": [], "reason": reason, "measure": measure}
 
 
 def test_a_change_of_sglang_method_is_another_target():
@@ -222,16 +225,24 @@ def test_a_new_driver_or_another_gpu_is_another_stack(tmp_path):
     assert verdict["already_kept"] is False and verdict["differs"] == ["driver"]
 
 
-def test_a_digest_recorded_without_the_driver_part_sends_the_host_through_once():
-    """A result written before the digest had its driver part: the full run, saying so."""
+def test_a_digest_recorded_without_the_driver_part_sends_the_host_through_once_unmeasured():
+    """A result written before the digest had its driver part: through the roles once, not
+    measured (its recorded parts are unchanged), so that its result records the whole digest;
+    a fleet of kept hosts is not taken out of service because the tool was updated."""
     recorded = {k: v for k, v in PARTS.items() if k != "driver"}
     verdict = rerun.kept_rerun({**KEPT, "stack_digest": {"parts": recorded}}, TARGET, {"parts": PARTS})
     assert verdict == {
         "already_kept": False,
         "differs": ["driver"],
         "reason": "the stack digest run 20261201T101500Z recorded has no driver part "
-        "(an earlier version of cuda13-upgrade wrote it)",
+        "(an earlier version of cuda13-upgrade wrote it); the parts it has are unchanged",
+        "measure": False,
     }
+    # A recorded part that differs too: measured again, naming that part.
+    changed = rerun.kept_rerun(
+        {**KEPT, "stack_digest": {"parts": recorded}}, TARGET, {"parts": {**PARTS, "freeze": "0" * 64}}
+    )
+    assert (changed["differs"], changed["measure"]) == (["freeze"], True)
 
 
 def _specs() -> dict:
@@ -323,6 +334,19 @@ STEP_DONE = {"run_id": "20261201T101500Z", "step": "result", "started_at": "2026
             "its last result is rolled_back, not kept",
         ),
         ({"result": None, "step": None, "lock": None, "digest": None}, "its last result is none, not kept"),
+        (
+            # step.json torn (a full disk): whether a run stopped part way is unknown
+            {
+                "result": KEPT,
+                "step": None,
+                "lock": None,
+                "digest": {"parts": PARTS},
+                "errors": {
+                    "step": "/var/lib/cuda13-upgrade/step.json: Expecting value: line 1 column 1 (char 0)"
+                },
+            },
+            "its step.json cannot be read (/var/lib/cuda13-upgrade/step.json: Expecting value: line 1 column 1 (char 0))",
+        ),
     ],
 )
 def test_before_the_preflight_only_an_unchanged_unlocked_kept_host_is_already_kept(state, reason):
@@ -334,7 +358,7 @@ def test_before_the_preflight_only_an_unchanged_unlocked_kept_host_is_already_ke
 def test_an_unchanged_kept_host_is_already_kept_before_the_preflight():
     state = {"result": KEPT, "step": STEP_DONE, "lock": None, "digest": {"parts": dict(PARTS)}}
     verdict = rerun.early_verdict(state, TARGET, "20261202T090000Z")
-    assert verdict == {"already_kept": True, "differs": [], "reason": "", "previous": KEPT}
+    assert verdict == {"already_kept": True, "differs": [], "reason": "", "measure": False, "previous": KEPT}
     again = rerun.early_verdict(state, TARGET, "20261202T090000Z", reverify=True)
     assert again["already_kept"] is False
     assert again["reason"] == "cuda13_reverify=true measures the host again"

@@ -100,15 +100,22 @@ def kept_rerun(
     the stack digest read now (same shape as ``stack_digest``), None when it
     was not read. ``reverify``: ``cuda13_reverify``, measure again anyway.
 
-    Returns ``{"already_kept": bool, "differs": [part, ...], "reason": str}``:
-    ``differs`` names the digest's parts that changed since the record, in
-    :data:`PARTS` order; ``reason`` says in words why the full run follows
-    (empty when the host is already kept).
+    Returns ``{"already_kept": bool, "differs": [part, ...], "reason": str,
+    "measure": bool}``: ``differs`` names the digest's parts that changed since
+    the record, in :data:`PARTS` order; ``reason`` says in words why the full
+    run follows (empty when the host is already kept); ``measure`` whether the
+    full run measures the host again. It does, except where only the record
+    falls short while the stack is the one verified: a result with no stack
+    digest, or one without a part that a later version added (every part it
+    has unchanged). Such a host goes through the roles unmeasured and its
+    result then records the whole digest; taking every kept host of a fleet
+    out of service to re-measure an unchanged stack, because the tool was
+    updated, is what this avoids.
     """
     previous = previous or {}
 
-    def full(reason: str, differs: list[str] | None = None) -> dict[str, Any]:
-        return {"already_kept": False, "differs": differs or [], "reason": reason}
+    def full(reason: str, differs: list[str] | None = None, *, measure: bool = True) -> dict[str, Any]:
+        return {"already_kept": False, "differs": differs or [], "reason": reason, "measure": measure}
 
     if reverify:
         return full("cuda13_reverify=true measures the host again")
@@ -118,27 +125,29 @@ def kept_rerun(
         return full(f"it was kept for another target (run {previous.get('run_id') or '?'})")
     recorded = previous.get("stack_digest") or {}
     if not recorded.get("parts"):
-        return full("its result records no stack digest")
+        return full("its result records no stack digest", measure=False)
     if not digest or not digest.get("parts"):
         return full("the stack digest could not be read")
     unrecorded = [part for part in PARTS if part not in recorded["parts"]]
-    if unrecorded:
-        return full(
-            f"the stack digest run {previous.get('run_id') or '?'} recorded has no "
-            f"{', '.join(unrecorded)} part (an earlier version of cuda13-upgrade wrote it)",
-            unrecorded,
-        )
     differs = [
         part
         for part in (*PARTS, *sorted(set(recorded["parts"]) - set(PARTS)))
-        if recorded["parts"].get(part) != digest["parts"].get(part)
+        if part not in unrecorded and recorded["parts"].get(part) != digest["parts"].get(part)
     ]
     if differs:
         return full(
             f"its stack differs from the one run {previous.get('run_id') or '?'} kept: {', '.join(differs)}",
             differs,
         )
-    return {"already_kept": True, "differs": [], "reason": ""}
+    if unrecorded:
+        return full(
+            f"the stack digest run {previous.get('run_id') or '?'} recorded has no "
+            f"{', '.join(unrecorded)} part (an earlier version of cuda13-upgrade wrote it); "
+            "the parts it has are unchanged",
+            unrecorded,
+            measure=False,
+        )
+    return {"already_kept": True, "differs": [], "reason": "", "measure": False}
 
 
 def early_verdict(
@@ -163,17 +172,35 @@ def early_verdict(
     either sends the host through the preflight and the full run, which takes
     the lock (or refuses it) and resolves the stopped run.
 
-    Returns :func:`kept_rerun`'s ``{"already_kept", "differs", "reason"}`` and
-    ``"previous"``, the host's result.json (``{}`` when there is none).
+    A result.json or step.json that cannot be read also sends the host the full
+    way. Returns :func:`kept_rerun`'s ``{"already_kept", "differs", "reason",
+    "measure"}`` and ``"previous"``, the host's result.json (``{}`` when there
+    is none).
     """
     if not isinstance(state, Mapping):
-        return {"already_kept": False, "differs": [], "reason": "its state could not be read", "previous": {}}
+        return {
+            "already_kept": False,
+            "differs": [],
+            "reason": "its state could not be read",
+            "measure": True,
+            "previous": {},
+        }
     previous = state.get("result") if isinstance(state.get("result"), Mapping) else {}
     step = state.get("step") if isinstance(state.get("step"), Mapping) else {}
 
     def full(reason: str) -> dict[str, Any]:
-        return {"already_kept": False, "differs": [], "reason": reason, "previous": dict(previous)}
+        return {
+            "already_kept": False,
+            "differs": [],
+            "reason": reason,
+            "measure": True,
+            "previous": dict(previous),
+        }
 
+    unreadable = (state.get("errors") or {}) if isinstance(state.get("errors"), Mapping) else {}
+    for name in ("result", "step"):
+        if unreadable.get(name):
+            return full(f"its {name}.json cannot be read ({unreadable[name]})")
     lock = state.get("lock")
     if lock is not None:
         holder = lock.get("run_id") if isinstance(lock, Mapping) else None

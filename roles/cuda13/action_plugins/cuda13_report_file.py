@@ -14,7 +14,8 @@ Options:
   path: the file on the control node (str, required; absolute, or relative
     to the current directory)
   content: the text to write (str, required)
-  mode: the file's permissions, an octal string such as "0644" (default "0644")
+  mode: the file's permissions, an octal string such as "0644", or a number
+    (an unquoted 0644 in YAML) taken as the mode itself (default "0644")
 
 Returns ``changed`` (whether the file's content or mode differed) and
 ``path``. In check mode nothing is written and ``changed`` says what would
@@ -43,16 +44,17 @@ class ActionModule(ActionBase):
             argument_spec={
                 "path": {"type": "str", "required": True},
                 "content": {"type": "str", "required": True},
-                "mode": {"type": "str", "default": "0644"},
+                "mode": {"type": "raw", "default": "0644"},
             }
         )
         path = os.path.abspath(os.path.expanduser(args["path"]))
         data = to_bytes(args["content"], errors="surrogate_or_strict")
         try:
-            mode = int(args["mode"], 8)
+            # As ansible.builtin.file: a number is the mode itself (YAML reads 0644 as octal).
+            mode = args["mode"] if isinstance(args["mode"], int) else int(str(args["mode"]), 8)
         except ValueError as exc:
             raise AnsibleActionFail(
-                f"cuda13_report_file: mode {args['mode']!r} is not an octal mode such as 0644"
+                f"cuda13_report_file: mode {args['mode']!r} is not an octal mode such as '0644'"
             ) from exc
         try:
             with open(path, "rb") as handle:

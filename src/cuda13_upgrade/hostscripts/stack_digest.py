@@ -47,9 +47,10 @@ Each part is the SHA-256 of a text read on the host:
     --format=csv,noheader`` (``CMD``: ``--nvidia-smi``, nvidia-smi by default):
     a new driver, or a GPU replaced, is another stack.
 
-A command that fails contributes its exit status and error text to its part
-(so a part that cannot be read differs from one that can) and the text to
-``errors``. Exit status 0 whenever the script ran.
+A command that fails, or runs past 60 s, contributes its exit status (124 for
+the timeout) and error text to its part (so a part that cannot be read
+differs from one that can) and the text to ``errors``. Exit status 0 whenever
+the script ran.
 """
 
 from __future__ import annotations
@@ -60,12 +61,17 @@ import json
 import os
 import subprocess
 
+#: Seconds one command may take (nvidia-smi can hang on a GPU in a bad state).
+COMMAND_TIMEOUT_S = 60
+
 
 def _run(argv: list[str]) -> tuple[int, str, str]:
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=COMMAND_TIMEOUT_S)
     except OSError as exc:
         return 127, "", str(exc)
+    except subprocess.TimeoutExpired:
+        return 124, "", f"{argv[0]} did not finish within {COMMAND_TIMEOUT_S} s"
     return proc.returncode, proc.stdout, proc.stderr.strip()
 
 
