@@ -111,7 +111,7 @@ def test_every_step_the_play_names_passes_through_the_step_file():
     """Every step of the play begins with playbooks/tasks/step.yml (which both
     appends the step to __cuda13_steps and records it on the host), and no
     other task sets __cuda13_step, so no step goes untimed or unrecorded."""
-    files = ["upgrade-host.yml", "rescue-host.yml", "result.yml", "already-kept.yml"]
+    files = ["upgrade-host.yml", "rescue-host.yml", "result.yml", "already-kept.yml", "early-kept.yml"]
     found = []
 
     def walk(tasks):
@@ -126,7 +126,9 @@ def test_every_step_the_play_names_passes_through_the_step_file():
 
     for name in files:
         walk(yaml.safe_load((ROOT / "playbooks" / "tasks" / name).read_text()))
-    walk(yaml.safe_load((ROOT / "playbooks" / "upgrade.yml").read_text())[2]["tasks"])
+    plays = yaml.safe_load((ROOT / "playbooks" / "upgrade.yml").read_text())
+    (upgrade,) = [play for play in plays if play.get("name") == "Upgrade, verify, keep or roll back"]
+    walk(upgrade["tasks"])
     assert found == [
         *["snapshot", "toolkit", "wheels", "sglang_build", "drain", "baseline", "switch", "verify"],
         *["rollback", "result", "artifact_cache", "undrain"],
