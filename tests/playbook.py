@@ -6,6 +6,7 @@ this way; the GPU is the one thing they replace (the nvidia-smi double of sandbo
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -13,6 +14,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 ANSIBLE_PLAYBOOK = Path(sys.executable).with_name("ansible-playbook")
+STACK_DIGEST = REPO / "src" / "cuda13_upgrade" / "hostscripts" / "stack_digest.py"
+NVIDIA_SMI_DOUBLE = REPO / "sandbox" / "host" / "nvidia-smi"
+NVIDIA_SMI_STATES = REPO / "sandbox" / "host" / "nvidia-smi-states"
 
 
 def extra_vars(**values: object) -> list[str]:
@@ -83,3 +87,43 @@ def mirror_preflight_vars(
         "sglang_build_repo": f"{mirror_url}/git/sglang.git",
         "sglang_build_version": "v0.5.9",
     }
+
+
+def kept_host_state(
+    tmp_path: Path, target: dict, unit: str, *, host: str = "localhost", gpus: str | None = None
+) -> Path:
+    """A host whose run 20261201T101500Z kept ``target``: ``tmp_path/venv`` (this Python) and
+    ``tmp_path/state`` with its ``result.json`` (the digest of that venv and ``unit``, read by
+    the real host script; nvidia-smi is the sandbox's double, in the state file ``gpus`` of
+    sandbox/host/nvidia-smi-states, or as the environment gives it) and ``step.json`` (the run
+    passed its result step). Returns the state directory."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    env = {**os.environ, "NVIDIA_SMI_DOUBLE_STATE": str(NVIDIA_SMI_STATES / gpus)} if gpus else None
+    digest = json.loads(
+        subprocess.run(
+            [sys.executable, str(STACK_DIGEST), "--nvidia-smi", str(NVIDIA_SMI_DOUBLE), str(venv), unit],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
+    state = tmp_path / "state"
+    state.mkdir()
+    result = {
+        "host": host,
+        "run_id": "20261201T101500Z",
+        "status": "kept",
+        "measured": True,
+        "verified_in_run": "20261201T101500Z",
+        "target": target,
+        "stack_before": {"venv": "/opt/ml-env", "torch": "2.10.0+cu128"},
+        "stack_after": {"venv": "/opt/ml-env-cu130", "torch": "2.9.1+cu130", "torch_cuda": "13.0"},
+        "stack_digest": digest,
+        "finished_at": "2026-12-01T10:58:00+00:00",
+    }
+    (state / "result.json").write_text(json.dumps(result))
+    (state / "step.json").write_text(json.dumps({"run_id": "20261201T101500Z", "step": "result"}))
+    return state

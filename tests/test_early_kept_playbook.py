@@ -12,13 +12,12 @@ machine; those runs are also in check mode.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from playbook import REPO, extra_vars, run_playbook
+from playbook import REPO, extra_vars, kept_host_state, run_playbook
 
 from cuda13_upgrade import options, rerun
 
@@ -42,35 +41,7 @@ def _target() -> dict:
 
 def _kept_host(tmp_path: Path, *, target: dict | None = None, host: str = "localhost") -> Path:
     """State of a host whose run 20261201T101500Z kept the target, on the double's default GPUs."""
-    venv = tmp_path / "venv"
-    (venv / "bin").mkdir(parents=True)
-    (venv / "bin" / "python").symlink_to(sys.executable)
-    digest = json.loads(
-        subprocess.run(
-            [sys.executable, str(DIGEST), "--nvidia-smi", str(NVIDIA_SMI), str(venv), UNIT],
-            env={"PATH": "/usr/bin:/bin", "NVIDIA_SMI_DOUBLE_STATE": str(STATES / "default.json")},
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-    )
-    state = tmp_path / "state"
-    state.mkdir()
-    result = {
-        "host": host,
-        "run_id": "20261201T101500Z",
-        "status": "kept",
-        "measured": True,
-        "verified_in_run": "20261201T101500Z",
-        "target": target or _target(),
-        "stack_before": {"venv": "/opt/ml-env", "torch": "2.10.0+cu128"},
-        "stack_after": {"venv": "/opt/ml-env-cu130", "torch": "2.9.1+cu130", "torch_cuda": "13.0"},
-        "stack_digest": digest,
-        "finished_at": "2026-12-01T10:58:00+00:00",
-    }
-    (state / "result.json").write_text(json.dumps(result))
-    (state / "step.json").write_text(json.dumps({"run_id": "20261201T101500Z", "step": "result"}))
-    return state
+    return kept_host_state(tmp_path, target or _target(), UNIT, host=host, gpus="default.json")
 
 
 def _upgrade(

@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from playbook import kept_host_state
+
 REPO = Path(__file__).resolve().parents[1]
 DIGEST = REPO / "src" / "cuda13_upgrade" / "hostscripts" / "stack_digest.py"
 # The GPU boundary: the sandbox's nvidia-smi double, in its default state (8 GPUs, driver 590.48.01).
@@ -109,41 +111,7 @@ def _run(tmp_path: Path, run_id: str, target: dict | None = None) -> subprocess.
 
 def _kept_host(tmp_path: Path) -> Path:
     """A host whose run 20261201T101500Z kept the target, with the digest of its stack then."""
-    venv = tmp_path / "venv"
-    (venv / "bin").mkdir(parents=True)
-    (venv / "bin" / "python").symlink_to(sys.executable)
-    digest = json.loads(
-        subprocess.run(
-            [
-                sys.executable,
-                str(DIGEST),
-                "--nvidia-smi",
-                str(NVIDIA_SMI),
-                str(venv),
-                "nosuch-cuda13-test.service",
-            ],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-    )
-    state = tmp_path / "state"
-    state.mkdir()
-    result = {
-        "host": "localhost",
-        "run_id": "20261201T101500Z",
-        "status": "kept",
-        "measured": True,
-        "verified_in_run": "20261201T101500Z",
-        "target": TARGET,
-        "stack_before": {"venv": "/opt/ml-env", "torch": "2.10.0+cu128"},
-        "stack_after": {"venv": "/opt/ml-env-cu130", "torch": "2.9.1+cu130", "torch_cuda": "13.0"},
-        "stack_digest": digest,
-        "finished_at": "2026-12-01T10:58:00+00:00",
-    }
-    (state / "result.json").write_text(json.dumps(result))
-    (state / "step.json").write_text(json.dumps({"run_id": "20261201T101500Z", "step": "result"}))
-    return state
+    return kept_host_state(tmp_path, TARGET, "nosuch-cuda13-test.service")
 
 
 def test_a_kept_host_whose_stack_is_unchanged_is_already_kept_and_ends_there(tmp_path):

@@ -151,6 +151,17 @@ def _fake_tools(bin_dir: Path, dropin: Path, toolkit: str) -> None:
         path.chmod(0o755)
 
 
+def _serving_host(tmp_path: Path) -> Path:
+    """A venv (this Python), one drop-in and the toolkit's package, as the fake tools report them."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    dropin = tmp_path / "50-cuda13-upgrade.conf"
+    dropin.write_text("[Service]\n")
+    _fake_tools(tmp_path / "bin", dropin, "cuda-toolkit-13-0=13.0.2-1 ii \\n")
+    return venv
+
+
 def _digest(tmp_path: Path, venv: Path, *options: str, state: str = "default.json") -> dict:
     """The host script run for real; nvidia-smi is the sandbox's double in ``state``."""
     env = {
@@ -210,12 +221,7 @@ def test_a_part_that_cannot_be_read_differs_and_says_why(tmp_path):
 def test_a_new_driver_or_another_gpu_is_another_stack(tmp_path):
     """The driver part: nvidia-smi's driver version and GPUs (the sandbox's double, in the
     state of a host on driver 570.86.15 against the default's 590.48.01)."""
-    venv = tmp_path / "venv"
-    (venv / "bin").mkdir(parents=True)
-    (venv / "bin" / "python").symlink_to(sys.executable)
-    dropin = tmp_path / "50-cuda13-upgrade.conf"
-    dropin.write_text("[Service]\n")
-    _fake_tools(tmp_path / "bin", dropin, "cuda-toolkit-13-0=13.0.2-1 ii \\n")
+    venv = _serving_host(tmp_path)
     now = _digest(tmp_path, venv)
     older_driver = _digest(tmp_path, venv, state="driver-too-old.json")
     assert [p for p in rerun.PARTS if now["parts"][p] != older_driver["parts"][p]] == ["driver"]
@@ -375,12 +381,7 @@ def _state_dir(tmp_path: Path, result: dict | str | None) -> Path:
 
 def test_the_script_reads_the_state_and_digests_only_a_kept_host(tmp_path):
     """stack_digest.py --state, run for real: what the early verdict reads in one script."""
-    venv = tmp_path / "venv"
-    (venv / "bin").mkdir(parents=True)
-    (venv / "bin" / "python").symlink_to(sys.executable)
-    dropin = tmp_path / "50-cuda13-upgrade.conf"
-    dropin.write_text("[Service]\n")
-    _fake_tools(tmp_path / "bin", dropin, "cuda-toolkit-13-0=13.0.2-1 ii \\n")
+    venv = _serving_host(tmp_path)
     plain = _digest(tmp_path, venv)
 
     state = _state_dir(tmp_path, {**KEPT, "stack_digest": plain})
