@@ -57,12 +57,16 @@ demo: image mirror
 	scripts/demo.sh $(SCENARIO)
 
 lint: setup
-	$(BIN)/ruff check src tests filter_plugins roles sandbox benchmarks molecule
-	$(BIN)/ruff format --check src tests filter_plugins roles sandbox benchmarks molecule
+	$(BIN)/ruff check src tests filter_plugins roles sandbox benchmarks molecule scripts
+	$(BIN)/ruff format --check src tests filter_plugins roles sandbox benchmarks molecule scripts
 	ANSIBLE_LINT_SKIP_UPDATE=1 $(BIN)/ansible-lint --offline -q
 
+# Unit tests in UNIT_WORKERS processes (pytest-xdist); their times in a JUnit
+# report, read by make test's table (scripts/test-phases.py).
+UNIT_WORKERS ?= 2
 unit: setup
-	$(BIN)/python -m pytest -q tests
+	@mkdir -p .sandbox
+	$(BIN)/python -m pytest -q -n $(UNIT_WORKERS) --junitxml=.sandbox/unit-junit.xml tests
 
 # make test's scenarios: all of them (MOLECULE_SCENARIOS="default" runs one).
 MOLECULE_SCENARIOS ?= sandbox preflight bad-input host-apt default rollback gate real-stack midway fleet host-user
@@ -75,13 +79,19 @@ MOLECULE_FIRST ?= midway fleet real-stack default gate rollback host-user
 
 # real-stack's lane downloads its wheels first (make real-stack-cache), while
 # the other lanes run.
+# Scenario hosts start from the provisioned 12.8-era host layer
+# (sandbox/image/host-layer.py, built once per machine and its inputs).
 molecule: image mirror
 	@set -e; export SANDBOX_IMAGE="$$(sandbox/image/build-image.sh)"; \
+	export SANDBOX_HOST_IMAGE="$$($(BIN)/python sandbox/image/host-layer.py --base-image "$$SANDBOX_IMAGE")"; \
 	$(BIN)/python scripts/molecule-lanes.py --lanes $(MOLECULE_LANES) --first "$(MOLECULE_FIRST)" \
 	  --before "real-stack=make --no-print-directory real-stack-cache" \
 	  --molecule $(BIN)/molecule --log-dir .sandbox/molecule-logs $(MOLECULE_SCENARIOS)
 
-test: lint unit molecule
+# lint, unit, molecule in order, ending with the table of where the time went.
+test: setup
+	@$(BIN)/python scripts/test-phases.py --junit .sandbox/unit-junit.xml \
+	  --molecule-phases .sandbox/molecule-logs/phases.json lint unit molecule
 
 # Figures, not pass/fail: the gate's error rates by simulation and the time the
 # probe and the load metrics add to the trials, measured on the simulated server;

@@ -22,7 +22,9 @@ Usage: molecule-lanes.py [--lanes N] [--first "a b"] [--before NAME=COMMAND]...
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -31,6 +33,47 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+# molecule's action headers: "INFO     default ➜ create: Executing" (colour on) or
+# "INFO     [default > create] Executing" (colour off), with ANSI codes around the names
+# (molecule/logger.py section_logger, molecule/ansi_output.py format_scenario).
+_ANSI = re.compile(rb"\x1b\[[0-9;]*m")
+_ACTION = re.compile(rb"^INFO\s+\[?[\w.-]+ (?:\xe2\x9e\x9c|>) ([a-z_]+)(?:\]|:) Executing\s*$")
+# The table's columns: molecule's actions in the order a test sequence runs them.
+PHASES = (
+    "before",
+    "setup",
+    "dependency",
+    "cleanup",
+    "destroy",
+    "syntax",
+    "create",
+    "prepare",
+    "check",
+    "converge",
+    "idempotence",
+    "side_effect",
+    "verify",
+)
+
+
+def phase_of(line: bytes) -> str | None:
+    """The molecule action a log line starts (``create``, ``converge``, ...), or None."""
+    match = _ACTION.search(_ANSI.sub(b"", line))
+    return match.group(1).decode() if match else None
+
+
+def phase_table(phases: dict[str, dict[str, float]], results: dict[str, tuple[int, float]]) -> list[str]:
+    """Rows of seconds per scenario and action (a repeated action, e.g. destroy, summed), longest first."""
+    present = [p for p in PHASES if any(p in row for row in phases.values())]
+    present += sorted({p for row in phases.values() for p in row} - set(present))
+    header = f"   {'scenario':<14}" + "".join(f"{p[:11]:>12}" for p in present) + f"{'total':>9}"
+    lines = [header]
+    for name in sorted(phases, key=lambda n: -results.get(n, (0, 0.0))[1]):
+        row = phases[name]
+        cells = "".join(f"{row[p]:>11.0f}s" if p in row else f"{'-':>12}" for p in present)
+        lines.append(f"   {name:<14}{cells}{results.get(name, (0, 0.0))[1]:>8.0f}s")
+    return lines
 
 
 def order(scenarios: list[str], first: list[str]) -> list[str]:
@@ -48,6 +91,7 @@ class Lanes:
         self.procs: dict[str, subprocess.Popen] = {}
         self.stopping = False
         self.results: dict[str, tuple[int, float]] = {}
+        self.phases: dict[str, dict[str, float]] = {}
 
     def run(self, scenario: str) -> None:
         if self.stopping:
@@ -60,6 +104,8 @@ class Lanes:
         if scenario in self.before:
             commands.insert(0, ["bash", "-c", self.before[scenario]])
         rc = 0
+        phases: dict[str, float] = {}
+        self.phases[scenario] = phases
         with open(log, "wb") as out:
             for argv in commands:
                 if self.stopping:
@@ -69,13 +115,24 @@ class Lanes:
                 out.flush()
                 proc = subprocess.Popen(
                     argv,
-                    stdout=out,
+                    stdout=subprocess.PIPE,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
                     start_new_session=True,
                 )
                 self.procs[scenario] = proc
+                phase = "before" if argv[0] == "bash" else "setup"
+                mark = time.monotonic()
+                for line in proc.stdout:
+                    out.write(line)
+                    out.flush()
+                    step = phase_of(line)
+                    if step:
+                        now = time.monotonic()
+                        phases[phase] = phases.get(phase, 0.0) + now - mark
+                        phase, mark = step, now
                 rc = proc.wait()
+                phases[phase] = phases.get(phase, 0.0) + time.monotonic() - mark
                 if rc != 0:
                     break
         seconds = time.monotonic() - start
@@ -141,6 +198,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"   {scenario:<16} {'passed' if rc == 0 else f'FAILED (exit {rc})':<18} {seconds:6.0f} s")
         if rc != 0:
             failed.append(scenario)
+    print("== molecule: seconds per scenario and action")
+    for line in phase_table(lanes.phases, lanes.results):
+        print(line)
+    (args.log_dir / "phases.json").write_text(
+        json.dumps(
+            {
+                n: {
+                    "rc": lanes.results.get(n, (None, 0.0))[0],
+                    "seconds": lanes.results.get(n, (None, 0.0))[1],
+                    "phases": p,
+                }
+                for n, p in lanes.phases.items()
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     if lanes.stopping:
         return 130
     if failed:
