@@ -74,7 +74,7 @@ MOLECULE_SCENARIOS ?= sandbox preflight bad-input host-apt default rollback gate
 # Scenarios run MOLECULE_LANES at a time (distinct container names), the
 # longest (MOLECULE_FIRST) started first; each one's log, in
 # .sandbox/molecule-logs/, is printed whole when it ends (scripts/molecule-lanes.py).
-MOLECULE_LANES ?= 2
+MOLECULE_LANES ?= 3
 MOLECULE_FIRST ?= midway fleet real-stack default gate rollback host-user
 
 # real-stack's lane downloads its wheels first (make real-stack-cache), while

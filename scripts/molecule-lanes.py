@@ -76,6 +76,29 @@ def phase_table(phases: dict[str, dict[str, float]], results: dict[str, tuple[in
     return lines
 
 
+def cpu_times() -> tuple[int, int, int] | None:
+    """(busy, iowait, total) jiffies of all CPUs since boot from /proc/stat, None where there is none."""
+    try:
+        with open("/proc/stat", encoding="ascii") as handle:
+            fields = [int(v) for v in handle.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    # user nice system idle iowait irq softirq steal (guest time is inside user)
+    idle, iowait = fields[3], fields[4]
+    total = sum(fields[:8])
+    return total - idle - iowait, iowait, total
+
+
+def cpu_use(before: tuple[int, int, int] | None, after: tuple[int, int, int] | None) -> str:
+    """The machine's CPU use between two readings: busy and I/O-wait percentages, idle the rest."""
+    if not before or not after or after[2] <= before[2]:
+        return "CPU use not measured (no /proc/stat)"
+    span = after[2] - before[2]
+    busy = 100.0 * (after[0] - before[0]) / span
+    iowait = 100.0 * (after[1] - before[1]) / span
+    return f"CPU {busy:.0f} % busy, {iowait:.0f} % waiting for I/O, {100 - busy - iowait:.0f} % idle"
+
+
 def order(scenarios: list[str], first: list[str]) -> list[str]:
     """The scenarios to start, those of ``first`` (present in ``scenarios``) leading, in its order."""
     leading = [s for s in dict.fromkeys(first) if s in scenarios]
@@ -182,12 +205,14 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, lanes.stop)
     signal.signal(signal.SIGTERM, lanes.stop)
     start = time.monotonic()
+    cpu_start = cpu_times()
     with ThreadPoolExecutor(max_workers=args.lanes) as pool:
         for future in [pool.submit(lanes.run, s) for s in scenarios]:
             future.result()
     total = time.monotonic() - start
 
-    print(f"== molecule: {args.lanes} lane(s), {total:.0f} s in all")
+    # Idle CPU over the run says whether another lane would have had room.
+    print(f"== molecule: {args.lanes} lane(s), {total:.0f} s in all; {cpu_use(cpu_start, cpu_times())}")
     failed = []
     for scenario in scenarios:
         if scenario not in lanes.results:

@@ -107,3 +107,72 @@ def test_zero_lanes_is_refused_naming_the_value(tmp_path):
     proc = _run(tmp_path, "--lanes", "0", "a")
     assert proc.returncode == 2
     assert "--lanes 0: must be 1 or more" in proc.stderr
+
+
+# molecule 26's action headers, as a scenario's log has them (colour on: ANSI codes
+# around each part; colour off: "[scenario > action]").
+HEADERS = {
+    "create": "\x1b[36mINFO    \x1b[0m \x1b[32mdefault\x1b[0m ➜ \x1b[33mcreate\x1b[0m: \x1b[36mExecuting\x1b[0m\n",
+    "converge": "INFO     [host-apt > converge] Executing\n",
+}
+FAKE_ACTIONS = """#!/bin/bash
+printf 'INFO     [%s > destroy] Executing\\n' "$3"
+printf 'INFO     [%s > create] Executing\\n' "$3"
+sleep 0.3
+printf 'TASK [a task > converge] Executing\\n'
+printf 'INFO     [%s > converge] Executing\\n' "$3"
+sleep 0.6
+printf 'INFO     [%s > destroy] Executing\\n' "$3"
+"""
+
+
+def _lanes_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("molecule_lanes", LANES)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_molecule_s_action_headers_are_recognised_and_nothing_else():
+    lanes = _lanes_module()
+    for action, line in HEADERS.items():
+        assert lanes.phase_of(line.encode()) == action
+    assert lanes.phase_of(b"TASK [foo > bar] Executing\n") is None
+    assert lanes.phase_of(b"INFO     default: Executing the converge playbook\n") is None
+
+
+def test_each_scenario_s_time_is_split_by_action_in_the_table_and_phases_json(tmp_path):
+    fake = tmp_path / "molecule"
+    fake.write_text(FAKE_ACTIONS)
+    fake.chmod(0o755)
+    proc = subprocess.run(
+        [sys.executable, str(LANES), "--molecule", str(fake), "--log-dir", str(tmp_path / "logs"), "one"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin"},
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    import json
+
+    phases = json.loads((tmp_path / "logs" / "phases.json").read_text())["one"]
+    assert phases["rc"] == 0
+    # the task named like a header did not start an action: converge is one stretch of ~0.6 s
+    assert set(phases["phases"]) >= {"create", "converge", "destroy"}
+    assert 0.25 <= phases["phases"]["create"] < 0.6
+    assert 0.5 <= phases["phases"]["converge"] < 1.5
+    assert "seconds per scenario and action" in proc.stdout
+    row = next(line for line in proc.stdout.splitlines() if line.strip().startswith("one "))
+    assert "converge" not in row and row.split()[-1].endswith("s")
+    assert "% busy" in proc.stdout and "% idle" in proc.stdout
+
+
+def test_cpu_use_is_the_share_between_two_readings():
+    lanes = _lanes_module()
+    assert (
+        lanes.cpu_use((100, 10, 1000), (700, 110, 2000)) == "CPU 60 % busy, 10 % waiting for I/O, 30 % idle"
+    )
+    assert lanes.cpu_use(None, (1, 1, 1)).startswith("CPU use not measured")
