@@ -36,6 +36,15 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from cuda13_upgrade import report
+from cuda13_upgrade.errors import UsageError
+from cuda13_upgrade.progress import (
+    HostOutcome,
+    Progress,
+    RunProgress,
+    natural_key,
+    progress_mode,
+    serial_from_extra_vars,
+)
 
 EXIT_OK = 0
 EXIT_HOSTS = 1
@@ -45,23 +54,6 @@ EXIT_INTERRUPTED = 130
 
 RUN_ID_FORMAT = "%Y%m%dT%H%M%SZ"
 _RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-
-_HOST_EVENTS = ("runner_on_ok", "runner_on_failed", "runner_on_unreachable", "runner_on_skipped")
-
-#: Task actions that do not change or check anything a user follows: a step of
-#: only these is not printed (a failure of one always is).
-_QUIET_ACTIONS = {
-    "set_fact",
-    "debug",
-    "assert",
-    "meta",
-    "include_tasks",
-    "import_tasks",
-    "include_role",
-    "import_role",
-    "include_vars",
-    "set_stats",
-}
 
 
 @dataclass(frozen=True)
@@ -122,11 +114,6 @@ COMMANDS: dict[str, Command] = {
         "print (and rewrite) the fleet report of a run",
     ),
 }
-
-
-class UsageError(Exception):
-    """A command line or setting the command cannot run with (exit status 2).
-    The message names the option or variable at fault."""
 
 
 @dataclass
@@ -329,202 +316,6 @@ def exit_status(
     return EXIT_OK
 
 
-# --- progress --------------------------------------------------------------------------
-
-
-@dataclass
-class _Step:
-    key: tuple[str, str]
-    label: str
-    state: str = "skipped"  # skipped < ok < changed; "failed" once printed
-    loud: bool = False  # something other than set_fact/debug/... ran
-
-
-@dataclass
-class HostOutcome:
-    """What the runner saw of one host: ``failed``/``unreachable`` from the
-    final stats, with the last failed task (play, role, task, message)."""
-
-    failed: bool = False
-    unreachable: bool = False
-    play: str | None = None
-    role: str | None = None
-    task: str | None = None
-    message: str | None = None
-    #: The upgrade step the host was in (the play's ``__cuda13_step``), if any.
-    step: str | None = None
-
-
-def _action(event_data: Mapping[str, Any]) -> str:
-    return str(event_data.get("task_action") or "").rsplit(".", 1)[-1]
-
-
-def _message(res: Any) -> str:
-    if not isinstance(res, Mapping):
-        return str(res or "")
-    parts = [str(res.get("msg") or "")]
-    stderr = str(res.get("stderr") or res.get("module_stderr") or "").strip()
-    if stderr:
-        parts.append(stderr.splitlines()[-1])
-    # Whole: a refusal's remedy is at its end (the terminal wraps a long line).
-    return " ".join(" ".join(p.split()) for p in parts if p)
-
-
-class Progress:
-    """An ansible-runner ``event_handler`` that prints one line per host and step.
-
-    A step is a role (labelled with the ``include_role`` task that started it,
-    when there is one), a task file included from a playbook, or a playbook
-    task. A step's line comes when the host moves on to its next step:
-    ``<host>: <step> ... ok`` or ``changed``; steps that only set facts or
-    were skipped are not printed. A failed or unreachable task is printed at
-    once with its message. Plays print a header. Hosts of plays that target
-    only ``localhost`` are not hosts of the run (:attr:`hosts`).
-    """
-
-    def __init__(self, stream: TextIO | None = None) -> None:
-        self.stream = stream if stream is not None else sys.stdout
-        self.hosts: list[str] = []
-        self.outcomes: dict[str, HostOutcome] = {}
-        self.stats: dict[str, Any] = {}
-        self._steps: dict[str, _Step] = {}
-        self._included: dict[str, str] = {}
-        #: ansible-playbook's pid, from the events (None until the first one).
-        self.pid: int | None = None
-        #: Per host, the step of its last event (what an interrupted run was doing).
-        self.last_step: dict[str, str] = {}
-        #: Per host, the upgrade step it was in (the play's ``__cuda13_step``).
-        self.upgrade_step: dict[str, str] = {}
-
-    def __call__(self, event: Mapping[str, Any]) -> bool:
-        """Handle one runner event; returns True (keep the event in the artifacts)."""
-        kind = event.get("event")
-        data = event.get("event_data") or {}
-        if isinstance(event.get("pid"), int):
-            self.pid = event["pid"]
-        if kind == "playbook_on_play_start":
-            self.flush()
-            self._print(f"== {data.get('play') or data.get('play_pattern')}")
-        elif kind == "playbook_on_stats":
-            self.flush()
-            self.stats = {k: data.get(k) or {} for k in ("ok", "failures", "dark", "processed")}
-            for host in self.stats["failures"]:
-                self._outcome(host).failed = True
-            for host in self.stats["dark"]:
-                self._outcome(host).unreachable = True
-                self._outcome(host).step = self.upgrade_step.get(host)
-        elif kind == "runner_on_start":
-            self._started(data)
-        elif kind in _HOST_EVENTS:
-            self._host_event(kind, data)
-        return True
-
-    def _started(self, data: Mapping[str, Any]) -> None:
-        """A task started on a host: remember its step (printed only when it ends)."""
-        host = str(data.get("host") or "")
-        if (
-            not host
-            or data.get("play_pattern") == "localhost"
-            or _action(data) in ("include_role", "include_tasks")
-        ):
-            return
-        role = data.get("role")
-        if role:
-            included = self._included.get(host)
-            self.last_step[host] = f"{role} ({included})" if included else str(role)
-        else:
-            self.last_step[host] = self._step_of(host, data)[1]
-        task = str(data.get("task") or "")
-        if task and task != self.last_step[host]:
-            self.last_step[host] += f" › {task}"
-
-    def _outcome(self, host: str) -> HostOutcome:
-        return self.outcomes.setdefault(host, HostOutcome())
-
-    def _host_event(self, kind: str, data: Mapping[str, Any]) -> None:
-        host = str(data.get("host") or "")
-        if not host:
-            return
-        if data.get("play_pattern") != "localhost" and host not in self.hosts:
-            self.hosts.append(host)
-        action = _action(data)
-        role = data.get("role")
-        task = str(data.get("task") or "")
-        if action == "include_role" and kind == "runner_on_ok":
-            self._included[host] = task
-            return
-        res = data.get("res")
-        facts = res.get("ansible_facts") if isinstance(res, Mapping) else None
-        if kind == "runner_on_ok" and isinstance(facts, Mapping) and facts.get("__cuda13_step"):
-            self.upgrade_step[host] = str(facts["__cuda13_step"])
-        key, label = self._step_of(host, data)
-        if data.get("play_pattern") != "localhost":
-            task_name = str(data.get("task") or "")
-            self.last_step[host] = f"{label} › {task_name}" if task_name and task_name != label else label
-        step = self._steps.get(host)
-        if step is None or step.key != key:
-            self._flush_host(host)
-            step = self._steps[host] = _Step(key=key, label=label)
-        failed = kind == "runner_on_failed" and not data.get("ignore_errors")
-        if kind == "runner_on_unreachable" or failed:
-            outcome = self._outcome(host)
-            outcome.play, outcome.role, outcome.task = data.get("play"), role, task
-            outcome.message = _message(data.get("res"))
-            where = f"{label} › {task}" if task and task != label else label
-            state = "UNREACHABLE" if kind == "runner_on_unreachable" else "FAILED"
-            self._print(f"{host}: {where} ... {state}: {outcome.message}")
-            step.state = "failed"
-            return
-        if kind == "runner_on_skipped" or step.state == "failed":
-            return
-        notice = _notice(data.get("res"))
-        if notice:
-            self._print(notice)
-        if action not in _QUIET_ACTIONS:
-            step.loud = True
-        res = data.get("res") or {}
-        changed = isinstance(res, Mapping) and bool(res.get("changed"))
-        step.state = "changed" if changed or step.state == "changed" else "ok"
-
-    def _step_of(self, host: str, data: Mapping[str, Any]) -> tuple[tuple[str, str], str]:
-        role = data.get("role")
-        if role:
-            included = self._included.get(host)
-            label = f"{role} ({included})" if included else str(role)
-            return ("role", label), label
-        self._included.pop(host, None)
-        task_file = Path(str(data.get("task_path") or "").rsplit(":", 1)[0])
-        if task_file.parent.name == "tasks":  # playbooks/tasks/<step>.yml
-            return ("file", str(task_file)), task_file.stem
-        task = str(data.get("task") or "")
-        return ("task", task), task
-
-    def _flush_host(self, host: str) -> None:
-        step = self._steps.pop(host, None)
-        if step and step.loud and step.state in ("ok", "changed"):
-            self._print(f"{host}: {step.label} ... {step.state}")
-
-    def flush(self) -> None:
-        """Print the pending step of every host."""
-        for host in list(self._steps):
-            self._flush_host(host)
-
-    def _print(self, line: str) -> None:
-        # Whole lines: the terminal wraps a long one; a remedy is never cut off.
-        print(line, file=self.stream, flush=True)
-
-
-def _notice(res: Any) -> str:
-    """What a task tells the operator: the ``cuda13_notice`` fact it sets
-    (e.g. playbooks/tasks/lock.yml taking over a dead run's lock)."""
-    if not isinstance(res, Mapping):
-        return ""
-    facts = res.get("ansible_facts")
-    if not isinstance(facts, Mapping):
-        return ""
-    return " ".join(str(facts.get("cuda13_notice") or "").split())
-
-
 # --- running ---------------------------------------------------------------------------
 
 
@@ -648,7 +439,6 @@ def run_playbook(
         import ansible_runner
 
         runner = ansible_runner.run
-    from cuda13_upgrade.progress import RunProgress, progress_mode, serial_from_extra_vars
 
     progress = RunProgress(stream, live=progress_mode(stream), serial=serial_from_extra_vars(extra_vars))
     interrupt = _Interrupt(progress, stream if stream is not None else sys.stdout)
@@ -736,11 +526,6 @@ def _run_hosts(run_dir: Path, run: RunResult, started: float) -> list[str]:
         if path.stat().st_mtime >= started:
             hosts.append(path.parent.name)
     return sorted(set(hosts), key=natural_key)
-
-
-def natural_key(name: str) -> list[Any]:
-    """Sort key that orders the digits of host names as numbers."""
-    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", name)]
 
 
 def run_command(options: Options, stream: TextIO | None = None) -> int:

@@ -19,6 +19,7 @@ __all__ = [
     "ParseError",
     "PreflightError",
     "UnknownReleaseError",
+    "UsageError",
     "format_message",
 ]
 
@@ -92,3 +93,8 @@ class PreflightError(Cuda13Error):
 
 class UnknownReleaseError(PreflightError):
     """A CUDA toolkit release that the driver table of :mod:`cuda13_upgrade.versions` lacks."""
+
+
+class UsageError(Exception):
+    """A command line or setting the command cannot run with (exit status 2).
+    The message names the option or variable at fault."""
