@@ -69,13 +69,13 @@ unit: setup
 	$(BIN)/python -m pytest -q -n $(UNIT_WORKERS) --junitxml=.sandbox/unit-junit.xml tests
 
 # make test's scenarios: all of them (MOLECULE_SCENARIOS="default" runs one).
-MOLECULE_SCENARIOS ?= sandbox preflight bad-input host-apt default rollback gate real-stack midway fleet host-user
+MOLECULE_SCENARIOS ?= sandbox preflight bad-input host-apt default gate real-stack midway fleet host-user
 
 # Scenarios run MOLECULE_LANES at a time (distinct container names), the
 # longest (MOLECULE_FIRST) started first; each one's log, in
 # .sandbox/molecule-logs/, is printed whole when it ends (scripts/molecule-lanes.py).
 MOLECULE_LANES ?= 3
-MOLECULE_FIRST ?= midway fleet real-stack default gate rollback host-user
+MOLECULE_FIRST ?= midway fleet real-stack default gate host-user
 
 # real-stack's lane downloads its wheels first (make real-stack-cache), while
 # the other lanes run.

@@ -1,12 +1,23 @@
-"""After a regression: the host equals its pre-upgrade snapshot and serves at the old rate."""
+"""After a regression: the host equals its pre-upgrade snapshot and serves at the old rate.
+
+The fleet's regressed host (cuda13-fleet-2, the second batch), with a strict
+start limit and a unit whose stops leave the server's scheduler behind
+(host_vars/cuda13-fleet-2.yml).
+"""
 
 import json
 from datetime import datetime
 from statistics import median
 
+import pytest
 from probes import stream_decode
 
 from cuda13_upgrade.stack import parse_alternatives_query
+
+
+@pytest.fixture(scope="module")
+def host(fleet):
+    return fleet[2]
 
 
 def _snapshot(host):
