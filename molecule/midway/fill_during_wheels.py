@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fill the new venv's filesystem as soon as the wheels step begins the venv.
 
-Usage: fill_during_wheels.py HOST VENV. Polls the host (podman exec, every
+Usage: fill_during_wheels.py HOST VENV. Polls the host (host_watch.py, every
 0.1 s) for VENV, which the wheels step creates first (an empty directory,
 before `python -m venv` and pip run in it); then writes zeros to
 ``<parent of VENV>/filler`` until the filesystem is full, as another process

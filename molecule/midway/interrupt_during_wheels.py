@@ -20,6 +20,8 @@ import subprocess
 import sys
 import time
 
+from host_watch import container_root, seen
+
 inventory, host, reports, run_id, out_file = sys.argv[1:6]
 project = os.environ["MOLECULE_PROJECT_DIRECTORY"]
 
@@ -60,9 +62,14 @@ proc = subprocess.Popen(
     text=True,
 )
 toolkit_done = "test -x /usr/local/cuda-13.0/bin/nvcc && test -d /opt/ml-env-cu130"
+# Looked for without starting a process in the host (host_watch.py), confirmed inside it.
+root = container_root(host)
 deadline = time.monotonic() + 600
 while time.monotonic() < deadline and proc.poll() is None:
-    if _exec("sh", "-c", toolkit_done)[0] == 0:
+    if (
+        seen(root, "/usr/local/cuda-13.0/bin/nvcc", "/opt/ml-env-cu130")
+        and _exec("sh", "-c", toolkit_done)[0] == 0
+    ):
         captured["after_toolkit"] = _capture()
         proc.send_signal(signal.SIGINT)
         break

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Start the upgrade of one host and SIGKILL ansible-playbook right after the switch.
 
-Usage: kill_after_switch.py INVENTORY HOST. Polls the host (podman exec) for
+Usage: kill_after_switch.py INVENTORY HOST. Polls the host (host_watch.py) for
 the switch drop-in; once it exists, waits a second (the service restarting on
 the new stack) and kills the whole process group, as a lost control node or
 an operator's kill -9 would. Prints what it saw; exit status 0 when the kill

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Make a host unreachable right after the switch: podman pause, then unpause.
 
-Usage: pause_after_switch.py HOST SECONDS. Polls the host (podman exec) for the
+Usage: pause_after_switch.py HOST SECONDS. Polls the host (host_watch.py) for the
 switch drop-in; once it exists, waits a second (the service restarting on the
 new stack), pauses the container for SECONDS (every process in it frozen, its
 sshd included: to Ansible a host that stopped answering, as one behind a lost
