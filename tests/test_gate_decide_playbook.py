@@ -1,7 +1,7 @@
 """roles/verify_throughput/tasks/decide.yml on localhost: which checks roll back, with which reason.
 
-The decision's Jinja (probe, accept length, load, throughput, speculative gain) runs in
-ansible-playbook on recorded trial shapes: trials at the sandbox's rates and probe outputs
+The decision (probe, accept length, load, throughput, speculative gain: one call of
+cuda13_gate_verdict) runs in ansible-playbook on recorded trial shapes: trials at the sandbox's rates and probe outputs
 from the simulated server's greedy tokens (same, garbage, drift stacks).
 """
 
