@@ -91,11 +91,16 @@ def test_when_changed_in_check_mode_reports_the_restart_and_does_not_wait(tmp_pa
         tmp_path,
         url,
         "--check",
+        "--diff",
         cuda13_serve_restart="when-changed",
-        cuda13_serve_changed="true",
+        cuda13_serve_args='["--tp", 2, "a b"]',
         cuda13_serve_check="false",
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    # The drop-in sets the own command with the arguments, each quoted for systemd's shell-like split.
+    assert (
+        "+ExecStart=\n+ExecStart=/opt/ml-env/bin/python -m sglang.launch_server --tp 2 'a b'\n" in proc.stdout
+    )
     ran = _ran(proc)
     assert ran["Read what the service runs before the restart"] == "skipping"
     assert ran[f"Restart {UNIT}"] == "skipping"
