@@ -25,6 +25,19 @@ DOCUMENTATION = r"""
       z: {description: confidence factor of early decisions, type: float, default: 1.5}
       max_trials: {description: cap on candidate trials, type: int, default: 21}
       metric: {description: trial metric compared, type: str, default: output_tok_s}
+  - name: cuda13_gate_verdict
+    short_description: The gate's verdict over the new stack's profiles (regressed, final, reason, records).
+    positional: _input, baseline, settings
+    options:
+      _input: {description: "per profile, the new stack's {trials, probe, load}", type: dict, required: true}
+      baseline: {description: per profile, the old stack's trials, type: dict, required: true}
+      settings:
+        description: >-
+          keyword arguments of cuda13_upgrade.throughput.gate_verdict (metric, tolerance_pct, z,
+          max_trials, baseline_probe, min_prefix_tokens, min_agreeing_share, accept_length_drop_pct,
+          baseline_load, ttft_tolerance_pct, concurrency_tolerance_pct, speculative_pairs)
+        type: dict
+        default: {}
   - name: cuda13_trials
     short_description: Normalize client and bench_serving trials to one shape.
   - name: cuda13_trials_summary
@@ -37,6 +50,7 @@ DOCUMENTATION = r"""
 
 EXAMPLES = r"""
 decision: "{{ new_trials | cuda13_throughput_decide(old_trials, profile='eagle3') }}"
+verdict: "{{ {'plain': {'trials': new_trials}} | cuda13_gate_verdict({'plain': old_trials}, {'z': 1.5}) }}"
 """
 
 RETURN = r"""
@@ -93,6 +107,18 @@ def cuda13_throughput_decide(
         raise AnsibleFilterError(f"cannot decide profile {profile!r}: {exc}") from exc
 
 
+def cuda13_gate_verdict(candidate, baseline, settings=None):
+    for name, value in (("candidate", candidate), ("baseline", baseline), ("settings", settings or {})):
+        if not isinstance(value, dict):
+            raise AnsibleFilterError(
+                f"cuda13_gate_verdict: {name} must be a dict, got {type(value).__name__}"
+            )
+    try:
+        return throughput.gate_verdict(candidate, baseline, **(settings or {}))
+    except (ValueError, TypeError, KeyError) as exc:
+        raise AnsibleFilterError(f"cuda13_gate_verdict: {exc}") from exc
+
+
 def cuda13_speculative_gain(speculative, plain, metric="output_tok_s"):
     _check_list("cuda13_speculative_gain", speculative)
     _check_list("cuda13_speculative_gain (plain)", plain)
@@ -118,6 +144,7 @@ class FilterModule:
     def filters(self):
         return {
             "cuda13_throughput_decide": cuda13_throughput_decide,
+            "cuda13_gate_verdict": cuda13_gate_verdict,
             "cuda13_trials": cuda13_trials,
             "cuda13_trials_summary": cuda13_trials_summary,
             "cuda13_speculative_gain": cuda13_speculative_gain,

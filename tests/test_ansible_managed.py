@@ -3,9 +3,10 @@
 Ansible defines ``ansible_managed`` for the template module alone; in a task's
 arguments (a ``copy`` module's ``content``, a ``set_fact``) it is undefined and
 the task fails when it runs ("'ansible_managed' is undefined"). The switch's and
-the rollback's profile drop-ins were written that way, so every switch to a
+the rollback's profile drop-ins were once written that way, so every switch to a
 profile with arguments failed (molecule midway). A drop-in with the header is a
-template under the role's ``templates/``.
+template under the role's ``templates/``: the switch's in stack_switch, the
+profile drop-in in cuda13 (entry point serve).
 """
 
 from __future__ import annotations
@@ -30,4 +31,4 @@ def test_no_task_uses_ansible_managed(path):
 
 def test_the_role_templates_that_carry_the_header_exist():
     headers = [p for p in ROOT.glob("roles/*/templates/*.j2") if USE.search(p.read_text(encoding="utf-8"))]
-    assert {p.parent.parent.name for p in headers} >= {"stack_switch", "rollback", "verify_throughput"}
+    assert {p.parent.parent.name for p in headers} >= {"stack_switch", "cuda13"}

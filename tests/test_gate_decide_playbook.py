@@ -1,7 +1,7 @@
 """roles/verify_throughput/tasks/decide.yml on localhost: which checks roll back, with which reason.
 
-The decision's Jinja (probe, accept length, load, throughput, speculative gain) runs in
-ansible-playbook on recorded trial shapes: trials at the sandbox's rates and probe outputs
+The decision (probe, accept length, load, throughput, speculative gain: one call of
+cuda13_gate_verdict) runs in ansible-playbook on recorded trial shapes: trials at the sandbox's rates and probe outputs
 from the simulated server's greedy tokens (same, garbage, drift stacks).
 """
 
@@ -41,7 +41,12 @@ def _trials(rate: float) -> list[dict]:
 
 
 def _decide(
-    tmp_path: Path, *, probe_new: list[dict], rate_new: float = 92.0, accept_new: int | None = None
+    tmp_path: Path,
+    *,
+    probe_new: list[dict],
+    rate_new: float = 92.0,
+    accept_new: int | None = None,
+    extra: dict | None = None,
 ) -> dict:
     profiles = [{"name": "plain", "server_args": []}]
     old_probe = _probe(verify_ct=None if accept_new is None else 10)
@@ -55,6 +60,7 @@ def _decide(
             "candidate": {"plain": {"trials": _trials(rate_new), "probe": probe_new, "load": {}}}
         },
         "verify_throughput_min_trials": 5,
+        **(extra or {}),
     }
     (tmp_path / "vars.json").write_text(json.dumps(facts))
     out = tmp_path / "decision.json"
@@ -75,7 +81,8 @@ def _decide(
         dest: {out}
         content: "{{{{ {{'regressed': verify_throughput_regressed, 'reason': verify_throughput_reason,
                         'probe': verify_throughput_probe_results,
-                        'accept_length': verify_throughput_accept_length}} | to_json }}}}"
+                        'accept_length': verify_throughput_accept_length,
+                        'speculative': verify_throughput_speculative}} | to_json }}}}"
         mode: "0644"
 """
     )
@@ -107,3 +114,31 @@ def test_accept_length_collapse_regresses(tmp_path, verify_ct, regressed):
     if regressed:
         assert "plain: speculative accept length collapsed to 1.00 on the new stack" in decision["reason"]
     assert decision["accept_length"]["plain"]["passed"] is (not regressed)
+
+
+def test_without_the_probe_garbage_is_not_compared_and_speculative_gain_decides(tmp_path):
+    profiles = [
+        {"name": "plain", "server_args": []},
+        {"name": "eagle3", "server_args": ["--speculative-algorithm", "EAGLE3"]},
+    ]
+    decision = _decide(
+        tmp_path,
+        probe_new=_probe("garbage"),
+        extra={
+            "verify_throughput_probe": False,
+            "cuda13_profiles": profiles,
+            "verify_throughput_profiles": profiles,
+            "verify_throughput_baseline": {"plain": _trials(89.5), "eagle3": _trials(54.1)},
+            "verify_throughput_results": {
+                "candidate": {
+                    "plain": {"trials": _trials(92.0), "probe": [], "load": {}},
+                    "eagle3": {"trials": _trials(90.0), "probe": [], "load": {}},
+                }
+            },
+            "verify_throughput_require_speculative_gain": [{"speculative": "eagle3", "plain": "plain"}],
+        },
+    )
+    assert decision["probe"] == {}
+    assert decision["regressed"] is True
+    assert decision["speculative"]["eagle3"]["beats"] is False
+    assert decision["reason"] == "speculative decoding (eagle3) does not beat plain decode on the new stack"

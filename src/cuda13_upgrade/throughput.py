@@ -29,8 +29,11 @@ from __future__ import annotations
 import math
 import re
 import statistics
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from cuda13_upgrade import load, probe
 
 MEDIAN_SE_FACTOR = math.sqrt(math.pi / 2)  # 1.2533: asymptotic SE of a normal sample's median
 MAD_TO_SIGMA = 1.4826  # consistency constant of the MAD for normal data
@@ -416,3 +419,128 @@ def normalize_trials(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
         else:
             raise ValueError(f"trial {index} is neither a client nor a bench_serving trial: {trial!r}")
     return out
+
+
+def gate_verdict(
+    candidate: Mapping[str, Mapping[str, Any]],
+    baseline: Mapping[str, list[dict[str, Any]]],
+    *,
+    profiles: Sequence[str] | None = None,
+    metric: str = "output_tok_s",
+    tolerance_pct: float = DEFAULT_TOLERANCE_PCT,
+    z: float = DEFAULT_Z,
+    max_trials: int = DEFAULT_MAX_TRIALS,
+    baseline_probe: Mapping[str, list[dict[str, Any]]] | None = None,
+    min_prefix_tokens: int = probe.DEFAULT_MIN_PREFIX_TOKENS,
+    min_agreeing_share: float = probe.DEFAULT_MIN_AGREEING_SHARE,
+    accept_length_drop_pct: float = probe.DEFAULT_ACCEPT_LENGTH_DROP_PCT,
+    baseline_load: Mapping[str, Mapping[str, Any]] | None = None,
+    ttft_tolerance_pct: float = load.DEFAULT_TTFT_TOLERANCE_PCT,
+    concurrency_tolerance_pct: float = load.DEFAULT_CONCURRENCY_TOLERANCE_PCT,
+    speculative_pairs: Sequence[Mapping[str, str]] = (),
+) -> dict[str, Any]:
+    """The gate's verdict over the new stack's profiles: the one record that
+    both ends the measuring of a profile (``final``) and decides the host.
+
+    ``candidate``: per profile name, in the order measured, ``{"trials": [trial, ...],
+    "probe": [probe output, ...], "load": {load metrics}}`` of the new stack (``probe``
+    and ``load`` read only when compared); ``baseline``: per profile name, the old
+    stack's trials. ``profiles``: the names decided, in the order of the records and
+    reasons; None decides every profile of ``candidate``. Trials are those of
+    ``hostscripts/completion_bench.py`` (normalised here, see ``normalize_trials``);
+    their ``metric`` (tok/s) is compared by ``decide`` with ``tolerance_pct``
+    (percent), ``z`` and ``max_trials``.
+
+    ``baseline_probe``: per profile, the old stack's probe outputs; given, each
+    profile's outputs are compared (``probe.compare_outputs`` with
+    ``min_prefix_tokens`` and ``min_agreeing_share``) and its accept length too
+    (``probe.compare_accept_length`` with ``accept_length_drop_pct``, percent); None
+    compares neither. ``baseline_load``: per profile, the old stack's load metrics
+    (a profile without any compares against ``{}``); given, ``load.compare_load``
+    compares them with ``ttft_tolerance_pct`` and ``concurrency_tolerance_pct``
+    (percent); None compares none. ``speculative_pairs``: ``{"speculative": name,
+    "plain": name}`` pairs whose speculative profile must beat the plain one on the
+    new stack (``speculative_gain``).
+
+    Returns ``{"regressed": bool, "final": bool, "reason": str, "decisions":
+    {profile: Decision.to_dict()}, "probe": {profile: compare_outputs record},
+    "accept_length": {profile: compare_accept_length record}, "load": {profile:
+    compare_load record}, "speculative": {speculative profile: speculative_gain
+    record}}``; the comparisons not made are empty. ``final``: every profile's
+    throughput decision is final. ``reason``: the failed checks' reasons joined by
+    ``"; "`` (wrong output, collapsed accept length, load, regressed throughput,
+    speculative decoding that does not beat plain decode, in that order), or, when
+    none failed, every profile's throughput reason. Raises ``ValueError`` (naming
+    the profile) for a profile without baseline trials or probe outputs, or for
+    inputs ``decide``, ``compare_outputs``, ``compare_accept_length``,
+    ``compare_load`` or ``speculative_gain`` refuse.
+    """
+    decisions: dict[str, dict[str, Any]] = {}
+    probes: dict[str, dict[str, Any]] = {}
+    accepts: dict[str, dict[str, Any]] = {}
+    loads: dict[str, dict[str, Any]] = {}
+    speculative: dict[str, dict[str, Any]] = {}
+    for name in candidate if profiles is None else profiles:
+        if name not in candidate:
+            raise ValueError(f"profile {name!r} was not measured on the new stack (has {sorted(candidate)})")
+        measured = candidate[name]
+        if name not in baseline:
+            raise ValueError(f"profile {name!r} has no baseline trials (has {sorted(baseline)})")
+        decisions[name] = decide(
+            trial_metric(normalize_trials(list(baseline[name])), metric),
+            trial_metric(normalize_trials(list(measured["trials"])), metric),
+            profile=str(name),
+            tolerance_pct=float(tolerance_pct),
+            z=float(z),
+            max_trials=int(max_trials),
+        ).to_dict()
+        if baseline_probe is not None:
+            if name not in baseline_probe:
+                raise ValueError(f"profile {name!r} has no probe outputs of the old stack")
+            probes[name] = probe.compare_outputs(
+                baseline_probe[name],
+                measured["probe"],
+                min_prefix_tokens=int(min_prefix_tokens),
+                min_agreeing_share=float(min_agreeing_share),
+                profile=str(name),
+            )
+            accepts[name] = probe.compare_accept_length(
+                baseline_probe[name],
+                measured["probe"],
+                max_drop_pct=float(accept_length_drop_pct),
+                profile=str(name),
+            )
+        if baseline_load is not None:
+            loads[name] = load.compare_load(
+                baseline_load.get(name) or {},
+                measured["load"],
+                ttft_tolerance_pct=float(ttft_tolerance_pct),
+                concurrency_tolerance_pct=float(concurrency_tolerance_pct),
+                profile=str(name),
+            )
+    for pair in speculative_pairs:
+        speculative[pair["speculative"]] = speculative_gain(
+            trial_metric(normalize_trials(list(candidate[pair["plain"]]["trials"])), metric),
+            trial_metric(normalize_trials(list(candidate[pair["speculative"]]["trials"])), metric),
+        )
+    failed = (
+        [r["reason"] for r in probes.values() if not r["passed"]]
+        + [r["reason"] for r in accepts.values() if r["passed"] is False]
+        + [reason for r in loads.values() for reason in r["reasons"]]
+        + [d["reason"] for d in decisions.values() if d["verdict"] == "regressed"]
+        + [
+            f"speculative decoding ({name}) does not beat plain decode on the new stack"
+            for name, gain in speculative.items()
+            if not gain["beats"]
+        ]
+    )
+    return {
+        "regressed": bool(failed),
+        "final": all(d["final"] for d in decisions.values()),
+        "reason": "; ".join(failed or [d["reason"] for d in decisions.values()]),
+        "decisions": decisions,
+        "probe": probes,
+        "accept_length": accepts,
+        "load": loads,
+        "speculative": speculative,
+    }

@@ -1,0 +1,135 @@
+"""roles/cuda13/tasks/serve.yml on localhost, without a unit: which steps each mode runs.
+
+The server is a stdlib HTTP server whose /health_generate answers 200; the unit does not
+exist, so systemd names no main process and the running-arguments check has nothing to
+compare (a wrapper's case). The file steps run in check mode only, so nothing under
+/etc/systemd/system is written.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from playbook import run_playbook
+
+UNIT = "cuda13-serve-test.service"
+
+
+class _Generates(BaseHTTPRequestHandler):
+    def log_message(self, *args) -> None:
+        pass
+
+    def do_GET(self) -> None:  # noqa: N802
+        self.send_response(200 if self.path == "/health_generate" else 404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+@pytest.fixture
+def url() -> Iterator[str]:
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Generates)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+
+
+def _serve(tmp_path: Path, url: str, *args: str, **options: str) -> subprocess.CompletedProcess:
+    extra = "".join(f"        {name}: {value}\n" for name, value in options.items())
+    playbook = tmp_path / "serve.yml"
+    playbook.write_text(
+        f"""---
+- hosts: all
+  gather_facts: false
+  tasks:
+    - ansible.builtin.include_role:
+        name: cuda13
+        tasks_from: serve
+      vars:
+        cuda13_serve_service: {UNIT}
+        cuda13_serve_exec_start: /opt/ml-env/bin/python -m sglang.launch_server
+        cuda13_serve_venv: /opt/ml-env
+        cuda13_serve_url: "{url}"
+        cuda13_serve_timeout: 10
+        cuda13_serve_what: the profile under test
+{extra}"""
+    )
+    return run_playbook(playbook, *args, roles=True, filters=True)
+
+
+def _ran(proc: subprocess.CompletedProcess) -> dict[str, str]:
+    """Task name -> its status on localhost (ok, changed, skipping)."""
+    out = proc.stdout
+    ran = {}
+    for match in re.finditer(r"^TASK \[cuda13 : (.+?)\] \*+\n(?:ASYNC .*\n)?(\w+): \[localhost\]", out, re.M):
+        ran[match.group(1)] = match.group(2).rstrip(":")
+    return ran
+
+
+def test_never_waits_and_checks_without_touching_the_drop_in(tmp_path, url):
+    proc = _serve(tmp_path, url, cuda13_serve_restart="never", cuda13_serve_args='["--tp", 2]')
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ran = _ran(proc)
+    assert ran[
+        "Create the service's drop-in directory, or remove the profile drop-in for the own command"
+    ] == ("skipping")
+    assert ran["Write the profile drop-in 60-cuda13-profile.conf"] == "skipping"
+    assert ran[f"Restart {UNIT}"] == "skipping"
+    assert ran["Wait until /health_generate answers 200 at " + url] == "ok"
+    assert ran["Check that the server runs the profile under test"] == "ok"
+
+
+def test_when_changed_in_check_mode_reports_the_restart_and_does_not_wait(tmp_path, url):
+    proc = _serve(
+        tmp_path,
+        url,
+        "--check",
+        "--diff",
+        cuda13_serve_restart="when-changed",
+        cuda13_serve_args='["--tp", 2, "a b"]',
+        cuda13_serve_check="false",
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # The drop-in sets the own command with the arguments, each quoted for systemd's shell-like split.
+    assert (
+        "+ExecStart=\n+ExecStart=/opt/ml-env/bin/python -m sglang.launch_server --tp 2 'a b'\n" in proc.stdout
+    )
+    ran = _ran(proc)
+    assert ran["Read what the service runs before the restart"] == "skipping"
+    assert ran[f"Restart {UNIT}"] == "skipping"
+    assert ran["Report the restart that would follow"] == "changed"
+    assert f"Would restart {UNIT} (the profile under test)." in proc.stdout
+    assert ran["Wait until /health_generate answers 200 at " + url] == "skipping"
+    assert ran["Check that the server runs the profile under test"] == "skipping"
+    assert not Path(f"/etc/systemd/system/{UNIT}.d").exists()
+
+
+def test_a_mode_that_is_not_one_of_three_fails_at_the_arguments(tmp_path, url):
+    proc = _serve(tmp_path, url, cuda13_serve_restart="sometimes")
+    assert proc.returncode != 0
+    assert "cuda13_serve_restart" in proc.stdout + proc.stderr
+
+
+def test_when_changed_restarts_a_service_that_does_not_run_the_venv(tmp_path, url):
+    # No drop-in changed, but no main process runs /opt/ml-env's Python: the restart
+    # begins (and stops at the unit that does not exist).
+    proc = _serve(tmp_path, url, cuda13_serve_restart="when-changed", cuda13_serve_check="false")
+    ran = _ran(proc)
+    assert (
+        ran["Create the service's drop-in directory, or remove the profile drop-in for the own command"]
+        == "ok"
+    )
+    assert ran["Write the profile drop-in 60-cuda13-profile.conf"] == "skipping"
+    assert ran["Read the main process of " + UNIT] == "ok"
+    assert f"TASK [cuda13 : Restart {UNIT}] " in proc.stdout
+    assert "cuda13/tasks/restart.yml for localhost" in proc.stdout
+    stop = proc.stdout.index(f"TASK [cuda13 : Stop {UNIT}] ")
+    assert "fatal: [localhost]" in proc.stdout[stop:]
+    assert proc.returncode != 0
