@@ -22,8 +22,10 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-ROLES_DIR = ROOT / "roles"
-ROLES = sorted(p.name for p in ROLES_DIR.iterdir() if (p / "defaults" / "main.yml").is_file())
+# The product's roles, and the sandbox's (the simulated host), which keep the same rules.
+ROLES_DIRS = (ROOT / "roles", ROOT / "sandbox" / "roles")
+ROLE_DIR = {p.name: p for d in ROLES_DIRS for p in d.iterdir() if (p / "defaults" / "main.yml").is_file()}
+ROLES = sorted(ROLE_DIR)
 
 # The shared role's variables are the package's own namespace (cuda13_*), read by every
 # other role; all other roles prefix theirs with the role's name.
@@ -40,11 +42,11 @@ def _load(path: Path) -> Any:
 
 
 def _defaults(role: str) -> dict[str, Any]:
-    return _load(ROLES_DIR / role / "defaults" / "main.yml") or {}
+    return _load(ROLE_DIR[role] / "defaults" / "main.yml") or {}
 
 
 def _spec(role: str) -> dict[str, Any]:
-    return _load(ROLES_DIR / role / "meta" / "argument_specs.yml")["argument_specs"]["main"]
+    return _load(ROLE_DIR[role] / "meta" / "argument_specs.yml")["argument_specs"]["main"]
 
 
 def _options(role: str) -> dict[str, Any]:
@@ -52,7 +54,7 @@ def _options(role: str) -> dict[str, Any]:
 
 
 def _dependencies(role: str) -> list[str]:
-    meta = ROLES_DIR / role / "meta" / "main.yml"
+    meta = ROLE_DIR[role] / "meta" / "main.yml"
     if not meta.is_file():
         return []
     deps = (_load(meta) or {}).get("dependencies") or []
@@ -72,7 +74,7 @@ def _walk(options: dict[str, Any], prefix: str = ""):
 
 
 def test_every_role_is_checked():
-    assert ROLES == sorted(p.name for p in ROLES_DIR.iterdir() if p.is_dir())
+    assert ROLES == sorted(p.name for d in ROLES_DIRS for p in d.iterdir() if p.is_dir())
 
 
 @pytest.mark.parametrize("role", ROLES)
@@ -120,7 +122,7 @@ def test_each_option_is_described_and_typed(role):
 def test_public_variables_start_with_the_role_name(role):
     prefix = PREFIX.get(role, f"{role}_")
     names = set(_defaults(role)) | set(_options(role))
-    vars_file = ROLES_DIR / role / "vars" / "main.yml"
+    vars_file = ROLE_DIR[role] / "vars" / "main.yml"
     if vars_file.is_file():
         names |= set(_load(vars_file) or {})
     wrong = sorted(n for n in names if not (n.startswith(prefix) or n.startswith("__")))
@@ -157,7 +159,7 @@ def _run(tmp_path: Path, play: dict[str, Any], *args: str) -> subprocess.Complet
     env = dict(
         os.environ,
         ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
-        ANSIBLE_ROLES_PATH=str(ROOT / "roles"),
+        ANSIBLE_ROLES_PATH=":".join(str(d) for d in ROLES_DIRS),
         ANSIBLE_FILTER_PLUGINS=str(ROOT / "filter_plugins"),
         ANSIBLE_NOCOLOR="1",
         ANSIBLE_LOCALHOST_WARNING="False",

@@ -47,8 +47,8 @@ def test_the_key_is_the_same_for_the_same_inputs(tree):
     "change",
     [
         "sandbox/host/nvidia-smi",
-        "roles/sandbox_host/tasks/python.yml",
-        "roles/sandbox_host/defaults/main.yml",
+        "sandbox/roles/sandbox_host/tasks/python.yml",
+        "sandbox/roles/sandbox_host/defaults/main.yml",
         "roles/cuda13/tasks/wait_for_ready.yml",
         "molecule/shared/provision.yml",
         "sandbox/mirror/scenarios/default.json",
@@ -69,7 +69,7 @@ def test_a_new_file_a_removed_file_and_a_mode_change_each_change_the_key(tree):
     assert with_added != before
     added.unlink()
     assert key(tree) == before
-    (tree / "roles" / "sandbox_host" / "tasks" / "gpu.yml").unlink()
+    (tree / "sandbox" / "roles" / "sandbox_host" / "tasks" / "gpu.yml").unlink()
     assert key(tree) != before
 
 
@@ -101,8 +101,8 @@ def test_in_a_git_checkout_ignored_build_products_do_not_change_the_key(tree):
 
 
 def test_a_missing_input_is_an_error_naming_it(tree):
-    shutil.rmtree(tree / "roles" / "sandbox_host")
-    with pytest.raises(FileNotFoundError, match="roles/sandbox_host"):
+    (tree / "roles" / "cuda13" / "tasks" / "wait_for_ready.yml").unlink()
+    with pytest.raises(FileNotFoundError, match="roles/cuda13/tasks/wait_for_ready.yml"):
         key(tree)
 
 

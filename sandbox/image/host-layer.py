@@ -41,7 +41,6 @@ LABEL = "cuda13-upgrade.sandbox"
 # whole (every file under them, sorted), files as they are.
 INPUTS = (
     "sandbox",
-    "roles/sandbox_host",
     "roles/cuda13/tasks/wait_for_ready.yml",
     "molecule/shared/prepare.yml",
     "molecule/shared/provision.yml",
@@ -154,7 +153,7 @@ def build(base_image: str, mirror: Path, image: str) -> None:
             inventory.write_text(inventory_text(name))
             env = dict(os.environ)
             env.setdefault("ANSIBLE_CONFIG", str(ROOT / "ansible.cfg"))
-            env["ANSIBLE_ROLES_PATH"] = str(ROOT / "roles")
+            env["ANSIBLE_ROLES_PATH"] = f"{ROOT / 'roles'}:{ROOT / 'sandbox' / 'roles'}"
             env["ANSIBLE_FILTER_PLUGINS"] = str(ROOT / "filter_plugins")
             playbook = ROOT / "molecule" / "shared" / "provision.yml"
             print(f"building {image}: provisioning {name} ({playbook.relative_to(ROOT)})", file=sys.stderr)
