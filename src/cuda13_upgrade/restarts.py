@@ -15,7 +15,7 @@ profiles so that the service restarts as few times as the profiles need:
   (the service's own command, what it keeps serving) is measured last, so no
   restart back to the own command follows; after the baseline the switch
   follows, which restarts anyway;
-- a recorded baseline (``playbooks/tasks/baseline.yml``) skips the old stack's
+- a recorded baseline (``roles/upgrade_host/tasks/baseline.yml``) skips the old stack's
   restarts.
 
 With P profiles, one of them without arguments, that is at most 2P - 1
