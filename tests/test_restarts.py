@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import importlib.util
+from pathlib import Path
 
 import pytest
 from ansible.errors import AnsibleFilterError
@@ -21,9 +23,11 @@ EXEC = "/opt/ml-env/bin/python -m sglang.launch_server --model-path /models/m --
 
 
 def filters():
-    from filter_plugins.cuda13_restarts import FilterModule
-
-    return FilterModule().filters()
+    path = Path(__file__).resolve().parents[1] / "filter_plugins" / "cuda13_restarts.py"
+    spec = importlib.util.spec_from_file_location("cuda13_restarts", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.FilterModule().filters()
 
 
 def test_two_profiles_restart_three_times_per_upgrade_and_twice_per_rollback():
