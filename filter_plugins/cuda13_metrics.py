@@ -17,7 +17,10 @@ DOCUMENTATION = r"""
   - name: cuda13_host_metrics
     short_description: A host's result as node_exporter textfile-collector metrics (Prometheus text format).
     options:
-      _input: {description: the host's result (result.yml's cuda13_result), type: dict, required: true}
+      _input:
+        description: the host's result (cuda13_result of roles/upgrade_host/tasks/result.yml)
+        type: dict
+        required: true
 """
 
 EXAMPLES = r"""

@@ -9,10 +9,10 @@ from pathlib import Path
 from ansible.errors import AnsibleFilterError
 
 try:
-    from cuda13_upgrade import rerun
+    from cuda13_upgrade import rerun, scriptout
 except ImportError:  # the package is not installed: use the checkout's copy
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from cuda13_upgrade import rerun
+    from cuda13_upgrade import rerun, scriptout
 
 DOCUMENTATION = r"""
   - name: cuda13_kept_rerun
@@ -34,21 +34,22 @@ DOCUMENTATION = r"""
     positional: _input
     options:
       _input: {description: the validated options, type: dict, required: true}
-  - name: cuda13_early_verdict
-    short_description: Whether a host is already kept, from stack_digest.py --state, before the preflight.
-    positional: _input, target, run_id, reverify
+  - name: cuda13_host_verdict
+    short_description: What the run does with a host, from stack_digest.py --state, before or under the lock.
+    positional: _input, target, run_id, reverify, locked
     options:
-      _input: {description: the script's result (stack_digest.py --state), or none, type: raw, required: true}
+      _input: {description: the script task's result (stack_digest.py --state), type: raw, required: true}
       target: {description: this run's target, type: dict, required: true}
       run_id: {description: this run's identifier, type: str, required: true}
       reverify: {description: measure again anyway (cuda13_reverify), type: bool, default: false}
+      locked: {description: this run holds the host's lock, type: bool, default: false}
 """
 
 EXAMPLES = r"""
 verdict: "{{ previous | cuda13_kept_rerun(__cuda13_target, digest, false) }}"
 staged: "{{ staged.target | default(none) | cuda13_same_target(__cuda13_target) }}"
 target: "{{ nvidia_driver_check_options | cuda13_target }}"
-early: "{{ state | cuda13_early_verdict(__cuda13_target, cuda13_run_id, false) }}"
+host: "{{ script_task | cuda13_host_verdict(__cuda13_target, cuda13_run_id, false, true) }}"
 """
 
 RETURN = r"""
@@ -56,7 +57,7 @@ RETURN = r"""
     description: >-
       {already_kept: bool, differs: [part], reason: str} (cuda13_upgrade.rerun.kept_rerun);
       a bool (cuda13_upgrade.rerun.same_target); the target (cuda13_upgrade.rerun.target);
-      {already_kept, differs, reason, previous} (cuda13_upgrade.rerun.early_verdict).
+      {already_kept, differs, reason, measure, previous, stopped} (cuda13_upgrade.rerun.host_verdict).
 """
 
 
@@ -92,17 +93,36 @@ def cuda13_target(options):
         ) from exc
 
 
-def cuda13_early_verdict(state, target, run_id, reverify=False):
+def _found(name, state, target):
+    """stack_digest.py --state's output as rerun's ``state`` (its digest inside), or None."""
     if not isinstance(target, Mapping):
-        raise AnsibleFilterError(f"cuda13_early_verdict expects the run's target as a dict, got {target!r}")
+        raise AnsibleFilterError(f"{name} expects the run's target as a dict, got {target!r}")
     if state is not None and not isinstance(state, Mapping):
-        raise AnsibleFilterError(f"cuda13_early_verdict expects the host's state as a dict, got {state!r}")
+        raise AnsibleFilterError(f"{name} expects the host's state as a dict, got {state!r}")
     found = dict(state["state"]) if state is not None and isinstance(state.get("state"), Mapping) else None
     if found is not None:
         found["digest"] = (
             {"digest": state.get("digest"), "parts": state.get("parts")} if state.get("parts") else None
         )
-    return rerun.early_verdict(found, dict(target), str(run_id), reverify=bool(reverify))
+    return found
+
+
+def cuda13_host_verdict(result, target, run_id, reverify=False, locked=False):
+    if not isinstance(result, Mapping):
+        raise AnsibleFilterError(f"cuda13_host_verdict expects the script task's result, got {result!r}")
+    state = None
+    if result.get("rc", 1) == 0:
+        try:
+            state = scriptout.result_document(result.get("stdout") or "")
+        except scriptout.NoResultError:
+            state = None
+    found = _found("cuda13_host_verdict", state, target)
+    try:
+        return rerun.host_verdict(
+            found, dict(target), str(run_id), reverify=bool(reverify), locked=bool(locked)
+        )
+    except ValueError as exc:
+        raise AnsibleFilterError(f"cuda13_host_verdict: {exc}") from exc
 
 
 class FilterModule:
@@ -111,5 +131,5 @@ class FilterModule:
             "cuda13_kept_rerun": cuda13_kept_rerun,
             "cuda13_same_target": cuda13_same_target,
             "cuda13_target": cuda13_target,
-            "cuda13_early_verdict": cuda13_early_verdict,
+            "cuda13_host_verdict": cuda13_host_verdict,
         }

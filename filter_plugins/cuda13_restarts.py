@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import base64
+import json
 import shlex
 import sys
+import time
 from pathlib import Path
 
 from ansible.errors import AnsibleFilterError
@@ -56,6 +58,16 @@ DOCUMENTATION = r"""
       running: {description: the arguments the service runs with now, or None, type: raw}
       entered: {description: the step before started the first profile, type: bool, default: false}
       end_on_own_command: {description: end on the service's own command, type: bool, default: true}
+  - name: cuda13_recorded_baseline
+    short_description: Whether the baseline recorded on the host stands for this run's, and the record.
+    positional: _input, profiles, max_age_hours
+    options:
+      _input:
+        description: "slurp's base64 content of baseline.json, None when there is none"
+        type: raw
+        required: true
+      profiles: {description: the run's profiles, type: list, required: true}
+      max_age_hours: {description: cuda13_baseline_max_age_hours, type: float, required: true}
   - name: cuda13_restart_plan_lines
     short_description: The plan as lines to print.
     options:
@@ -132,6 +144,21 @@ def cuda13_restart_plan_phase(profiles, phase, running=None, entered=False, end_
         raise AnsibleFilterError(f"cuda13_restart_plan_phase: {exc}") from exc
 
 
+def cuda13_recorded_baseline(content, profiles, max_age_hours):
+    _check_profiles("cuda13_recorded_baseline", profiles)
+    recorded = None
+    if content:
+        try:
+            recorded = json.loads(base64.b64decode(content))
+        except ValueError as exc:
+            raise AnsibleFilterError(f"cuda13_recorded_baseline: baseline.json is not JSON: {exc}") from exc
+    try:
+        hours = float(max_age_hours)
+    except (TypeError, ValueError) as exc:
+        raise AnsibleFilterError(f"cuda13_recorded_baseline: max_age_hours {max_age_hours!r}") from exc
+    return restarts.recorded_baseline(recorded, profiles, max_age_hours=hours, now=time.time())
+
+
 def cuda13_restart_plan_lines(plan):
     if not isinstance(plan, dict):
         raise AnsibleFilterError(f"cuda13_restart_plan_lines expects a plan, got {plan!r}")
@@ -146,5 +173,6 @@ class FilterModule:
             "cuda13_running_command": cuda13_running_command,
             "cuda13_restart_plan": cuda13_restart_plan,
             "cuda13_restart_plan_phase": cuda13_restart_plan_phase,
+            "cuda13_recorded_baseline": cuda13_recorded_baseline,
             "cuda13_restart_plan_lines": cuda13_restart_plan_lines,
         }

@@ -257,16 +257,20 @@ def _vars_files(*paths: str) -> list[str]:
     ],
 )
 def test_every_role_validates_its_resolved_defaults(tmp_path, extra_vars):
+    # upgrade_host imports the other roles under conditions on facts its own tasks set
+    # (their validation tasks inherit them); it has no options of its own, and every
+    # role it imports is validated here.
+    roles = [role for role in ROLES if role != "upgrade_host"]
     play = {
         "name": "Argument validation only",
         "hosts": "localhost",
         "gather_facts": False,
-        "roles": ROLES,
+        "roles": roles,
     }
     # The validation task is tagged 'always': an unknown tag runs it and nothing else.
     result = _run(tmp_path, play, "--tags", "argument-validation-only", *extra_vars)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     validated = {m["role"] for m in _TASK.finditer(output) if m["name"].startswith(_VALIDATION)}
-    assert validated == set(ROLES), output
+    assert validated == set(roles), output
     assert not [m.group(0) for m in _TASK.finditer(output) if not m["name"].startswith(_VALIDATION)]

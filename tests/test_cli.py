@@ -259,7 +259,8 @@ def test_progress_lines_per_host_and_step():
             "gpu-node-01",
             task="Create the state directory",
             task_action="ansible.builtin.file",
-            task_path="/r/playbooks/tasks/lock.yml:4",
+            task_path="/r/roles/upgrade_host/tasks/lock.yml:4",
+            role="upgrade_host",
             res={"changed": True},
         ),
         _event(
@@ -267,14 +268,16 @@ def test_progress_lines_per_host_and_step():
             "gpu-node-01",
             task="Record the lock",
             task_action="ansible.builtin.set_fact",
-            task_path="/r/playbooks/tasks/lock.yml:36",
+            task_path="/r/roles/upgrade_host/tasks/lock.yml:36",
+            role="upgrade_host",
         ),
         _event(
             "runner_on_ok",
             "gpu-node-01",
             task="Note the start",
             task_action="ansible.builtin.set_fact",
-            task_path="/r/playbooks/tasks/upgrade-host.yml:2",
+            task_path="/r/roles/upgrade_host/tasks/upgrade.yml:2",
+            role="upgrade_host",
         ),
         _event(
             "runner_on_ok",
@@ -309,7 +312,8 @@ def test_progress_lines_per_host_and_step():
             "gpu-node-01",
             task="Roll back when the new stack is slower",
             task_action="ansible.builtin.fail",
-            task_path="/r/playbooks/tasks/upgrade-host.yml:90",
+            task_path="/r/roles/upgrade_host/tasks/upgrade.yml:90",
+            role="upgrade_host",
             res={"msg": "Throughput regressed on the new stack:\n plain -10 %"},
         ),
         _event(
@@ -358,7 +362,7 @@ def test_progress_lines_per_host_and_step():
         "gpu-node-01: lock ... changed",
         "gpu-node-01: stack_snapshot ... ok",
         "gpu-node-01: verify_throughput (Measure the new stack) ... ok",
-        "gpu-node-01: upgrade-host › Roll back when the new stack is slower ... FAILED: "
+        "gpu-node-01: upgrade › Roll back when the new stack is slower ... FAILED: "
         "Throughput regressed on the new stack: plain -10 %",
         "gpu-node-03: Probe ... UNREACHABLE: ssh: connect to host 10.0.0.13 port 22: No route to host",
         "gpu-node-01: Check ... ok",
@@ -639,11 +643,10 @@ LONG_STEP = """\
   vars:
     cuda13_run_id: "{{{{ lookup('ansible.builtin.env', 'CUDA13_RUN_ID') }}}}"
   tasks:
-    - name: Shared settings
-      ansible.builtin.import_role:
-        name: cuda13
     - name: Take the lock
-      ansible.builtin.import_tasks: {root}/playbooks/tasks/lock.yml
+      ansible.builtin.import_role:
+        name: upgrade_host
+        tasks_from: lock
     - name: Build
       block:
         - name: A long step
@@ -651,7 +654,9 @@ LONG_STEP = """\
           changed_when: true
       always:
         - name: Release the lock
-          ansible.builtin.import_tasks: {root}/playbooks/tasks/unlock.yml
+          ansible.builtin.import_role:
+            name: upgrade_host
+            tasks_from: unlock
 """
 
 

@@ -1,4 +1,4 @@
-"""playbooks/tasks/lock.yml on localhost: a live run's lock is refused, a dead run's taken over."""
+"""roles/upgrade_host/tasks/lock.yml on localhost: a live run's lock is refused, a dead run's taken over."""
 
 import json
 import socket
@@ -18,15 +18,17 @@ PLAY = """
     cuda13_run_id: test-run-2
   tasks:
     - ansible.builtin.import_role:
-        name: cuda13
-    - ansible.builtin.import_tasks: {repo}/playbooks/tasks/lock.yml
+        name: upgrade_host
+        tasks_from: lock
     - name: Keep a copy of the lock's owner
       ansible.builtin.copy:
         src: "{{{{ cuda13_state_dir }}}}/run.lock/owner.json"
         dest: "{{{{ cuda13_state_dir }}}}/owner-seen.json"
         remote_src: true
         mode: "0600"
-    - ansible.builtin.import_tasks: {repo}/playbooks/tasks/unlock.yml
+    - ansible.builtin.import_role:
+        name: upgrade_host
+        tasks_from: unlock
 """
 
 

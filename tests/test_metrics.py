@@ -129,7 +129,7 @@ def test_write_textfile_replaces_atomically(tmp_path):
 
 
 def test_host_file_written_by_ansible_through_the_filter(tmp_path):
-    """The task of playbooks/tasks/result.yml, run by ansible-playbook on
+    """The task of roles/upgrade_host/tasks/result.yml, run by ansible-playbook on
     localhost with a result as the play assembles it."""
     import subprocess
     import sys
@@ -138,7 +138,7 @@ def test_host_file_written_by_ansible_through_the_filter(tmp_path):
     import yaml
 
     root = Path(__file__).resolve().parents[1]
-    tasks = yaml.safe_load((root / "playbooks" / "tasks" / "result.yml").read_text())
+    tasks = yaml.safe_load((root / "roles" / "upgrade_host" / "tasks" / "result.yml").read_text())
     task = next(t for t in tasks if t["name"].startswith("Write the host's metrics"))
     result = rolled_back_regressed("gpu-node-02")
     (tmp_path / "result.json").write_text(json.dumps(result))

@@ -1,4 +1,4 @@
-"""playbooks/tasks/previous-run.yml, already-kept.yml and step.yml on localhost.
+"""roles/upgrade_host/tasks/state.yml, kept.yml and step.yml on localhost.
 
 What a run reads first on a host: a kept host whose stack digest
 (hostscripts/stack_digest.py, run for real on this machine) still matches its
@@ -41,15 +41,21 @@ PLAY = """
           cuda13_reverify: false
           nvidia_driver_check_nvidia_smi: {nvidia_smi}
           nvidia_driver_check_python: {python}
-    - ansible.builtin.import_tasks: {repo}/playbooks/tasks/lock.yml
-    - name: The run's target, as upgrade-host.yml notes it
+    - ansible.builtin.import_role:
+        name: upgrade_host
+        tasks_from: lock
+    - name: The run's target, as upgrade.yml notes it
       ansible.builtin.set_fact:
         __cuda13_started: "{{{{ now(utc=true).isoformat() }}}}"
         __cuda13_status: failed
         __cuda13_serving: "{{{{ cuda13_old_venv }}}}"
         __cuda13_target: {target}
-    - ansible.builtin.import_tasks: {repo}/playbooks/tasks/previous-run.yml
-    - ansible.builtin.import_tasks: {repo}/playbooks/tasks/step.yml
+    - ansible.builtin.import_role:
+        name: upgrade_host
+        tasks_from: state
+    - ansible.builtin.import_role:
+        name: upgrade_host
+        tasks_from: step
       vars:
         __cuda13_next_step: snapshot
     - name: Say whether the full run measures
@@ -63,16 +69,17 @@ PLAY = """
     - name: The gate kept the stack, as verify_throughput decides it
       ansible.builtin.set_fact:
         __cuda13_status: kept
-    - ansible.builtin.import_tasks: {repo}/playbooks/tasks/result.yml
-    - ansible.builtin.import_tasks: {repo}/playbooks/tasks/unlock.yml
+    - ansible.builtin.import_role:
+        name: upgrade_host
+        tasks_from: result
+    - ansible.builtin.import_role:
+        name: upgrade_host
+        tasks_from: unlock
 """
 
 
 def _run(tmp_path: Path, run_id: str, target: dict | None = None) -> subprocess.CompletedProcess:
-    # The host scripts are found as the upgrade play finds them: {{ playbook_dir }}/../src.
     (tmp_path / "playbooks").mkdir(exist_ok=True)
-    if not (tmp_path / "src").exists():
-        (tmp_path / "src").symlink_to(REPO / "src")
     play = tmp_path / "playbooks" / "play.yml"
     play.write_text(
         PLAY.format(

@@ -225,7 +225,7 @@ def test_progress_mode():
 
 
 def test_the_batches_are_counted_without_the_hosts_already_kept():
-    """gpu-node-01 is found already kept before the preflight (playbooks/tasks/early-kept.yml):
+    """gpu-node-01 is found already kept before the preflight (roles/upgrade_host/tasks/early.yml):
     the upgrade play's batches of one are gpu-node-02's and gpu-node-03's, two of them."""
 
     def event(kind, second, **data):

@@ -1,7 +1,7 @@
 """Tests of cuda13_upgrade.report: the fleet summary of a run directory.
 
 The result files are built with the same keys and value shapes as
-playbooks/tasks/result.yml writes them (a test checks the keys against that
+roles/upgrade_host/tasks/result.yml writes them (a test checks the keys against that
 file), with the throughput summaries and decisions computed by the package's
 own functions, as the filters compute them in the play.
 """
@@ -44,7 +44,7 @@ ARGS = {"plain": [], "eagle3": ["--speculative-algorithm", "EAGLE3"]}
 
 
 def _result(host: str, **over: Any) -> dict[str, Any]:
-    """A result.json of playbooks/tasks/result.yml, defaults of a host that kept."""
+    """A result.json of roles/upgrade_host/tasks/result.yml, defaults of a host that kept."""
     result: dict[str, Any] = {
         "host": host,
         "run_id": RUN_ID,
@@ -246,7 +246,7 @@ def _png_size(path: Path) -> tuple[int, int]:
 
 
 def test_fixture_results_have_the_keys_result_yml_writes():
-    tasks = yaml.safe_load((ROOT / "playbooks" / "tasks" / "result.yml").read_text())
+    tasks = yaml.safe_load((ROOT / "roles" / "upgrade_host" / "tasks" / "result.yml").read_text())
     assemble = next(t for t in tasks if t["name"] == "Assemble the host's result")
     written = assemble["ansible.builtin.set_fact"]["cuda13_result"]
     for build in (kept, rolled_back_regressed, rolled_back_at_switch, failed_at_snapshot):
@@ -606,7 +606,7 @@ def test_the_filter_still_writes_the_summary(run_dir):
 
 def test_a_diagnosed_failure_shows_its_cause_and_remedy():
     # The journal of a server that did not start on the new stack (real text:
-    # tests/fixtures/failures/sglang-libnvrtc-12.txt), as rescue-host.yml records it.
+    # tests/fixtures/failures/sglang-libnvrtc-12.txt), as roles/upgrade_host/tasks/rescue.yml records it.
     from cuda13_upgrade.diagnosis import diagnose
 
     journal = (ROOT / "tests" / "fixtures" / "failures" / "sglang-libnvrtc-12.txt").read_text()
@@ -650,7 +650,7 @@ def test_chart_shows_every_trial_the_medians_and_the_tolerance_band(run_dir):
 
 
 def test_a_run_that_measured_nothing_has_no_chart(tmp_path):
-    """Hosts already kept (their result as playbooks/tasks/already-kept.yml writes it): no
+    """Hosts already kept (their result as roles/upgrade_host/tasks/kept.yml writes it): no
     trials to draw, so no summary.png, and the summary says why."""
     run = tmp_path / "r-again"
     for host in ("gpu-node-01", "gpu-node-02"):

@@ -417,23 +417,107 @@ def test_the_script_reads_the_state_and_digests_only_a_kept_host(tmp_path):
     }
 
 
-def test_the_early_filter_reads_the_scripts_output():
+def test_the_host_filter_reads_the_script_task():
     spec = importlib.util.spec_from_file_location("cuda13_rerun", ROOT / "filter_plugins" / "cuda13_rerun.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    early = module.FilterModule().filters()["cuda13_early_verdict"]
+    host = module.FilterModule().filters()["cuda13_host_verdict"]
     output = {
         "digest": "e" * 64,
         "parts": PARTS,
         "errors": {},
         "state": {"result": KEPT, "step": STEP_DONE, "lock": None, "errors": {}},
     }
-    assert early(output, TARGET, "20261202T090000Z", False)["already_kept"] is True
+    task = {"rc": 0, "stdout": json.dumps(output)}
+    assert host(task, TARGET, "20261202T090000Z", False)["already_kept"] is True
     not_kept = {**output, "digest": None, "parts": None, "state": {**output["state"], "result": None}}
-    assert early(not_kept, TARGET, "20261202T090000Z")["reason"] == "its last result is none, not kept"
-    assert early(None, TARGET, "20261202T090000Z")["reason"] == "its state could not be read"
-    with pytest.raises(AnsibleFilterError, match="expects the host's state as a dict, got 'x'"):
-        early("x", TARGET, "r")
+    task_not_kept = {"rc": 0, "stdout": json.dumps(not_kept)}
+    assert host(task_not_kept, TARGET, "20261202T090000Z")["reason"] == "its last result is none, not kept"
+    assert (
+        host({"rc": 1, "stdout": ""}, TARGET, "20261202T090000Z")["reason"] == "its state could not be read"
+    )
+    # Under the lock, the lock on the host is this run's own.
+    locked = {**output, "state": {**output["state"], "lock": {"run_id": "20261202T090000Z"}}}
+    verdict = host({"rc": 0, "stdout": json.dumps(locked)}, TARGET, "20261202T090000Z", False, True)
+    assert verdict["already_kept"] is True
+    assert verdict["stopped"] is None
+    with pytest.raises(
+        AnsibleFilterError, match="cuda13_host_verdict: the host's state directory could not be read"
+    ):
+        host({"rc": 1, "stdout": ""}, TARGET, "r", False, True)
+    with pytest.raises(AnsibleFilterError, match="expects the script task's result, got 'x'"):
+        host("x", TARGET, "r")
     target = module.FilterModule().filters()["cuda13_target"]
     with pytest.raises(AnsibleFilterError, match="run nvidia_driver_check's options.yml first"):
         target({})
+
+
+LOCKED_RUN = "20261202T090000Z"
+# Under the lock, this run's own lock is on the host.
+OWN_LOCK = {"run_id": LOCKED_RUN}
+
+
+def test_under_the_lock_an_unchanged_kept_host_is_already_kept():
+    state = {"result": KEPT, "step": STEP_DONE, "lock": OWN_LOCK, "digest": {"parts": dict(PARTS)}}
+    verdict = rerun.host_verdict(state, TARGET, LOCKED_RUN, locked=True)
+    assert verdict == {
+        "already_kept": True,
+        "differs": [],
+        "reason": "",
+        "measure": False,
+        "previous": KEPT,
+        "stopped": None,
+    }
+
+
+def test_under_the_lock_a_stopped_run_is_resolved_without_comparing_digests():
+    step = {"run_id": "20261202T080000Z", "step": "switch", "started_at": "2026-12-02T08:10:00+00:00"}
+    state = {"result": KEPT, "step": step, "lock": OWN_LOCK, "digest": {"parts": dict(PARTS)}}
+    verdict = rerun.host_verdict(state, TARGET, LOCKED_RUN, locked=True)
+    assert verdict["stopped"]["run_id"] == "20261202T080000Z"
+    assert verdict["stopped"]["step"] == "switch"
+    assert verdict["already_kept"] is False
+    assert verdict["measure"] is True
+    assert verdict["reason"] == "the stack digest could not be read"
+
+
+def test_under_the_lock_a_changed_stack_is_measured_again():
+    state = {
+        "result": KEPT,
+        "step": STEP_DONE,
+        "lock": OWN_LOCK,
+        "digest": {"parts": {**PARTS, "driver": "0" * 64}},
+    }
+    verdict = rerun.host_verdict(state, TARGET, LOCKED_RUN, locked=True)
+    assert verdict["differs"] == ["driver"]
+    assert verdict["measure"] is True
+    assert rerun.host_verdict(
+        {"result": None, "step": None, "lock": OWN_LOCK, "digest": None}, TARGET, LOCKED_RUN, locked=True
+    ) == {
+        "already_kept": False,
+        "differs": [],
+        "reason": "its last result is none, not kept",
+        "measure": True,
+        "previous": {},
+        "stopped": None,
+    }
+
+
+def test_under_the_lock_an_unreadable_state_fails_the_host():
+    with pytest.raises(ValueError, match="could not be read"):
+        rerun.host_verdict(None, TARGET, LOCKED_RUN, locked=True)
+    torn = {
+        "result": None,
+        "step": None,
+        "lock": OWN_LOCK,
+        "errors": {"result": "result.json: Expecting value"},
+    }
+    with pytest.raises(ValueError, match=r"its result.json cannot be read \(result.json: Expecting value\)"):
+        rerun.host_verdict(torn, TARGET, LOCKED_RUN, locked=True)
+
+
+def test_before_the_lock_the_host_verdict_is_the_early_one():
+    state = {"result": KEPT, "step": STEP_DONE, "lock": {"run_id": "x"}, "digest": {"parts": dict(PARTS)}}
+    verdict = rerun.host_verdict(state, TARGET, LOCKED_RUN)
+    assert verdict == {**rerun.early_verdict(state, TARGET, LOCKED_RUN), "stopped": None}
+    assert verdict["reason"] == "the lock of run x is on the host"

@@ -1,4 +1,4 @@
-"""playbooks/tasks/rescue-host.yml on localhost: a step that ran out of disk space says so."""
+"""roles/upgrade_host/tasks/rescue.yml on localhost: a step that ran out of disk space says so."""
 
 import subprocess
 from pathlib import Path
@@ -22,7 +22,9 @@ PLAY = """
           ansible.builtin.command:
             argv: {argv}
       rescue:
-        - ansible.builtin.import_tasks: {repo}/playbooks/tasks/rescue-host.yml
+        - ansible.builtin.import_role:
+            name: upgrade_host
+            tasks_from: rescue
 """
 
 

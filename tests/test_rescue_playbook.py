@@ -1,22 +1,18 @@
 """A rollback that itself fails is reported with what it left, not as "One or more items failed".
 
-Runs playbooks/tasks/rescue-host.yml on localhost after a failed step, with no snapshot
+Runs roles/upgrade_host/tasks/rescue.yml on localhost after a failed step, with no snapshot
 to roll back from (the rollback's first read fails): the host's failure message names
 the first failure, the rollback task that failed, the service's state, its drop-ins and
 where /usr/local/cuda points.
 """
 
-from pathlib import Path
-
 from playbook import extra_vars, run_playbook
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def test_failed_rollback_reports_what_it_left(tmp_path):
     playbook = tmp_path / "rescue.yml"
     playbook.write_text(
-        f"""
+        """
 - name: A step fails after the host changed
   hosts: all
   gather_facts: false
@@ -40,7 +36,9 @@ def test_failed_rollback_reports_what_it_left(tmp_path):
             msg: the wheels step failed
       rescue:
         - name: Roll the host back
-          ansible.builtin.import_tasks: {REPO}/playbooks/tasks/rescue-host.yml
+          ansible.builtin.import_role:
+            name: upgrade_host
+            tasks_from: rescue
 """
     )
     proc = run_playbook(

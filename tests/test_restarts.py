@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import importlib.util
+from pathlib import Path
 
 import pytest
 from ansible.errors import AnsibleFilterError
@@ -21,9 +23,11 @@ EXEC = "/opt/ml-env/bin/python -m sglang.launch_server --model-path /models/m --
 
 
 def filters():
-    from filter_plugins.cuda13_restarts import FilterModule
-
-    return FilterModule().filters()
+    path = Path(__file__).resolve().parents[1] / "filter_plugins" / "cuda13_restarts.py"
+    spec = importlib.util.spec_from_file_location("cuda13_restarts", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.FilterModule().filters()
 
 
 def test_two_profiles_restart_three_times_per_upgrade_and_twice_per_rollback():
@@ -200,3 +204,68 @@ def test_filters_wrap_the_package():
         f["cuda13_restart_plan"]([PLAIN, PLAIN])
     with pytest.raises(AnsibleFilterError, match="expects the list of profiles"):
         f["cuda13_restart_plan"]("plain")
+
+
+# --- the recorded baseline -------------------------------------------------------
+
+NOW = 1_767_000_000.0
+
+
+def _baseline(age_hours: float = 1.0, **profiles) -> dict:
+    measured = profiles or {
+        "plain": {"server_args": [], "trials": [100.0], "probe": []},
+        "eagle3": {"server_args": EAGLE3["server_args"], "trials": [180.0], "probe": []},
+    }
+    return {"run_id": "r1", "taken_at_epoch": NOW - age_hours * 3600, "profiles": measured}
+
+
+def test_a_young_baseline_of_the_same_profiles_is_reused():
+    verdict = restarts.recorded_baseline(_baseline(), [PLAIN, EAGLE3], max_age_hours=24, now=NOW)
+    assert verdict == {"usable": True, "record": _baseline()}
+
+
+def test_a_baseline_older_than_the_limit_is_measured_again():
+    verdict = restarts.recorded_baseline(_baseline(25), [PLAIN, EAGLE3], max_age_hours=24, now=NOW)
+    assert verdict["usable"] is False
+    assert verdict["record"]["run_id"] == "r1"
+
+
+def test_a_profile_missing_from_the_baseline_or_one_more_there_is_measured_again():
+    assert not restarts.recorded_baseline(
+        _baseline(plain={"server_args": [], "trials": [1.0], "probe": []}),
+        [PLAIN, EAGLE3],
+        max_age_hours=24,
+        now=NOW,
+    )["usable"]
+    assert not restarts.recorded_baseline(_baseline(), [PLAIN], max_age_hours=24, now=NOW)["usable"]
+
+
+def test_other_server_arguments_or_no_probe_make_the_baseline_unusable():
+    changed = {**EAGLE3, "server_args": ["--speculative-algorithm", "EAGLE3"]}
+    assert not restarts.recorded_baseline(_baseline(), [PLAIN, changed], max_age_hours=24, now=NOW)["usable"]
+    no_probe = _baseline(plain={"server_args": [], "trials": [1.0]})
+    assert not restarts.recorded_baseline(no_probe, [PLAIN], max_age_hours=24, now=NOW)["usable"]
+
+
+def test_no_baseline_or_one_without_profiles_is_unusable():
+    assert restarts.recorded_baseline(None, [PLAIN], max_age_hours=24, now=NOW) == {
+        "usable": False,
+        "record": {},
+    }
+    assert restarts.recorded_baseline({"run_id": "r"}, [PLAIN], max_age_hours=24, now=NOW) == {
+        "usable": False,
+        "record": {"run_id": "r"},
+    }
+
+
+def test_the_baseline_filter_reads_slurps_content():
+    import json
+    import time
+
+    record = {"taken_at_epoch": time.time() - 60, "profiles": {"plain": {"server_args": [], "probe": []}}}
+    content = base64.b64encode(json.dumps(record).encode()).decode()
+    f = filters()["cuda13_recorded_baseline"]
+    assert f(content, [PLAIN], "24") == {"usable": True, "record": record}
+    assert f(None, [PLAIN], 24) == {"usable": False, "record": {}}
+    with pytest.raises(AnsibleFilterError, match="cuda13_recorded_baseline: baseline.json is not JSON"):
+        f(base64.b64encode(b"{").decode(), [PLAIN], 24)

@@ -1,5 +1,5 @@
 """Tests of cuda13_upgrade.timeline: step durations and the time out of service,
-from step records of the shape playbooks/tasks/*.yml append to __cuda13_steps."""
+from step records of the shape roles/upgrade_host/tasks/*.yml append to __cuda13_steps."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from ansible.errors import AnsibleFilterError
 from cuda13_upgrade import timeline
 
 ROOT = Path(__file__).resolve().parents[1]
+TASKS = ROOT / "roles" / "upgrade_host" / "tasks"
 _spec = importlib.util.spec_from_file_location(
     "cuda13_timeline", ROOT / "filter_plugins" / "cuda13_timeline.py"
 )
@@ -108,10 +109,10 @@ def test_filters():
 
 
 def test_every_step_the_play_names_passes_through_the_step_file():
-    """Every step of the play begins with playbooks/tasks/step.yml (which both
+    """Every step of the play begins with roles/upgrade_host/tasks/step.yml (which both
     appends the step to __cuda13_steps and records it on the host), and no
     other task sets __cuda13_step, so no step goes untimed or unrecorded."""
-    files = ["upgrade-host.yml", "rescue-host.yml", "result.yml", "already-kept.yml", "early-kept.yml"]
+    files = ["upgrade.yml", "rescue.yml", "result.yml", "kept.yml", "early.yml", "main.yml"]
     found = []
 
     def walk(tasks):
@@ -125,15 +126,12 @@ def test_every_step_the_play_names_passes_through_the_step_file():
                 walk(task.get(key))
 
     for name in files:
-        walk(yaml.safe_load((ROOT / "playbooks" / "tasks" / name).read_text()))
-    plays = yaml.safe_load((ROOT / "playbooks" / "upgrade.yml").read_text())
-    (upgrade,) = [play for play in plays if play.get("name") == "Upgrade, verify, keep or roll back"]
-    walk(upgrade["tasks"])
+        walk(yaml.safe_load((TASKS / name).read_text()))
     assert found == [
         *["snapshot", "toolkit", "wheels", "sglang_build", "drain", "baseline", "switch", "verify"],
         *["rollback", "result", "artifact_cache", "undrain"],
     ]
-    step = yaml.safe_load((ROOT / "playbooks" / "tasks" / "step.yml").read_text())
+    step = yaml.safe_load((TASKS / "step.yml").read_text())
     facts = step[0]["ansible.builtin.set_fact"]
     assert facts["__cuda13_step"] == "{{ __cuda13_next_step }}"
     assert "'step': __cuda13_next_step" in facts["__cuda13_steps"]

@@ -594,7 +594,7 @@ def run_command(options: Options, stream: TextIO | None = None) -> int:
     return status
 
 
-#: Commands whose playbooks take the hosts' locks (playbooks/tasks/lock.yml).
+#: Commands whose playbooks take the hosts' locks (roles/upgrade_host/tasks/lock.yml).
 _LOCKING = ("rollout", "stage", "rollback")
 
 

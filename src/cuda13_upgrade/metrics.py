@@ -185,7 +185,8 @@ def _accept_length(entry: Mapping[str, Any]) -> float | None:
 
 
 def host_metrics(result: Mapping[str, Any]) -> str:
-    """The host's own file, from its ``result.json`` (``result.yml``'s ``cuda13_result``).
+    """The host's own file, from its ``result.json`` (the ``cuda13_result`` of
+    ``roles/upgrade_host/tasks/result.yml``).
 
     Metrics: ``cuda13_upgrade_state{state}`` (1 for the host's state, 0 for
     the other states of :data:`FLEET_STATES` but not reached),

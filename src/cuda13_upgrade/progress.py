@@ -12,12 +12,12 @@ longer. Failed tasks are printed at once with their message in both modes
 (:class:`Progress`, which this class extends).
 
 Where the steps come from: the upgrade play names each host's step in the
-fact ``__cuda13_step`` (``playbooks/tasks/upgrade-host.yml``: snapshot,
+fact ``__cuda13_step`` (``roles/upgrade_host/tasks/upgrade.yml``: snapshot,
 toolkit, wheels, sglang_build, drain, baseline, switch, verify, rollback,
 undrain, result); a set_fact event carrying it starts the step. Plays without
 it (preflight, verify) take the role, task file or task as the step. A
 host's final state comes from the ``cuda13_result`` fact
-(``playbooks/tasks/result.yml``) or the run's final stats. The batches of a
+(``roles/upgrade_host/tasks/result.yml``) or the run's final stats. The batches of a
 serial play are its repeated ``playbook_on_play_start`` events, and their
 number follows Ansible's own rule for ``serial`` (:func:`serial_batches`).
 
@@ -43,6 +43,11 @@ import yaml
 
 from cuda13_upgrade.errors import UsageError
 from cuda13_upgrade.report import NOT_REACHED, format_duration
+
+#: The role that walks a host through its upgrade: each of its task files
+#: (roles/upgrade_host/tasks/<file>.yml: lock, upgrade, result, ...) is a step of
+#: the display, the roles it calls are theirs.
+HOST_ROLE = "upgrade_host"
 
 _HOST_EVENTS = ("runner_on_ok", "runner_on_failed", "runner_on_unreachable", "runner_on_skipped")
 
@@ -160,7 +165,7 @@ class Progress:
             or _action(data) in ("include_role", "include_tasks")
         ):
             return
-        role = data.get("role")
+        role = _role(data)
         if role:
             included = self._included.get(host)
             self.last_step[host] = f"{role} ({included})" if included else str(role)
@@ -180,7 +185,7 @@ class Progress:
         if data.get("play_pattern") != "localhost" and host not in self.hosts:
             self.hosts.append(host)
         action = _action(data)
-        role = data.get("role")
+        role = _role(data)
         task = str(data.get("task") or "")
         if action == "include_role" and kind == "runner_on_ok":
             self._included[host] = task
@@ -219,15 +224,15 @@ class Progress:
         step.state = "changed" if changed or step.state == "changed" else "ok"
 
     def _step_of(self, host: str, data: Mapping[str, Any]) -> tuple[tuple[str, str], str]:
-        role = data.get("role")
+        role = _role(data)
         if role:
             included = self._included.get(host)
             label = f"{role} ({included})" if included else str(role)
             return ("role", label), label
         self._included.pop(host, None)
         task_file = Path(str(data.get("task_path") or "").rsplit(":", 1)[0])
-        if task_file.parent.name == "tasks":  # playbooks/tasks/<step>.yml
-            return ("file", str(task_file)), task_file.stem
+        if task_file.parent.name == "tasks":  # roles/upgrade_host/tasks/<step>.yml
+            return ("file", str(task_file)), HOST_ROLE if task_file.stem == "main" else task_file.stem
         task = str(data.get("task") or "")
         return ("task", task), task
 
@@ -246,9 +251,16 @@ class Progress:
         print(line, file=self.stream, flush=True)
 
 
+def _role(data: Mapping[str, Any]) -> str | None:
+    """The role a task event belongs to, for the display: None for the tasks of
+    :data:`HOST_ROLE` itself (each of its task files is a step of its own)."""
+    role = data.get("role")
+    return None if not role or role == HOST_ROLE else str(role)
+
+
 def _notice(res: Any) -> str:
     """What a task tells the operator: the ``cuda13_notice`` fact it sets
-    (e.g. playbooks/tasks/lock.yml taking over a dead run's lock)."""
+    (e.g. roles/upgrade_host/tasks/lock.yml taking over a dead run's lock)."""
     if not isinstance(res, Mapping):
         return ""
     facts = res.get("ansible_facts")
@@ -524,7 +536,7 @@ class RunProgress(Progress):
         count = self._play_starts[name] = self._play_starts.get(name, 0) + 1
         if count > 1 or self._batched(name):
             if count == 1:
-                # Hosts already kept left the run before the preflight (playbooks/tasks/early-kept.yml):
+                # Hosts already kept left the run before the preflight (roles/upgrade_host/tasks/early.yml):
                 # the upgrade play's batches are of the others alone.
                 self._batch_pool = [
                     h for h in self._all_hosts() if (self.views.get(h) or HostView(host=h)).state != "kept"
@@ -573,7 +585,7 @@ class RunProgress(Progress):
         if step == view.step:
             return
         self._end_step(view, at)
-        if step == "done":  # upgrade-host.yml: the decision is made
+        if step == "done":  # roles/upgrade_host/tasks/upgrade.yml: the decision is made
             return
         view.step, view.step_started, view.heartbeat_at = step, at, at
         view.task = None

@@ -3,7 +3,7 @@
 A run's directory on the control node (``reports/<run id>/``) holds:
 
 ``<host>/result.json``
-    written by the upgrade play (``playbooks/tasks/result.yml``) for every host
+    written by the upgrade play (``roles/upgrade_host/tasks/result.yml``) for every host
     it reached, or by ``playbooks/rollback.yml``.
 ``run.json`` (optional)
     written by the ``cuda13-upgrade`` command after ansible-playbook returned:

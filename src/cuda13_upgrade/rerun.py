@@ -210,3 +210,48 @@ def early_verdict(
         return full(f"run {stopped['run_id']} stopped at step {stopped['step']}")
     verdict = kept_rerun(previous, target, state.get("digest"), reverify=reverify)
     return {**verdict, "previous": dict(previous)}
+
+
+def host_verdict(
+    state: Mapping[str, Any] | None,
+    target: Mapping[str, Any],
+    run_id: str,
+    *,
+    reverify: bool = False,
+    locked: bool = False,
+) -> dict[str, Any]:
+    """What a run does with a host, from the one read of its state.
+
+    ``state``: what ``stack_digest.py --state DIR`` read on the host, as for
+    :func:`early_verdict`; None when the script did not run. ``target``,
+    ``run_id``, ``reverify``: as for :func:`early_verdict`. ``locked``: whether
+    this run holds the host's lock (the pass after the preflight); before it
+    (``False``) the verdict is :func:`early_verdict`'s.
+
+    Under the lock, the lock on the host is this run's own; an earlier run
+    that stopped part way (:func:`cuda13_upgrade.runlock.stopped_run`) is
+    resolved by this one, which runs in full without comparing digests;
+    otherwise :func:`kept_rerun` decides.
+
+    Returns :func:`kept_rerun`'s ``{"already_kept", "differs", "reason",
+    "measure"}`` with ``"previous"`` (the host's result.json, ``{}`` when there
+    is none) and ``"stopped"`` (the stopped run, or None). Raises
+    ``ValueError`` under the lock when the state could not be read, or its
+    result.json or step.json could not (the host then fails: nothing of the
+    upgrade has run yet).
+    """
+    if not locked:
+        verdict = early_verdict(state, target, run_id, reverify=reverify)
+        step = state.get("step") if isinstance(state, Mapping) else None
+        stopped = stopped_run(step if isinstance(step, Mapping) else {}, verdict["previous"], run_id)
+        return {**verdict, "stopped": stopped}
+    if not isinstance(state, Mapping):
+        raise ValueError("the host's state directory could not be read (stack_digest.py --state did not run)")
+    unreadable = state.get("errors") if isinstance(state.get("errors"), Mapping) else {}
+    for name in ("result", "step"):
+        if unreadable.get(name):
+            raise ValueError(f"its {name}.json cannot be read ({unreadable[name]})")
+    previous = dict(state.get("result") or {})
+    stopped = stopped_run(state.get("step") or {}, previous, run_id)
+    verdict = kept_rerun(previous, target, None if stopped else state.get("digest"), reverify=reverify)
+    return {**verdict, "previous": previous, "stopped": stopped}

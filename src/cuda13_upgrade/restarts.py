@@ -15,7 +15,7 @@ profiles so that the service restarts as few times as the profiles need:
   (the service's own command, what it keeps serving) is measured last, so no
   restart back to the own command follows; after the baseline the switch
   follows, which restarts anyway;
-- a recorded baseline (``playbooks/tasks/baseline.yml``) skips the old stack's
+- a recorded baseline (``roles/upgrade_host/tasks/baseline.yml``) skips the old stack's
   restarts.
 
 With P profiles, one of them without arguments, that is at most 2P - 1
@@ -169,6 +169,47 @@ def plan_phase(
         "restore": restore,
         "restarts": restarts,
     }
+
+
+def recorded_baseline(
+    recorded: Mapping[str, Any] | None,
+    profiles: Sequence[Mapping[str, Any]],
+    *,
+    max_age_hours: float,
+    now: float,
+) -> dict[str, Any]:
+    """Whether the baseline recorded on the host can stand for this run's.
+
+    ``recorded``: the host's ``baseline.json`` (``{"run_id", "taken_at",
+    "taken_at_epoch": seconds since the epoch, "profiles": {name: {"server_args",
+    "trials", "probe", ...}}}``), None or ``{}`` when there is none. ``profiles``:
+    this run's profiles (``[{"name", "server_args"}]``). ``max_age_hours``:
+    ``cuda13_baseline_max_age_hours``. ``now``: seconds since the epoch.
+
+    Usable when it is younger than ``max_age_hours``, measured every profile of
+    the run with the same server arguments (and no other), and holds each
+    profile's correctness probe. Returns ``{"usable": bool, "record": dict}``,
+    ``record`` the recorded baseline (``{}`` when there is none).
+    """
+    record = dict(recorded) if isinstance(recorded, Mapping) else {}
+    measured = record.get("profiles")
+    if not isinstance(measured, Mapping):
+        return {"usable": False, "record": record}
+    try:
+        taken = float(record.get("taken_at_epoch") or 0)
+    except (TypeError, ValueError):
+        taken = 0.0
+    wanted = {str(p.get("name")): p.get("server_args") for p in profiles}
+    got = {
+        str(name): (value.get("server_args") if isinstance(value, Mapping) else None)
+        for name, value in measured.items()
+    }
+    usable = (
+        now - taken < float(max_age_hours) * 3600
+        and all(isinstance(value, Mapping) and "probe" in value for value in measured.values())
+        and wanted == got
+    )
+    return {"usable": usable, "record": record}
 
 
 def plan_upgrade(

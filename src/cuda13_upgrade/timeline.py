@@ -2,9 +2,9 @@
 
 The upgrade play appends ``{"step": name, "started_at": ISO 8601 UTC}`` to
 the host's ``__cuda13_steps`` each time the host moves to its next step
-(``playbooks/tasks/upgrade-host.yml``: snapshot, toolkit, wheels,
-sglang_build, drain, baseline, switch, verify; ``rescue-host.yml``:
-rollback; ``upgrade.yml``: artifact_cache, undrain; ``result.yml``: result).
+(``roles/upgrade_host/tasks/``: ``upgrade.yml``: snapshot, toolkit, wheels,
+sglang_build, drain, baseline, switch, verify; ``rescue.yml``: rollback;
+``main.yml``: artifact_cache, undrain; ``result.yml``: result).
 A step lasts until the next one starts; the last until the result is written.
 
 Time out of service: from the start of ``drain`` (the worker leaves the

@@ -15,7 +15,7 @@ Prints one JSON object::
 
 With ``--state DIR`` (the host's state directory, cuda13_state_dir) it also
 reads what earlier runs left there, so that one script run tells whether the
-host is already kept (cuda13_upgrade.rerun.early_verdict), and digests the
+host is already kept (cuda13_upgrade.rerun.host_verdict), and digests the
 stack only where the last result is "kept" (``digest`` and ``parts`` are null
 otherwise)::
 
