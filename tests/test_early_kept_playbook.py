@@ -87,7 +87,7 @@ def test_an_unchanged_kept_host_is_already_kept_before_its_preflight(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
     assert "localhost: already kept: run 20261201T101500Z verified this target" in out
     assert PREFLIGHT_BEGUN not in proc.stdout
-    assert "TASK [Take the upgrade lock]" not in proc.stdout
+    assert "TASK [upgrade_host : Take the upgrade lock]" not in proc.stdout
     # Nothing written on the host: no lock, no step record, the verified result as it was.
     assert _files(state) == before
     assert not (state / "run.lock").exists()
