@@ -12,10 +12,10 @@ from pathlib import Path
 from ansible.errors import AnsibleFilterError
 
 try:
-    from cuda13_upgrade import restarts
+    from cuda13_upgrade import restarts, scriptout
 except ImportError:  # the package is not installed: use the checkout's copy
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from cuda13_upgrade import restarts
+    from cuda13_upgrade import restarts, scriptout
 
 DOCUMENTATION = r"""
   - name: cuda13_running_args
@@ -68,6 +68,20 @@ DOCUMENTATION = r"""
         required: true
       profiles: {description: the run's profiles, type: list, required: true}
       max_age_hours: {description: cuda13_baseline_max_age_hours, type: float, required: true}
+  - name: cuda13_serve_outcome
+    short_description: What one start into a profile came to (cuda13_upgrade.restarts.serve_outcome).
+    positional: _input, expected
+    options:
+      _input:
+        description: the registered result of hostscripts/service_cycle.py (skipped in check mode)
+        type: dict
+        required: true
+      expected:
+        description: >-
+          service, what, exec_start, venv, args, check, url, timeout, leftover_timeout, service_user
+          (the keyword arguments of serve_outcome)
+        type: dict
+        required: true
   - name: cuda13_restart_plan_lines
     short_description: The plan as lines to print.
     options:
@@ -78,6 +92,7 @@ EXAMPLES = r"""
 venv: "{{ slurped.content | cuda13_running_venv }}"
 plan: "{{ cuda13_profiles | cuda13_restart_plan(slurped.content | cuda13_running_args(exec_start)) }}"
 msg: "{{ plan | cuda13_restart_plan_lines }}"
+outcome: "{{ cycle | cuda13_serve_outcome({'service': 'sglang.service', 'what': 'the new stack', ...}) }}"
 """
 
 RETURN = r"""
@@ -165,6 +180,27 @@ def cuda13_restart_plan_lines(plan):
     return restarts.format_plan(plan)
 
 
+def cuda13_serve_outcome(result, expected):
+    if not isinstance(result, dict) or not isinstance(expected, dict):
+        raise AnsibleFilterError(
+            "cuda13_serve_outcome expects the script's registered result and a dict of what was expected, "
+            f"got {type(result).__name__}, {type(expected).__name__}"
+        )
+    cycle = {}
+    if result.get("stdout") is not None:
+        try:
+            cycle = scriptout.result_document(result["stdout"])
+        except scriptout.NoResultError as exc:
+            raise AnsibleFilterError(
+                f"cuda13_serve_outcome: service_cycle.py printed no result ({exc}); it said: "
+                f"{scriptout.script_said(result)[:300]}"
+            ) from exc
+    try:
+        return restarts.serve_outcome(cycle, **expected)
+    except TypeError as exc:
+        raise AnsibleFilterError(f"cuda13_serve_outcome: {exc}") from exc
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -175,4 +211,5 @@ class FilterModule:
             "cuda13_restart_plan_phase": cuda13_restart_plan_phase,
             "cuda13_recorded_baseline": cuda13_recorded_baseline,
             "cuda13_restart_plan_lines": cuda13_restart_plan_lines,
+            "cuda13_serve_outcome": cuda13_serve_outcome,
         }

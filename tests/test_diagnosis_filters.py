@@ -26,8 +26,8 @@ def test_diagnose_lines_with_source_and_context():
     assert "torch 2.10" in result["remedy"]
 
 
-def test_diagnose_journal_with_the_units_user_as_wait_for_ready_passes_it():
-    # roles/cuda13/tasks/wait_for_ready.yml: {'service_user': cuda13_service_identity.user}
+def test_diagnose_journal_with_the_units_user_as_serve_passes_it():
+    # restarts.serve_outcome (roles/cuda13/tasks/serve.yml): the unit's User=
     lines = (FAILURES / "systemd-exec-venv-python-denied.txt").read_text().splitlines()
     result = FILTERS["cuda13_diagnose"](lines, "journal", {"service_user": "sglang"})
     assert result["kind"] == "service_exec_denied" and result["source"] == "journal"

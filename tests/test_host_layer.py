@@ -49,7 +49,8 @@ def test_the_key_is_the_same_for_the_same_inputs(tree):
         "sandbox/host/nvidia-smi",
         "sandbox/roles/sandbox_host/tasks/python.yml",
         "sandbox/roles/sandbox_host/defaults/main.yml",
-        "roles/cuda13/tasks/wait_for_ready.yml",
+        "roles/cuda13/tasks/serve.yml",
+        "src/cuda13_upgrade/hostscripts/service_cycle.py",
         "molecule/shared/provision.yml",
         "sandbox/mirror/scenarios/default.json",
     ],
@@ -101,8 +102,8 @@ def test_in_a_git_checkout_ignored_build_products_do_not_change_the_key(tree):
 
 
 def test_a_missing_input_is_an_error_naming_it(tree):
-    (tree / "roles" / "cuda13" / "tasks" / "wait_for_ready.yml").unlink()
-    with pytest.raises(FileNotFoundError, match="roles/cuda13/tasks/wait_for_ready.yml"):
+    (tree / "roles" / "cuda13" / "tasks" / "serve.yml").unlink()
+    with pytest.raises(FileNotFoundError, match="roles/cuda13/tasks/serve.yml"):
         key(tree)
 
 

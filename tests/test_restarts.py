@@ -269,3 +269,139 @@ def test_the_baseline_filter_reads_slurps_content():
     assert f(None, [PLAIN], 24) == {"usable": False, "record": {}}
     with pytest.raises(AnsibleFilterError, match="cuda13_recorded_baseline: baseline.json is not JSON"):
         f(base64.b64encode(b"{").decode(), [PLAIN], 24)
+
+
+# restarts.serve_outcome: what one start into a profile came to, from the JSON
+# hostscripts/service_cycle.py prints.
+FAILURES = Path(__file__).resolve().parent / "fixtures" / "failures"
+SERVE = {
+    "service": "sglang.service",
+    "what": "profile eagle3, candidate phase",
+    "exec_start": "/opt/ml-env-cu130/bin/python -m sglang.launch_server",
+    "venv": "/opt/ml-env-cu130/",
+    "args": ["--speculative-num-steps", 3],
+    "check": True,
+    "url": "http://127.0.0.1:30000",
+    "timeout": 900,
+    "leftover_timeout": 30,
+}
+RUNS = b"/opt/ml-env-cu130/bin/python\0-m\0sglang.launch_server\0--speculative-num-steps\0003\0"
+
+
+def _cycle(**fields) -> dict:
+    return {
+        "restarted": True,
+        "release": {"free": True, "waited_s": 0.5, "leftovers": [], "signalled": {}, "still_running": []},
+        "start_error": None,
+        "ready": {"generated": True, "endpoint": "/health_generate", "waited_s": 41.0, "last": "200"},
+        "journal": [],
+        "cmdline_b64": base64.b64encode(RUNS).decode(),
+        **fields,
+    }
+
+
+def test_a_server_that_runs_the_profile_passes_and_says_it_restarted():
+    out = restarts.serve_outcome(_cycle(), **SERVE)
+    assert out["failed"] is False and out["msg"] == ""
+    assert out["restarted"] is True and out["running_args"] == ["--speculative-num-steps", "3"]
+    assert out["running_venv"] == "/opt/ml-env-cu130"
+    assert out["report"] == ["sglang.service serves profile eagle3, candidate phase after a restart."]
+
+
+def test_leftovers_that_were_stopped_are_named_with_their_memory_and_the_signals():
+    leftover = {
+        "pid": 4242,
+        "command": "/opt/ml-env/bin/python -m sglang.launch_server",
+        "gpu_memory_mib": 81234,
+    }
+    release = {"free": True, "waited_s": 42.0, "leftovers": [leftover], "signalled": {"4242": "SIGTERM"}}
+    out = restarts.serve_outcome(_cycle(release=release), **SERVE)
+    assert out["failed"] is False and out["leftovers"] == [leftover]
+    assert out["report"][1] == (
+        "sglang.service left 1 process(es) after it stopped: pid 4242 (/opt/ml-env/bin/python -m"
+        " sglang.launch_server, 81234 MiB of GPU memory); stopped with SIGTERM after 30 s"
+        " (cuda13_leftover_timeout)."
+    )
+
+
+def test_gpus_still_held_fail_before_anything_else_is_said():
+    release = {
+        "free": False,
+        "leftovers": [{"pid": 7, "command": "x", "gpu_memory_mib": 1}],
+        "still_running": [7],
+    }
+    out = restarts.serve_outcome(_cycle(release=release, ready=None), **SERVE)
+    assert out["failed"] is True
+    assert out["msg"].startswith("sglang.service stopped, but its processes [7] still run or hold GPU memory")
+    assert "nvidia-smi --query-compute-apps=pid,used_memory" in out["msg"]
+
+
+def test_a_server_that_never_generates_fails_with_the_wait_the_option_and_the_journal_in_lines():
+    journal = [f"line {i}" for i in range(30)]
+    ready = {
+        "generated": False,
+        "last": "Status code was 503 and not [200]: HTTP Error 503: Service Unavailable",
+    }
+    out = restarts.serve_outcome(_cycle(ready=ready, journal=journal), **SERVE)
+    lines = out["msg"].splitlines()
+    assert lines[0] == (
+        "sglang.service (profile eagle3, candidate phase) did not generate a token at http://127.0.0.1:30000"
+        " within 900 s (last answer: Status code was 503 and not [200]: HTTP Error 503: Service Unavailable)."
+    )
+    assert "cuda13_health_timeout" in lines[1]
+    # the journal's last 15 lines, one per line
+    assert lines[2:] == ["Last lines of its journal:", *journal[-15:]]
+
+
+def test_a_start_the_journal_explains_gets_its_cause_and_remedy_with_the_unit_s_user():
+    journal = (FAILURES / "systemd-exec-venv-python-denied.txt").read_text().splitlines()
+    error = "systemctl start sglang.service: Job for sglang.service failed."
+    out = restarts.serve_outcome(
+        _cycle(start_error=error, ready=None, journal=journal), **SERVE, service_user="sglang"
+    )
+    assert out["msg"].startswith(f"sglang.service (profile eagle3, candidate phase) did not start: {error}.")
+    assert "Cause: " in out["msg"] and "sglang" in out["msg"].splitlines()[1]
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "fails"),
+    [
+        (b"/opt/ml-env/bin/python\0-m\0sglang.launch_server\0--speculative-num-steps\0003\0", True),
+        (b"/opt/ml-env-cu130/bin/python\0-m\0sglang.launch_server\0", True),
+        # a wrapper cannot be read: no check
+        (b"/bin/sh\0/usr/local/bin/serve.sh\0", False),
+    ],
+)
+def test_a_server_that_runs_another_stack_or_profile_fails_naming_both(cmdline, fails):
+    out = restarts.serve_outcome(_cycle(cmdline_b64=base64.b64encode(cmdline).decode()), **SERVE)
+    assert out["failed"] is fails
+    if fails:
+        assert out["msg"].startswith(
+            "sglang.service does not run profile eagle3, candidate phase: its main process runs"
+        )
+        assert "(the Python of /opt/ml-env-cu130/)" in out["msg"]
+    assert (
+        restarts.serve_outcome(
+            _cycle(cmdline_b64=base64.b64encode(cmdline).decode()), **{**SERVE, "check": False}
+        )["failed"]
+        is False
+    )
+
+
+@pytest.mark.parametrize(
+    ("restart", "files_changed", "would"),
+    [
+        ("always", False, True),
+        ("when-changed", True, True),
+        ("when-changed", False, False),
+        ("never", True, False),
+    ],
+)
+def test_in_check_mode_the_restart_that_would_follow_is_reported(restart, files_changed, would):
+    out = restarts.serve_outcome({}, **SERVE, restart=restart, files_changed=files_changed)
+    assert out["would_restart"] is would and out["failed"] is False
+    assert out["report"] == [
+        "Would restart sglang.service (profile eagle3, candidate phase)."
+        if would
+        else "sglang.service would not restart."
+    ]

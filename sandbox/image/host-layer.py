@@ -41,7 +41,8 @@ LABEL = "cuda13-upgrade.sandbox"
 # whole (every file under them, sorted), files as they are.
 INPUTS = (
     "sandbox",
-    "roles/cuda13/tasks/wait_for_ready.yml",
+    "roles/cuda13/tasks/serve.yml",
+    "src/cuda13_upgrade/hostscripts/service_cycle.py",
     "molecule/shared/prepare.yml",
     "molecule/shared/provision.yml",
     "sandbox/image/host-layer.py",

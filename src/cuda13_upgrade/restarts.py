@@ -27,11 +27,28 @@ before it runs and recorded in the host's result. Everything here is pure.
 
 from __future__ import annotations
 
+import base64
 import posixpath
-import re
 import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+# What the main process runs is read on the host by the same functions (the
+# host script carries them, standard library only).
+from . import diagnosis
+from .hostscripts.service_cycle import main_process_argv, main_process_venv, running_args
+
+__all__ = [
+    "PHASES",
+    "format_plan",
+    "main_process_argv",
+    "main_process_venv",
+    "plan_phase",
+    "plan_upgrade",
+    "profile_args",
+    "recorded_baseline",
+    "running_args",
+]
 
 PHASES = ("baseline", "candidate", "rollback")
 
@@ -55,57 +72,6 @@ def profile_args(profile: Mapping[str, Any], phase: str) -> list[str]:
     if not isinstance(extra, Sequence) or isinstance(extra, str):
         raise ValueError(f"profile {profile['name']}: new_stack_args must be a list, got {extra!r}")
     return [str(a) for a in server_args] + [str(a) for a in extra]
-
-
-def main_process_argv(cmdline: str | bytes | None) -> list[str]:
-    """The argv of a process from its ``/proc/<pid>/cmdline`` (proc(5): the
-    arguments each ended by a NUL byte), as text or bytes; ``[]`` when empty
-    or None (not running)."""
-    if not cmdline:
-        return []
-    text = cmdline.decode("utf-8", "replace") if isinstance(cmdline, bytes) else cmdline
-    argv = text.split("\0")
-    return argv[:-1] if argv[-1] == "" else argv
-
-
-def running_args(cmdline: str | bytes | None, exec_start: str) -> list[str] | None:
-    """The arguments the running server adds to the service's own command, or None.
-
-    ``cmdline``: the main process's ``/proc/<pid>/cmdline`` (argv joined and ended
-    by NUL bytes, proc(5)), as text or bytes; empty or None when the service is
-    not running. ``exec_start``: the service's own command (the unit's ExecStart,
-    a shell-quoted string). Returns the argv after the own command's words when
-    the process runs that command, else None (another command, a wrapper, not
-    running): the plan then restarts for every profile.
-    """
-    argv = main_process_argv(cmdline)
-    if not argv:
-        return None
-    try:
-        own = shlex.split(exec_start)
-    except ValueError:
-        return None
-    if not own or argv[: len(own)] != own:
-        return None
-    return argv[len(own) :]
-
-
-def main_process_venv(cmdline: str | bytes | None) -> str | None:
-    """The virtual environment whose Python the server's main process runs, or None.
-
-    ``cmdline``: the main process's ``/proc/<pid>/cmdline`` (proc(5)), as text or
-    bytes. Returns ``VENV`` (normalised, no trailing slash) when the process's
-    program, ``argv[0]``, is ``VENV/bin/python`` (or ``python3``, ``python3.X``),
-    else None (not running, a wrapper script, a system Python). Which stack
-    serves is read from this, not from the unit's files: a drop-in written but
-    not yet applied (a run killed between the write and the restart) leaves
-    the service on the other stack with the new stack's files in place.
-    """
-    argv = main_process_argv(cmdline)
-    head, _, name = (argv[0] if argv else "").rpartition("/bin/")
-    if not head or not re.fullmatch(r"python(3(\.\d+)?)?", name):
-        return None
-    return posixpath.normpath(head)
 
 
 def plan_phase(
@@ -289,3 +255,139 @@ def format_plan(plan: Mapping[str, Any]) -> list[str]:
         + ("" if plan["rollback"] is None else f"; the rollback starts with {args(plan['rollback_args'])}"),
         f"restarts: {plan['restarts_upgrade']} per upgrade, {plan['restarts_rollback']} more for a rollback",
     ]
+
+
+def serve_outcome(
+    cycle: Mapping[str, Any] | None,
+    *,
+    service: str,
+    what: str,
+    exec_start: str,
+    venv: str,
+    args: Sequence[Any],
+    check: bool,
+    restart: str = "always",
+    files_changed: bool = False,
+    url: str,
+    timeout: int,
+    leftover_timeout: float,
+    service_user: str = "",
+) -> dict[str, Any]:
+    """What one start of the service into a profile came to, and the operator's message.
+
+    ``cycle``: the JSON ``hostscripts/service_cycle.py`` printed (see its docstring);
+    None or ``{}`` when it did not run (check mode). ``service``, ``what``: the unit and
+    what was started, for the messages. ``exec_start``, ``venv``, ``args``: the own
+    command, the venv whose Python must serve and the profile's arguments; checked
+    against the main process when ``check``. ``restart`` (always, when-changed,
+    never) and ``files_changed`` (a drop-in changed): in check mode, whether a
+    restart would follow. ``url`` and ``timeout`` (s): where and
+    how long the readiness wait was. ``leftover_timeout`` (s): cuda13_leftover_timeout,
+    named in the leftovers' note. ``service_user``: the unit's ``User=``, named when
+    the journal says it may not execute the venv's Python (``diagnosis.diagnose``).
+
+    Returns ``{"restarted": bool, "would_restart": bool, "leftovers": [{"pid", "command",
+    "gpu_memory_mib"}], "running_args": list | None, "running_venv": str | None,
+    "running_command": str, "report": [str], "failed": bool, "msg": str}``:
+    ``report`` is what the operator reads on success (the restart, the leftover
+    processes that were stopped, or in check mode the restart that would follow);
+    ``msg`` is the failure, in lines, empty when none.
+    """
+    if not cycle:
+        would = restart == "always" or (restart == "when-changed" and files_changed)
+        return {
+            "restarted": False,
+            "would_restart": would,
+            "leftovers": [],
+            "running_args": None,
+            "running_venv": None,
+            "running_command": "",
+            "report": [f"Would restart {service} ({what})." if would else f"{service} would not restart."],
+            "failed": False,
+            "msg": "",
+        }
+    release = cycle.get("release") or {}
+    leftovers = list(release.get("leftovers") or [])
+    cmdline = base64.b64decode(cycle.get("cmdline_b64") or "")
+    running = {
+        "running_args": running_args(cmdline, exec_start),
+        "running_venv": main_process_venv(cmdline),
+        "running_command": shlex.join(main_process_argv(cmdline)),
+    }
+    restarted = bool(cycle.get("restarted"))
+    notes = [f"{service} serves {what}" + (" after a restart." if restarted else ", not restarted.")]
+    if leftovers:
+        listed = ", ".join(
+            f"pid {p['pid']} ({_truncate(str(p.get('command', '')), 120)},"
+            f" {p.get('gpu_memory_mib', 0)} MiB of GPU memory)"
+            for p in leftovers
+        )
+        signals = list(dict.fromkeys((release.get("signalled") or {}).values()))
+        how = (
+            f"stopped with {' then '.join(signals)} after {leftover_timeout:g} s (cuda13_leftover_timeout)"
+            if signals
+            else f"they ended within {release.get('waited_s')} s"
+        )
+        notes.append(f"{service} left {len(leftovers)} process(es) after it stopped: {listed}; {how}.")
+    msg: list[str] = []
+    ready = cycle.get("ready")
+    if release and not release.get("free", True):
+        msg = [
+            f"{service} stopped, but its processes {release.get('still_running')} still run or hold"
+            f" GPU memory after SIGTERM and SIGKILL ({leftovers}): the other stack would start on"
+            " occupied GPUs."
+            " Find what keeps them (nvidia-smi --query-compute-apps=pid,used_memory"
+            " --format=csv,noheader,nounits; a process in D state waits on the driver), end them,"
+            " and run again."
+        ]
+    elif cycle.get("start_error"):
+        msg = [f"{service} ({what}) did not start: {cycle['start_error']}."]
+    elif ready and not ready.get("generated"):
+        msg = [
+            f"{service} ({what}) did not generate a token at {url} within {timeout} s"
+            f" (last answer: {ready.get('last', 'none')})."
+        ]
+    if msg:
+        known = diagnosis.diagnose(
+            cycle.get("journal") or [], source="journal", context={"service_user": service_user}
+        )
+        msg.append(
+            f"Cause: {known.cause}. Fix: {known.remedy}."
+            if known.known
+            else "Check that the service starts and loads its model; raise the wait with"
+            " cuda13_health_timeout when loading takes longer."
+        )
+        if cycle.get("journal"):
+            msg += ["Last lines of its journal:", *list(cycle["journal"])[-15:]]
+    elif check and not _runs(running, venv, args):
+        wanted = " ".join([exec_start, *(shlex.quote(str(a)) for a in args)])
+        msg = [
+            f"{service} does not run {what}: its main process runs {running['running_command']}, where that"
+            f" needs {wanted} (the Python of {venv}). Nothing was measured on it. Check the drop-ins in"
+            f" /etc/systemd/system/{service}.d/ (systemctl cat {service})."
+        ]
+    return {
+        "restarted": restarted,
+        "would_restart": False,
+        "leftovers": leftovers,
+        **running,
+        "report": notes,
+        "failed": bool(msg),
+        "msg": "\n".join(msg),
+    }
+
+
+def _runs(running: Mapping[str, Any], venv: str, args: Sequence[Any]) -> bool:
+    """The check of serve.yml: a main process that cannot be read (a wrapper) passes."""
+    venv_ok = running["running_venv"] is None or running["running_venv"] == (
+        posixpath.normpath(venv) if venv else ""
+    )
+    args_ok = running["running_args"] is None or running["running_args"] == [str(a) for a in args]
+    return venv_ok and args_ok
+
+
+def _truncate(text: str, width: int) -> str:
+    """Jinja's ``truncate(width)``: cut at a word boundary and end with '...'."""
+    if len(text) <= width:
+        return text
+    return text[: width - 3].rsplit(" ", 1)[0] + "..."

@@ -1,4 +1,4 @@
-"""roles/cuda13/tasks/wait_for_ready.yml on localhost: ready means the server generates.
+"""roles/cuda13 (entry point serve, no restart) on localhost: ready means the server generates.
 
 Run with ansible-playbook against the simulated server (a warm-up window where /health is
 200 and generation blocks) and against a stdlib server without /health_generate.
@@ -29,15 +29,17 @@ def _wait(tmp_path: Path, url: str, timeout: int) -> subprocess.CompletedProcess
   tasks:
     - ansible.builtin.include_role:
         name: cuda13
-        tasks_from: wait_for_ready
+        tasks_from: serve
       vars:
-        cuda13_ready_url: "{url}"
-        cuda13_ready_service: sglang-test.service
-        cuda13_ready_timeout: {timeout}
-        cuda13_ready_what: the stack under test
+        cuda13_serve_service: sglang-test.service
+        cuda13_serve_exec_start: /opt/ml-env/bin/python -m sglang.launch_server
+        cuda13_serve_restart: never
+        cuda13_serve_url: "{url}"
+        cuda13_serve_timeout: {timeout}
+        cuda13_serve_what: the stack under test
 """
     )
-    return run_playbook(playbook, roles=True)
+    return run_playbook(playbook, roles=True, filters=True)
 
 
 def _sim(venv, no_ld_conf, tmp_path, window: float) -> testkit.SimServer:
