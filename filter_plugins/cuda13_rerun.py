@@ -36,13 +36,14 @@ DOCUMENTATION = r"""
       _input: {description: the validated options, type: dict, required: true}
   - name: cuda13_host_verdict
     short_description: What the run does with a host, from stack_digest.py --state, before or under the lock.
-    positional: _input, target, run_id, reverify, locked
+    positional: _input, target, run_id, reverify, locked, host
     options:
       _input: {description: the script task's result (stack_digest.py --state), type: raw, required: true}
       target: {description: this run's target, type: dict, required: true}
       run_id: {description: this run's identifier, type: str, required: true}
       reverify: {description: measure again anyway (cuda13_reverify), type: bool, default: false}
       locked: {description: this run holds the host's lock, type: bool, default: false}
+      host: {description: the host's name, which begins each line of the notice, type: str, default: ""}
 """
 
 EXAMPLES = r"""
@@ -107,7 +108,7 @@ def _found(name, state, target):
     return found
 
 
-def cuda13_host_verdict(result, target, run_id, reverify=False, locked=False):
+def cuda13_host_verdict(result, target, run_id, reverify=False, locked=False, host=""):
     if not isinstance(result, Mapping):
         raise AnsibleFilterError(f"cuda13_host_verdict expects the script task's result, got {result!r}")
     state = None
@@ -119,7 +120,7 @@ def cuda13_host_verdict(result, target, run_id, reverify=False, locked=False):
     found = _found("cuda13_host_verdict", state, target)
     try:
         return rerun.host_verdict(
-            found, dict(target), str(run_id), reverify=bool(reverify), locked=bool(locked)
+            found, dict(target), str(run_id), reverify=bool(reverify), locked=bool(locked), host=str(host)
         )
     except ValueError as exc:
         raise AnsibleFilterError(f"cuda13_host_verdict: {exc}") from exc

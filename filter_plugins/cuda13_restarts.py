@@ -68,6 +68,18 @@ DOCUMENTATION = r"""
         required: true
       profiles: {description: the run's profiles, type: list, required: true}
       max_age_hours: {description: cuda13_baseline_max_age_hours, type: float, required: true}
+  - name: cuda13_measure_plan
+    short_description: One verify_throughput phase's plan, inputs checked (restarts.measure_plan).
+    positional: _input, phase, given
+    options:
+      _input: {description: the profiles, type: list, required: true}
+      phase: {description: baseline, candidate or rollback, type: str, required: true}
+      given:
+        description: >-
+          plan, running, exec_start, baseline, baseline_probe, probe, probe_prompts, probe_tokens
+          (the keyword arguments of measure_plan)
+        type: dict
+        required: true
   - name: cuda13_serve_outcome
     short_description: What one start into a profile came to (cuda13_upgrade.restarts.serve_outcome).
     positional: _input, expected
@@ -180,6 +192,16 @@ def cuda13_restart_plan_lines(plan):
     return restarts.format_plan(plan)
 
 
+def cuda13_measure_plan(profiles, phase, given):
+    _check_profiles("cuda13_measure_plan", profiles)
+    if not isinstance(given, dict):
+        raise AnsibleFilterError(f"cuda13_measure_plan expects a dict of the phase's inputs, got {given!r}")
+    try:
+        return restarts.measure_plan(profiles, phase, **given)
+    except (TypeError, ValueError) as exc:
+        raise AnsibleFilterError(f"cuda13_measure_plan: {exc}") from exc
+
+
 def cuda13_serve_outcome(result, expected):
     if not isinstance(result, dict) or not isinstance(expected, dict):
         raise AnsibleFilterError(
@@ -212,4 +234,5 @@ class FilterModule:
             "cuda13_recorded_baseline": cuda13_recorded_baseline,
             "cuda13_restart_plan_lines": cuda13_restart_plan_lines,
             "cuda13_serve_outcome": cuda13_serve_outcome,
+            "cuda13_measure_plan": cuda13_measure_plan,
         }

@@ -467,18 +467,26 @@ def test_under_the_lock_an_unchanged_kept_host_is_already_kept():
         "measure": False,
         "previous": KEPT,
         "stopped": None,
+        "notice": "",
     }
 
 
 def test_under_the_lock_a_stopped_run_is_resolved_without_comparing_digests():
     step = {"run_id": "20261202T080000Z", "step": "switch", "started_at": "2026-12-02T08:10:00+00:00"}
     state = {"result": KEPT, "step": step, "lock": OWN_LOCK, "digest": {"parts": dict(PARTS)}}
-    verdict = rerun.host_verdict(state, TARGET, LOCKED_RUN, locked=True)
+    verdict = rerun.host_verdict(state, TARGET, LOCKED_RUN, locked=True, host="gpu-node-01")
     assert verdict["stopped"]["run_id"] == "20261202T080000Z"
     assert verdict["stopped"]["step"] == "switch"
     assert verdict["already_kept"] is False
     assert verdict["measure"] is True
     assert verdict["reason"] == "the stack digest could not be read"
+    # What the operator reads: the stopped run this one resolves, and why the kept host runs in full.
+    first, second = verdict["notice"].splitlines()
+    assert first.startswith(
+        "gpu-node-01: run 20261202T080000Z stopped at step switch (begun 2026-12-02T08:10:00+00:00,"
+    )
+    assert first.endswith("this run verifies the stack the service points at or rolls the host back.")
+    assert second == "gpu-node-01: not already kept: the stack digest could not be read; the full run follows."
 
 
 def test_under_the_lock_a_changed_stack_is_measured_again():
@@ -488,9 +496,11 @@ def test_under_the_lock_a_changed_stack_is_measured_again():
         "lock": OWN_LOCK,
         "digest": {"parts": {**PARTS, "driver": "0" * 64}},
     }
-    verdict = rerun.host_verdict(state, TARGET, LOCKED_RUN, locked=True)
+    verdict = rerun.host_verdict(state, TARGET, LOCKED_RUN, locked=True, host="gpu-node-01")
     assert verdict["differs"] == ["driver"]
     assert verdict["measure"] is True
+    assert verdict["notice"].startswith("gpu-node-01: not already kept: ")
+    assert "\n" not in verdict["notice"]
     assert rerun.host_verdict(
         {"result": None, "step": None, "lock": OWN_LOCK, "digest": None}, TARGET, LOCKED_RUN, locked=True
     ) == {
@@ -500,6 +510,7 @@ def test_under_the_lock_a_changed_stack_is_measured_again():
         "measure": True,
         "previous": {},
         "stopped": None,
+        "notice": "",
     }
 
 
@@ -519,5 +530,5 @@ def test_under_the_lock_an_unreadable_state_fails_the_host():
 def test_before_the_lock_the_host_verdict_is_the_early_one():
     state = {"result": KEPT, "step": STEP_DONE, "lock": {"run_id": "x"}, "digest": {"parts": dict(PARTS)}}
     verdict = rerun.host_verdict(state, TARGET, LOCKED_RUN)
-    assert verdict == {**rerun.early_verdict(state, TARGET, LOCKED_RUN), "stopped": None}
+    assert verdict == {**rerun.early_verdict(state, TARGET, LOCKED_RUN), "stopped": None, "notice": ""}
     assert verdict["reason"] == "the lock of run x is on the host"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import importlib.util
+import re
 from pathlib import Path
 
 import pytest
@@ -405,3 +406,48 @@ def test_in_check_mode_the_restart_that_would_follow_is_reported(restart, files_
         if would
         else "sglang.service would not restart."
     ]
+
+
+# restarts.measure_plan: verify_throughput's plan for one phase, with what the play passes in checked.
+def test_measure_plan_plans_from_what_runs_and_keeps_a_given_plan():
+    plan = restarts.measure_plan([PLAIN, EAGLE3], "baseline", running=EAGLE3["server_args"], exec_start="x")
+    assert [s["profile"] for s in plan["steps"]] == ["eagle3", "plain"]
+    given = restarts.plan_phase([PLAIN, EAGLE3], "candidate", entered=True)
+    baseline = {"plain": {}, "eagle3": {}}
+    assert (
+        restarts.measure_plan([PLAIN, EAGLE3], "candidate", plan=given, exec_start="x", baseline=baseline)
+        == given
+    )
+
+
+@pytest.mark.parametrize(
+    ("profiles", "given", "message"),
+    [
+        ([], {}, "verify_throughput_profiles must not be empty"),
+        ([PLAIN], {"exec_start": ""}, "verify_throughput_exec_start must be set"),
+        (
+            [PLAIN, EAGLE3],
+            {"baseline": {"plain": {}}},
+            "in the candidate phase verify_throughput_baseline must hold every profile: it has ['plain'],"
+            " without ['eagle3']",
+        ),
+        (
+            [PLAIN],
+            {"baseline": {"plain": {}}, "probe": True, "baseline_probe": {}},
+            "verify_throughput_baseline_probe must hold every profile",
+        ),
+        (
+            [PLAIN],
+            {"baseline": {"plain": {}}, "probe_tokens": 0},
+            "verify_throughput_probe_tokens must be at least 1, got 0",
+        ),
+        (
+            [PLAIN],
+            {"baseline": {"plain": {}}, "plan": {"steps": [{"profile": "eagle3"}]}},
+            "verify_throughput_plan measures ['eagle3'], but verify_throughput_profiles are ['plain']",
+        ),
+    ],
+)
+def test_measure_plan_refuses_what_the_play_passes_in_naming_the_option(profiles, given, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        restarts.measure_plan(profiles, "candidate", **{"exec_start": "x", **given})

@@ -502,3 +502,49 @@ def test_default_scenario_eagle3_accept_length_is_in_a_kept_hosts_report(
     assert "## Speculative accept length" in text
     assert "- cuda13-sandbox-1 eagle3: 2.67 -> 2.67 tokens per verify step (+0.0 %, healthy)" in text
     assert "- cuda13-sandbox-1 eagle3: output matches the old stack (4 of 4 prompts" in text
+
+
+def test_trials_accumulate_within_a_series_and_start_afresh_in_another(venv_cu130, no_ld_conf, tmp_path):
+    # hostscripts/completion_bench.py --append --series, as verify_throughput's profile.yml
+    # runs it: the gate's retries add one trial each to the run's series; the next run's
+    # first attempt (another run id) does not count the trials left from the last one.
+    from cuda13_upgrade.hostscripts import completion_bench
+
+    env = server_env(venv_cu130, _scenario_file(tmp_path), no_ld_conf)
+    server = testkit.SimServer(venv_cu130.python, env, tmp_path)
+    trials = tmp_path / "candidate-plain.json"
+
+    def bench(series: str) -> list[dict]:
+        out = subprocess.run(
+            [
+                sys.executable,
+                completion_bench.__file__,
+                "--url",
+                server.url,
+                "--append",
+                str(trials),
+                "--series",
+                series,
+                "--min-trials",
+                "2",
+                "--trials",
+                "1",
+                "--warmup",
+                "0",
+                "--max-tokens",
+                "8",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        result = json.loads(out.stdout)
+        assert json.loads(trials.read_text()) == result and result["series"] == series
+        return result["trials"]
+
+    try:
+        assert len(bench("20261203T010000Z")) == 2
+        assert len(bench("20261203T010000Z")) == 3
+        assert len(bench("20261203T020000Z")) == 2
+    finally:
+        server.close()

@@ -219,6 +219,7 @@ def host_verdict(
     *,
     reverify: bool = False,
     locked: bool = False,
+    host: str = "",
 ) -> dict[str, Any]:
     """What a run does with a host, from the one read of its state.
 
@@ -235,7 +236,10 @@ def host_verdict(
 
     Returns :func:`kept_rerun`'s ``{"already_kept", "differs", "reason",
     "measure"}`` with ``"previous"`` (the host's result.json, ``{}`` when there
-    is none) and ``"stopped"`` (the stopped run, or None). Raises
+    is none), ``"stopped"`` (the stopped run, or None) and ``"notice"``: what
+    the operator reads about it under the lock, each line starting with
+    ``host`` (the stopped run this run resolves; why a kept host runs in full),
+    ``""`` when nothing is to be said. Raises
     ``ValueError`` under the lock when the state could not be read, or its
     result.json or step.json could not (the host then fails: nothing of the
     upgrade has run yet).
@@ -244,7 +248,7 @@ def host_verdict(
         verdict = early_verdict(state, target, run_id, reverify=reverify)
         step = state.get("step") if isinstance(state, Mapping) else None
         stopped = stopped_run(step if isinstance(step, Mapping) else {}, verdict["previous"], run_id)
-        return {**verdict, "stopped": stopped}
+        return {**verdict, "stopped": stopped, "notice": ""}
     if not isinstance(state, Mapping):
         raise ValueError("the host's state directory could not be read (stack_digest.py --state did not run)")
     unreadable = state.get("errors") if isinstance(state.get("errors"), Mapping) else {}
@@ -254,4 +258,14 @@ def host_verdict(
     previous = dict(state.get("result") or {})
     stopped = stopped_run(state.get("step") or {}, previous, run_id)
     verdict = kept_rerun(previous, target, None if stopped else state.get("digest"), reverify=reverify)
-    return {**verdict, "previous": previous, "stopped": stopped}
+    notice = []
+    if stopped:
+        recorded = f", recorded {stopped['recorded']}" if stopped.get("recorded") else ""
+        notice.append(
+            f"{host}: run {stopped.get('run_id')} stopped at step {stopped.get('step')} (begun"
+            f" {stopped.get('started_at')}, the service then on {stopped.get('serving')}{recorded}); this run"
+            " verifies the stack the service points at or rolls the host back."
+        )
+    if previous.get("status") == "kept" and not verdict["already_kept"]:
+        notice.append(f"{host}: not already kept: {verdict['reason']}; the full run follows.")
+    return {**verdict, "previous": previous, "stopped": stopped, "notice": "\n".join(notice)}

@@ -391,3 +391,62 @@ def _truncate(text: str, width: int) -> str:
     if len(text) <= width:
         return text
     return text[: width - 3].rsplit(" ", 1)[0] + "..."
+
+
+def measure_plan(
+    profiles: Sequence[Mapping[str, Any]],
+    phase: str,
+    *,
+    plan: Mapping[str, Any] | None = None,
+    running: Sequence[str] | None = None,
+    exec_start: str = "",
+    baseline: Mapping[str, Any] | None = None,
+    baseline_probe: Mapping[str, Any] | None = None,
+    probe: bool = False,
+    probe_prompts: int = 1,
+    probe_tokens: int = 1,
+) -> dict[str, Any]:
+    """The order in which one phase of verify_throughput measures the profiles, checked.
+
+    ``profiles`` and ``phase``: as for :func:`plan_phase`. ``plan``: the calling
+    play's plan for this phase (a :func:`plan_phase` result), or None/empty to
+    plan here from ``running`` (what the service runs now, :func:`running_args`)
+    ending on the own command. ``exec_start``: the service's own command, which
+    must be set. In the candidate phase ``baseline`` (and, with ``probe``,
+    ``baseline_probe``) must hold every profile: the gate compares with them.
+    ``probe_prompts`` and ``probe_tokens`` (the correctness probe's size) must be
+    at least 1.
+
+    Returns the plan. Raises ``ValueError`` naming the option and the value
+    when an input does not hold, or when the plan does not measure exactly the
+    profiles.
+    """
+    names = [str(p.get("name")) for p in profiles if isinstance(p, Mapping)]
+    if not profiles:
+        raise ValueError("verify_throughput_profiles must not be empty")
+    if not exec_start:
+        raise ValueError("verify_throughput_exec_start must be set (the service's own command)")
+    if phase == "candidate":
+        for option, recorded, needed in (
+            ("verify_throughput_baseline", baseline, True),
+            ("verify_throughput_baseline_probe", baseline_probe, probe),
+        ):
+            missing = [n for n in names if n not in (recorded or {})]
+            if needed and missing:
+                raise ValueError(
+                    f"in the candidate phase {option} must hold every profile: it has"
+                    f" {sorted(recorded or {})}, without {missing}"
+                )
+    for option, value in (
+        ("verify_throughput_probe_prompts", probe_prompts),
+        ("verify_throughput_probe_tokens", probe_tokens),
+    ):
+        if int(value) < 1:
+            raise ValueError(f"{option} must be at least 1, got {value}")
+    chosen = dict(plan) if plan else plan_phase(profiles, phase, running=running, end_on_own_command=True)
+    measured = [str(step.get("profile")) for step in chosen.get("steps", [])]
+    if sorted(measured) != sorted(names):
+        raise ValueError(
+            f"verify_throughput_plan measures {measured}, but verify_throughput_profiles are {names}"
+        )
+    return chosen

@@ -306,6 +306,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default=None)
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--append", default=None, help="JSON file that accumulates the trials")
+    parser.add_argument(
+        "--series",
+        default=None,
+        help="with --append: the trials' series (e.g. the run id); a file of another series starts afresh",
+    )
     parser.add_argument("--method", choices=["builtin", "bench_serving"], default="builtin")
     parser.add_argument("--python", default=None, help="venv python for --method bench_serving")
     parser.add_argument("--prompts", type=int, default=4, help="requests per bench_serving trial")
@@ -355,9 +360,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.append:
         try:
             with open(args.append, encoding="utf-8") as handle:
-                previous = json.load(handle).get("trials", [])
+                kept = json.load(handle)
         except FileNotFoundError:
-            previous = []
+            kept = {}
+        if args.series is None or kept.get("series") == args.series:
+            previous = kept.get("trials", [])
     count = args.trials
     if args.append and args.min_trials:
         count = max(1, args.min_trials - len(previous)) if previous else args.min_trials
@@ -403,6 +410,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"unexpected answer from {args.url}: {exc}", file=sys.stderr)
         return 2
     result["trials"] = previous + result["trials"]
+    if args.series is not None:
+        result["series"] = args.series
     if args.append:
         tmp = args.append + ".tmp"
         with open(tmp, "w", encoding="utf-8") as handle:
