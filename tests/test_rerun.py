@@ -486,7 +486,9 @@ def test_under_the_lock_a_stopped_run_is_resolved_without_comparing_digests():
         "gpu-node-01: run 20261202T080000Z stopped at step switch (begun 2026-12-02T08:10:00+00:00,"
     )
     assert first.endswith("this run verifies the stack the service points at or rolls the host back.")
-    assert second == "gpu-node-01: not already kept: the stack digest could not be read; the full run follows."
+    assert (
+        second == "gpu-node-01: not already kept: the stack digest could not be read; the full run follows."
+    )
 
 
 def test_under_the_lock_a_changed_stack_is_measured_again():
