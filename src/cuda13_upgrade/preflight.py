@@ -25,6 +25,9 @@ Facts (what the host is), a dict::
       "compute_apps": [                     # optional: nvidia-smi --query-compute-apps rows
         {"gpu_uuid": "GPU-...", "pid": 4242, "process_name": "python3", "used_memory": 1714}],
       "service_pids": [4242],               # optional: the serving unit's processes (not "other")
+      "module_version_text": "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05 ...",
+                                            # optional: /proc/driver/nvidia/version as read (the
+                                            # loaded module's flavour); None = not read, no check
     }
 
 Settings (what the inventory asks for), a dict; every key is optional and
@@ -58,7 +61,8 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from cuda13_upgrade.errors import Cuda13Error, PreflightError, format_message
+from cuda13_upgrade.errors import Cuda13Error, ParseError, PreflightError, format_message
+from cuda13_upgrade.nvidia_smi import kernel_module_flavour
 from cuda13_upgrade.versions import (
     MIN_DRIVER_OPTION,
     default_allowed_compute_capabilities,
@@ -110,7 +114,8 @@ class PreflightReport:
     Attributes:
         failures: one dict per failed check: ``check`` (``"driver"``,
             ``"driver_cuda_version"``, ``"gpu_count"``, ``"compute_capability"``,
-            ``"wsl"``, ``"gpu_models"``, ``"gpu_processes"``, ``"disk"``, ``"space"``, ``"python"``),
+            ``"wsl"``, ``"gpu_models"``, ``"gpu_processes"``, ``"kernel_module"``, ``"disk"``,
+            ``"space"``, ``"python"``),
             ``value`` (the offending value),
             ``option`` (the Ansible variable to change, or ``None`` when only the
             host can be fixed) and ``message`` (value, option and remedy).
@@ -511,6 +516,63 @@ def _check_busy(report: PreflightReport, facts: Mapping[str, Any], s: dict, n: d
     )
 
 
+#: Where the loaded module names its flavour.
+PROC_DRIVER_VERSION = "/proc/driver/nvidia/version"
+
+#: The oldest compute capability that only the open kernel modules drive: Blackwell
+#: (10.x, 11.x, 12.x) and later. Source: NVIDIA driver README, chapter "kernel_open"
+#: (issue 24 item 4); the R580 proprietary module itself logs, for a Blackwell
+#: board, "NVRM: installed in this system requires use of the NVIDIA open kernel
+#: modules." followed by "RmInitAdapter failed!" (public log, code search id 196968485).
+OPEN_MODULE_ONLY_FROM: tuple[int, int] = (10, 0)
+
+
+def _check_kernel_module(report: PreflightReport, facts: Mapping[str, Any]) -> None:
+    """Refuse a host whose Blackwell GPUs run on the proprietary kernel module."""
+    if "module_version_text" not in facts or facts["module_version_text"] is None:
+        return
+    text = facts["module_version_text"]
+    try:
+        module = kernel_module_flavour(text if isinstance(text, str) else "")
+    except ParseError as exc:
+        report.fail(
+            "kernel_module",
+            exc.value if isinstance(text, str) else text,
+            None,
+            f"{PROC_DRIVER_VERSION} does not name the loaded NVIDIA kernel module and its flavour",
+            f"check that the nvidia module is loaded ('lsmod | grep nvidia') and that "
+            f"'cat {PROC_DRIVER_VERSION}' starts with 'NVRM version: NVIDIA UNIX'",
+        )
+        return
+    gpus = facts.get("gpus") if isinstance(facts.get("gpus"), list) else []
+    needing_open = []
+    for position, gpu in enumerate(gpus):
+        if not isinstance(gpu, Mapping):
+            continue
+        try:
+            cc = parse_compute_capability(gpu.get("compute_capability", gpu.get("compute_cap")), option=None)
+        except Cuda13Error:
+            continue  # _check_gpus reports it
+        if cc >= OPEN_MODULE_ONLY_FROM:
+            needing_open.append(f"{gpu.get('index', position)} ({gpu.get('name') or 'unknown GPU'})")
+    described = f"the {module['flavour']} kernel module {module['driver_version']}"
+    if module["flavour"] == "open" or not needing_open:
+        report.pass_("kernel_module", module["flavour"], f"{described} is loaded")
+        return
+    branch = module["driver_version"].split(".")[0]
+    report.fail(
+        "kernel_module",
+        f"{module['flavour']} {module['driver_version']}",
+        None,
+        f"GPU {', '.join(needing_open)} need the open NVIDIA kernel module (Blackwell and later are "
+        f"supported only by the open flavour, NVIDIA driver README 'kernel_open'), but "
+        f"{PROC_DRIVER_VERSION} shows {described}",
+        f"install the open flavour of the same driver (Ubuntu: nvidia-driver-{branch}-open; "
+        f"NVIDIA's repository: nvidia-open; runfile: -m=kernel-open) and reboot; this package never "
+        "changes the driver",
+    )
+
+
 def _check_disk(report: PreflightReport, facts: Mapping[str, Any], s: dict, n: dict) -> None:
     required = s["required_disk_gib"]
     if required is None:
@@ -624,6 +686,7 @@ def evaluate(facts: Mapping[str, Any], settings: Mapping[str, Any] | None = None
     _check_gpus(report, facts, s, n)
     _check_models(report, facts, s, n)
     _check_busy(report, facts, s, n)
+    _check_kernel_module(report, facts)
     _check_disk(report, facts, s, n)
     _check_space(report, facts)
     _check_python(report, facts, s, n)
