@@ -28,6 +28,9 @@ Facts (what the host is), a dict::
       "module_version_text": "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05 ...",
                                             # optional: /proc/driver/nvidia/version as read (the
                                             # loaded module's flavour); None = not read, no check
+      "target_dists": {"cuda-bindings": "13.0.3", "nvidia-cuda-runtime": "13.0.96"},
+                                            # optional: the resolved target's {name: version}
+      "target_torch_cuda": "13.0",          # optional: the target torch's CUDA build
     }
 
 Settings (what the inventory asks for), a dict; every key is optional and
@@ -70,7 +73,9 @@ from cuda13_upgrade.versions import (
     driver_supports,
     min_compute_capability,
     parse_compute_capability,
+    parse_driver_version,
     parse_toolkit_version,
+    stack_driver_floor,
 )
 
 __all__ = ["DEFAULT_SETTINGS", "OPTION_NAMES", "GIB", "PreflightReport", "evaluate"]
@@ -113,7 +118,7 @@ class PreflightReport:
 
     Attributes:
         failures: one dict per failed check: ``check`` (``"driver"``,
-            ``"driver_cuda_version"``, ``"gpu_count"``, ``"compute_capability"``,
+            ``"driver_cuda_version"``, ``"stack_driver"``, ``"gpu_count"``, ``"compute_capability"``,
             ``"wsl"``, ``"gpu_models"``, ``"gpu_processes"``, ``"kernel_module"``, ``"disk"``,
             ``"space"``, ``"python"``),
             ``value`` (the offending value),
@@ -300,6 +305,43 @@ def _check_driver(report: PreflightReport, facts: Mapping[str, Any], s: dict, n:
         f"{result.required}, rule {result.rule})",
         f"upgrade the driver to {result.required} or newer (this package never changes the "
         f"driver), or set {n['toolkit_release']} to a release the driver supports",
+    )
+
+
+def _check_stack_driver(report: PreflightReport, facts: Mapping[str, Any], s: dict, n: dict) -> None:
+    """The driver floor of the whole resolved target (:func:`versions.stack_driver_floor`)."""
+    dists, torch_cuda = facts.get("target_dists"), facts.get("target_torch_cuda")
+    if not dists and not torch_cuda or s["min_driver_version"]:
+        return
+    driver = facts.get("driver_version")
+    try:
+        floor = stack_driver_floor(
+            dists if isinstance(dists, Mapping) else {},
+            torch_cuda=str(torch_cuda) if torch_cuda else None,
+            toolkit_release=s["toolkit_release"],
+            jit=s["jit"],
+        )
+        found = parse_driver_version(str(driver), option=None)
+    except Cuda13Error:
+        return  # a malformed driver version or torch CUDA: _check_driver reports the driver
+    if floor["floor"] is None:
+        return
+    required = str(floor["floor"])
+    jit = " (PTX JIT needs the release's own minimum, CUDA release notes Table 3)" if s["jit"] else ""
+    listing = f"driver {driver} >= {required}, set by {floor['set_by']}{jit}"
+    if found >= parse_driver_version(required if "." in required else required + ".0", option=None):
+        report.pass_("stack_driver", driver, listing)
+        return
+    if str(floor["set_by"]).startswith("cuda-toolkit "):
+        return  # the toolkit alone sets it: _check_driver says so already
+    report.fail(
+        "stack_driver",
+        driver,
+        None,
+        f"the NVIDIA driver {driver} is too old for the resolved target: {floor['set_by']} needs "
+        f">= {required}{jit}",
+        f"upgrade the driver to {required} or newer (this package never changes the driver), or pin "
+        f"the target's CUDA components to a release this driver supports",
     )
 
 
@@ -682,6 +724,7 @@ def evaluate(facts: Mapping[str, Any], settings: Mapping[str, Any] | None = None
     report = PreflightReport()
     _check_wsl(report, facts, s, n)
     _check_driver(report, facts, s, n)
+    _check_stack_driver(report, facts, s, n)
     _check_driver_cuda(report, facts, s, n)
     _check_gpus(report, facts, s, n)
     _check_models(report, facts, s, n)
