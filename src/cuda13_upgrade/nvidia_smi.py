@@ -35,6 +35,7 @@ __all__ = [
     "classify_failure",
     "is_wsl_header",
     "parse_compute_apps",
+    "kernel_module_flavour",
     "parse_proc_driver_version",
     "parse_format",
     "parse_list",
@@ -714,7 +715,7 @@ def parse_version_info(text: str) -> dict[str, str]:
 
 
 _PROC_VERSION_RE = re.compile(
-    r"^NVRM version: NVIDIA UNIX "
+    r"^NVRM version:\s+NVIDIA UNIX\s+"
     r"(?:(?P<open>Open )?Kernel Module for (?P<arch>\S+)|(?P<arch2>\S+) Kernel Module)"
     r"\s+(?P<version>\d+\.\d+(?:\.\d+)?)\b"
 )
@@ -758,6 +759,33 @@ def parse_proc_driver_version(text: str) -> dict[str, object]:
         remedy="the nvidia kernel module is not loaded (the file exists only while it is): "
         "check 'lsmod | grep nvidia'",
     )
+
+
+def kernel_module_flavour(text: str) -> dict[str, str]:
+    """The flavour of the loaded NVIDIA kernel module, from ``/proc/driver/nvidia/version``.
+
+    The first line names the flavour (NVIDIA driver README, "kernel_open"; the
+    open flavour's build writes ``NVIDIA UNIX Open Kernel Module for <arch>``,
+    the proprietary one ``NVIDIA UNIX <arch> Kernel Module``)::
+
+        NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build  (...)
+        NVRM version: NVIDIA UNIX x86_64 Kernel Module  525.60.13  Wed Nov 30 06:39:21 UTC 2022
+
+    Returns:
+        ``{"flavour": "open" | "proprietary", "driver_version": "580.95.05",
+        "arch": "x86_64"}``.
+
+    Raises:
+        ParseError: no ``NVRM version`` line (empty, unreadable or another
+            file's content); the message names ``/proc/driver/nvidia/version``
+            and quotes the first line.
+    """
+    info = parse_proc_driver_version(text)
+    return {
+        "flavour": "open" if info["open"] else "proprietary",
+        "driver_version": str(info["module_version"]),
+        "arch": str(info["arch"]),
+    }
 
 
 def is_wsl_header(header: dict[str, str | None]) -> bool:

@@ -25,6 +25,12 @@ Facts (what the host is), a dict::
       "compute_apps": [                     # optional: nvidia-smi --query-compute-apps rows
         {"gpu_uuid": "GPU-...", "pid": 4242, "process_name": "python3", "used_memory": 1714}],
       "service_pids": [4242],               # optional: the serving unit's processes (not "other")
+      "module_version_text": "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05 ...",
+                                            # optional: /proc/driver/nvidia/version as read (the
+                                            # loaded module's flavour); None = not read, no check
+      "target_dists": {"cuda-bindings": "13.0.3", "nvidia-cuda-runtime": "13.0.96"},
+                                            # optional: the resolved target's {name: version}
+      "target_torch_cuda": "13.0",          # optional: the target torch's CUDA build
     }
 
 Settings (what the inventory asks for), a dict; every key is optional and
@@ -58,7 +64,8 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from cuda13_upgrade.errors import Cuda13Error, PreflightError, format_message
+from cuda13_upgrade.errors import Cuda13Error, ParseError, PreflightError, format_message
+from cuda13_upgrade.nvidia_smi import kernel_module_flavour
 from cuda13_upgrade.versions import (
     MIN_DRIVER_OPTION,
     default_allowed_compute_capabilities,
@@ -66,7 +73,9 @@ from cuda13_upgrade.versions import (
     driver_supports,
     min_compute_capability,
     parse_compute_capability,
+    parse_driver_version,
     parse_toolkit_version,
+    stack_driver_floor,
 )
 
 __all__ = ["DEFAULT_SETTINGS", "OPTION_NAMES", "GIB", "PreflightReport", "evaluate"]
@@ -109,8 +118,9 @@ class PreflightReport:
 
     Attributes:
         failures: one dict per failed check: ``check`` (``"driver"``,
-            ``"driver_cuda_version"``, ``"gpu_count"``, ``"compute_capability"``,
-            ``"wsl"``, ``"gpu_models"``, ``"gpu_processes"``, ``"disk"``, ``"space"``, ``"python"``),
+            ``"driver_cuda_version"``, ``"stack_driver"``, ``"gpu_count"``, ``"compute_capability"``,
+            ``"wsl"``, ``"gpu_models"``, ``"gpu_processes"``, ``"kernel_module"``, ``"disk"``,
+            ``"space"``, ``"python"``),
             ``value`` (the offending value),
             ``option`` (the Ansible variable to change, or ``None`` when only the
             host can be fixed) and ``message`` (value, option and remedy).
@@ -295,6 +305,43 @@ def _check_driver(report: PreflightReport, facts: Mapping[str, Any], s: dict, n:
         f"{result.required}, rule {result.rule})",
         f"upgrade the driver to {result.required} or newer (this package never changes the "
         f"driver), or set {n['toolkit_release']} to a release the driver supports",
+    )
+
+
+def _check_stack_driver(report: PreflightReport, facts: Mapping[str, Any], s: dict, n: dict) -> None:
+    """The driver floor of the whole resolved target (:func:`versions.stack_driver_floor`)."""
+    dists, torch_cuda = facts.get("target_dists"), facts.get("target_torch_cuda")
+    if not dists and not torch_cuda or s["min_driver_version"]:
+        return
+    driver = facts.get("driver_version")
+    try:
+        floor = stack_driver_floor(
+            dists if isinstance(dists, Mapping) else {},
+            torch_cuda=str(torch_cuda) if torch_cuda else None,
+            toolkit_release=s["toolkit_release"],
+            jit=s["jit"],
+        )
+        found = parse_driver_version(str(driver), option=None)
+    except Cuda13Error:
+        return  # a malformed driver version or torch CUDA: _check_driver reports the driver
+    if floor["floor"] is None:
+        return
+    required = str(floor["floor"])
+    jit = " (PTX JIT needs the release's own minimum, CUDA release notes Table 3)" if s["jit"] else ""
+    listing = f"driver {driver} >= {required}, set by {floor['set_by']}{jit}"
+    if found >= parse_driver_version(required if "." in required else required + ".0", option=None):
+        report.pass_("stack_driver", driver, listing)
+        return
+    if str(floor["set_by"]).startswith("cuda-toolkit "):
+        return  # the toolkit alone sets it: _check_driver says so already
+    report.fail(
+        "stack_driver",
+        driver,
+        None,
+        f"the NVIDIA driver {driver} is too old for the resolved target: {floor['set_by']} needs "
+        f">= {required}{jit}",
+        f"upgrade the driver to {required} or newer (this package never changes the driver), or pin "
+        f"the target's CUDA components to a release this driver supports",
     )
 
 
@@ -511,6 +558,63 @@ def _check_busy(report: PreflightReport, facts: Mapping[str, Any], s: dict, n: d
     )
 
 
+#: Where the loaded module names its flavour.
+PROC_DRIVER_VERSION = "/proc/driver/nvidia/version"
+
+#: The oldest compute capability that only the open kernel modules drive: Blackwell
+#: (10.x, 11.x, 12.x) and later. Source: NVIDIA driver README, chapter "kernel_open"
+#: (issue 24 item 4); the R580 proprietary module itself logs, for a Blackwell
+#: board, "NVRM: installed in this system requires use of the NVIDIA open kernel
+#: modules." followed by "RmInitAdapter failed!" (public log, code search id 196968485).
+OPEN_MODULE_ONLY_FROM: tuple[int, int] = (10, 0)
+
+
+def _check_kernel_module(report: PreflightReport, facts: Mapping[str, Any]) -> None:
+    """Refuse a host whose Blackwell GPUs run on the proprietary kernel module."""
+    if "module_version_text" not in facts or facts["module_version_text"] is None:
+        return
+    text = facts["module_version_text"]
+    try:
+        module = kernel_module_flavour(text if isinstance(text, str) else "")
+    except ParseError as exc:
+        report.fail(
+            "kernel_module",
+            exc.value if isinstance(text, str) else text,
+            None,
+            f"{PROC_DRIVER_VERSION} does not name the loaded NVIDIA kernel module and its flavour",
+            f"check that the nvidia module is loaded ('lsmod | grep nvidia') and that "
+            f"'cat {PROC_DRIVER_VERSION}' starts with 'NVRM version: NVIDIA UNIX'",
+        )
+        return
+    gpus = facts.get("gpus") if isinstance(facts.get("gpus"), list) else []
+    needing_open = []
+    for position, gpu in enumerate(gpus):
+        if not isinstance(gpu, Mapping):
+            continue
+        try:
+            cc = parse_compute_capability(gpu.get("compute_capability", gpu.get("compute_cap")), option=None)
+        except Cuda13Error:
+            continue  # _check_gpus reports it
+        if cc >= OPEN_MODULE_ONLY_FROM:
+            needing_open.append(f"{gpu.get('index', position)} ({gpu.get('name') or 'unknown GPU'})")
+    described = f"the {module['flavour']} kernel module {module['driver_version']}"
+    if module["flavour"] == "open" or not needing_open:
+        report.pass_("kernel_module", module["flavour"], f"{described} is loaded")
+        return
+    branch = module["driver_version"].split(".")[0]
+    report.fail(
+        "kernel_module",
+        f"{module['flavour']} {module['driver_version']}",
+        None,
+        f"GPU {', '.join(needing_open)} need the open NVIDIA kernel module (Blackwell and later are "
+        f"supported only by the open flavour, NVIDIA driver README 'kernel_open'), but "
+        f"{PROC_DRIVER_VERSION} shows {described}",
+        f"install the open flavour of the same driver (Ubuntu: nvidia-driver-{branch}-open; "
+        f"NVIDIA's repository: nvidia-open; runfile: -m=kernel-open) and reboot; this package never "
+        "changes the driver",
+    )
+
+
 def _check_disk(report: PreflightReport, facts: Mapping[str, Any], s: dict, n: dict) -> None:
     required = s["required_disk_gib"]
     if required is None:
@@ -620,10 +724,12 @@ def evaluate(facts: Mapping[str, Any], settings: Mapping[str, Any] | None = None
     report = PreflightReport()
     _check_wsl(report, facts, s, n)
     _check_driver(report, facts, s, n)
+    _check_stack_driver(report, facts, s, n)
     _check_driver_cuda(report, facts, s, n)
     _check_gpus(report, facts, s, n)
     _check_models(report, facts, s, n)
     _check_busy(report, facts, s, n)
+    _check_kernel_module(report, facts)
     _check_disk(report, facts, s, n)
     _check_space(report, facts)
     _check_python(report, facts, s, n)

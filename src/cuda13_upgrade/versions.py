@@ -36,7 +36,7 @@ Version strings in this module:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 
 from packaging.version import InvalidVersion, Version
@@ -65,6 +65,8 @@ __all__ = [
     "min_compute_capability",
     "release_name",
     "release_string",
+    "stack_driver_floor",
+    "STACK_CUDA_COMPONENTS",
     "torch_cuda_arch_list",
 ]
 
@@ -670,3 +672,122 @@ def torch_cuda_arch_list(capabilities: Iterable[str]) -> str:
             remedy="pass the compute_cap of each GPU, e.g. ['12.0']",
         )
     return ";".join(_cc_str(cc) for cc in caps)
+
+
+#: The distributions of a resolved target whose version is a CUDA release and so
+#: sets a driver floor (normalised names, ``-cu12``/``-cu13`` suffix removed).
+#: ``cuda-bindings`` / ``cuda-python`` are versioned by the CUDA release they bind
+#: (NVIDIA/cutlass#2866: "13.0+ cuda-python requires 580+ driver").
+STACK_CUDA_COMPONENTS: tuple[str, ...] = (
+    "nvidia-cuda-runtime",
+    "nvidia-nvjitlink",
+    "nvidia-cuda-nvrtc",
+    "cuda-bindings",
+    "cuda-python",
+)
+
+_DIST_SUFFIX_RE = re.compile(r"-cu1\d$")
+_COMPONENT_RELEASE_RE = re.compile(r"^(\d+)\.(\d+)")
+
+
+def _component_floor(name: str, version: str, release: tuple[int, int, int]) -> dict[str, object]:
+    mvc = MINOR_VERSION_COMPATIBILITY.get(release[0])
+    table = DRIVER_TABLE.get(release)
+    cuda = release_name(release) if name == "cuda-toolkit" else f"CUDA {release[0]}.{release[1]}"
+    label = (
+        f"torch built for CUDA {release[0]}.{release[1]}" if name == "torch" else f"{name} {version} ({cuda})"
+    )
+    return {
+        "component": name,
+        "version": version,
+        "release": release_string(release),
+        "label": label,
+        "mvc_floor": mvc,
+        "jit_floor": table,
+    }
+
+
+def _driver_key(value: str) -> tuple[int, int, int]:
+    return parse_driver_version(value if "." in value else value + ".0", option=None)
+
+
+def stack_driver_floor(
+    dists: Mapping[str, str | None] | None = None,
+    *,
+    torch_cuda: str | None = None,
+    toolkit_release: str | None = None,
+    jit: bool = True,
+) -> dict[str, object]:
+    """The minimum driver for every CUDA component of a resolved target, and who sets it.
+
+    Each component's CUDA release gives two floors, from :data:`DRIVER_TABLE`
+    (release notes Table 3: the release's own minimum, needed for PTX JIT) and
+    :data:`MINOR_VERSION_COMPATIBILITY` (Table 2: the major's floor, enough to
+    run prebuilt code, not PTX JIT). A component wheel's version names only its
+    ``major.minor`` (``nvidia-cuda-runtime`` 13.0.96 is CUDA 13.0, release notes
+    Table 1 "Component Versions"), so its JIT floor is that release's GA row;
+    the apt toolkit's release may name its update (``"13.0.2"``).
+
+    Args:
+        dists: ``{distribution: version}`` of the resolved target (``pip freeze``
+            names; ``-cu12``/``-cu13`` suffixes accepted); only
+            :data:`STACK_CUDA_COMPONENTS` are read.
+        torch_cuda: torch's CUDA build, ``torch.version.cuda`` (``"13.0"``).
+        toolkit_release: the apt toolkit's release (``"13.0"`` or ``"13.0.2"``).
+        jit: the stack JIT-compiles PTX (flashinfer, Triton): the floor is then
+            the Table 3 one, else the Table 2 one.
+
+    Returns:
+        ``{"floor": "580.95.05" or None, "set_by": label,
+        "rule": "toolkit-driver" | "minor-version-compatibility", "jit": bool,
+        "mvc_floor": "580", "jit_floor": "580.95.05" or None,
+        "unknown": [components whose release has no Table 3 row],
+        "components": [{"component", "version", "release", "label", "mvc_floor",
+        "jit_floor"}]}``; ``set_by`` is the label of the component with the highest
+        floor (``"torch built for CUDA 13.0"``, ``"cuda-bindings 13.1.0 (CUDA 13.1)"``,
+        ``"cuda-toolkit 13.0.2 (CUDA 13.0 Update 2)"``).
+        ``floor`` is None when no component was given. With ``jit`` and a
+        component whose release Table 3 does not list, the floor is the highest
+        known one and ``unknown`` names the rest (set
+        ``nvidia_driver_check_min_driver_version`` for them).
+
+    Raises:
+        Cuda13Error: a malformed ``torch_cuda`` or ``toolkit_release``.
+    """
+    rows: list[dict[str, object]] = []
+    if torch_cuda:
+        major, minor, _update = parse_toolkit_version(str(torch_cuda), option="torch.version.cuda")
+        rows.append(_component_floor("torch", str(torch_cuda), (major, minor, 0)))
+    for raw, version in sorted((dists or {}).items()):
+        name = _DIST_SUFFIX_RE.sub("", re.sub(r"[-_.]+", "-", str(raw)).lower())
+        match = _COMPONENT_RELEASE_RE.match(str(version or ""))
+        if name in STACK_CUDA_COMPONENTS and match:
+            release = (int(match.group(1)), int(match.group(2)), 0)
+            rows.append(_component_floor(name, str(version), release))
+    if toolkit_release:
+        release = parse_toolkit_version(str(toolkit_release), option="toolkit_release")
+        rows.append(_component_floor("cuda-toolkit", str(toolkit_release), release))
+
+    def highest(key: str) -> dict[str, object] | None:
+        known = [row for row in rows if row[key]]
+        return max(known, key=lambda row: _driver_key(str(row[key])), default=None)
+
+    mvc_row, jit_row = highest("mvc_floor"), highest("jit_floor")
+    unknown = [f"{row['component']} {row['version']}" for row in rows if jit and not row["jit_floor"]]
+    chosen, key, rule = (jit_row, "jit_floor", "toolkit-driver") if jit else (mvc_row, "mvc_floor", "")
+    if not jit:
+        rule = "minor-version-compatibility"
+    elif mvc_row and (
+        chosen is None or _driver_key(str(mvc_row["mvc_floor"])) > _driver_key(str(chosen["jit_floor"]))
+    ):
+        chosen, key, rule = mvc_row, "mvc_floor", "minor-version-compatibility"
+    return {
+        "floor": None if chosen is None else chosen[key],
+        "set_by": None if chosen is None else chosen["label"],
+        "rule": rule if chosen is not None else None,
+        "jit": jit,
+        "mvc_floor": None if mvc_row is None else mvc_row["mvc_floor"],
+        "jit_floor": None if jit_row is None else jit_row["jit_floor"],
+        "unknown": unknown,
+        "components": rows,
+    }
