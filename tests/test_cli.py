@@ -189,7 +189,10 @@ def test_runner_cmdline_and_envvars(tmp_path):
     )
     env = cli.runner_envvars(ROOT, "r1", tmp_path)
     assert env["ANSIBLE_CONFIG"] == str(ROOT / "ansible.cfg")
-    assert env["CONTAINERS_CONF"] == str(ROOT / "sandbox" / "containers.conf")
+    assert "CONTAINERS_CONF" not in env  # the sandbox's, for its inventory only
+    assert cli.runner_envvars(ROOT, "r1", tmp_path, sandbox=True)["CONTAINERS_CONF"] == str(
+        ROOT / "sandbox" / "containers.conf"
+    )
     assert env["CUDA13_RUN_ID"] == "r1"
     assert env["CUDA13_REPORTS_DIR"] == str(tmp_path)
     assert env["PATH"].split(":")[0] == str(Path(sys.executable).parent)

@@ -191,13 +191,6 @@ def test_the_toolkit_package_is_a_debian_name_and_the_preflight_looks_that_one_u
     assert "for cuda-13-0 (it offers: 13.0.1-1)" in wrong[0]["message"]
 
 
-def test_docs_options_table_is_the_generated_one(specs):
-    text = (REPO / "docs" / "options.md").read_text()
-    assert text.endswith(options.options_table(specs))
-    for option in specs:
-        assert f"| `{option}` |" in text
-
-
 def test_host_failures_read_systemctl_show_text(specs):
     """The form systemctl show prints: ExecStart's value holds '=' and ';' itself."""
     values = options.validate({}, specs)["values"]

@@ -121,6 +121,7 @@ def inventory_text(name: str) -> str:
         "      ansible_ssh_common_args: >-\n"
         '        -o ProxyCommand="podman exec -i %h /usr/sbin/sshd -i"\n'
         "        -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR\n"
+        "      ansible_host_key_checking: false\n"
         "      ansible_ssh_timeout: 120\n"
         "      ansible_python_interpreter: /usr/bin/python3\n"
     )

@@ -5,6 +5,7 @@
     cuda13-upgrade preflight -i inventory/blackwell
     cuda13-upgrade rollout   -i inventory/blackwell --limit gpu-node-03 -e cuda13_serial=1
     cuda13-upgrade report    --run-id 20250101T120000Z
+    cuda13-upgrade rollout   -i inventory/blackwell -u ops -K --vault-password-file ~/.vault-pass -v
 
 Each playbook subcommand runs one playbook of the checkout (``rollout``:
 ``upgrade-cuda13.yml``; ``stage``, ``preflight``, ``verify``, ``rollback``:
@@ -15,6 +16,14 @@ the run (``reports/<run id>/summary.md``, ``summary.json``, ``summary.png``,
 see :mod:`cuda13_upgrade.report`) and exits with a status that a script can
 act on (:func:`exit_status`).
 
+The usual ansible-playbook flags (vault, become password, private key, user,
+forks, tags, verbosity) are passed on (:func:`ansible_flags`); the passwords
+``--ask-become-pass`` and ``--ask-vault-pass`` ask for are asked here, on the
+terminal, and given to ansible-playbook's prompts by ansible-runner
+(:func:`ask_secrets`). The sandbox's settings (host key checking off, its
+podman configuration) apply to the sandbox's inventory only: host key
+checking stays on for every other inventory (:func:`runner_envvars`).
+
 The checkout is found from this file (``src/cuda13_upgrade/cli.py`` -> the
 repository root) or from ``$CUDA13_UPGRADE_HOME``.
 """
@@ -22,6 +31,8 @@ repository root) or from ``$CUDA13_UPGRADE_HOME``.
 from __future__ import annotations
 
 import argparse
+import getpass
+import importlib.metadata
 import json
 import os
 import re
@@ -30,7 +41,7 @@ import signal
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -129,6 +140,18 @@ class Options:
     extra_vars: list[str] = field(default_factory=list)
     check: bool = False
     playbook: Path | None = None
+    #: ansible-playbook's own flags, passed on as given (paths made absolute): see ansible_flags.
+    vault_password_files: list[str] = field(default_factory=list)
+    ask_vault_pass: bool = False
+    ask_become_pass: bool = False
+    private_key: str | None = None
+    user: str | None = None
+    forks: int | None = None
+    tags: list[str] = field(default_factory=list)
+    skip_tags: list[str] = field(default_factory=list)
+    verbosity: int = 0
+    #: ansible-runner's ``passwords`` (prompt pattern -> answer), filled by ask_secrets; never printed.
+    passwords: dict[str, str] = field(default_factory=dict, repr=False)
 
 
 def home_dir(environ: Mapping[str, str] | None = None) -> Path:
@@ -153,6 +176,32 @@ def _package_home() -> Path:
     return Path(__file__).resolve().parents[2]
 
 
+def version_text() -> str:
+    """``cuda13-upgrade X.Y.Z (ansible-core A.B.C, ansible-runner D.E.F)`` from the installed
+    distributions' metadata (``importlib.metadata``); "not installed" for one that is not."""
+
+    def version(name: str) -> str:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            return "not installed"
+
+    return (
+        f"cuda13-upgrade {version('cuda13-upgrade')} "
+        f"(ansible-core {version('ansible-core')}, ansible-runner {version('ansible-runner')})"
+    )
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {value}")
+    return value
+
+
 def default_run_id(now: datetime | None = None) -> str:
     """A run identifier from the UTC time, e.g. ``20250101T120000Z``."""
     return (now or datetime.now(UTC)).strftime(RUN_ID_FORMAT)
@@ -173,6 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
             "130 interrupted."
         ),
     )
+    parser.add_argument("--version", action="version", version=version_text())
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--run-id",
@@ -205,6 +255,43 @@ def build_parser() -> argparse.ArgumentParser:
     playbook_opts.add_argument(
         "--playbook",
         help="run this playbook instead of the subcommand's own (for tests and custom plays)",
+    )
+    ansible = playbook_opts.add_argument_group("ansible-playbook options, passed on")
+    ansible.add_argument(
+        "--vault-password-file",
+        "--vault-pass-file",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="vault password file (or script); repeatable",
+    )
+    ansible.add_argument(
+        "-J",
+        "--ask-vault-pass",
+        "--ask-vault-password",
+        action="store_true",
+        help="ask for the vault password (on a terminal)",
+    )
+    ansible.add_argument(
+        "-K",
+        "--ask-become-pass",
+        "--ask-become-password",
+        action="store_true",
+        help="ask for the become (sudo) password (on a terminal)",
+    )
+    ansible.add_argument(
+        "--private-key", "--key-file", metavar="FILE", help="SSH private key file to connect with"
+    )
+    ansible.add_argument("-u", "--user", help="connect as this user")
+    ansible.add_argument("-f", "--forks", type=_positive_int, help="parallel processes")
+    ansible.add_argument(
+        "-t", "--tags", action="append", default=[], help="only plays and tasks tagged with these"
+    )
+    ansible.add_argument(
+        "--skip-tags", action="append", default=[], help="only plays and tasks not tagged with these"
+    )
+    ansible.add_argument(
+        "-v", "--verbose", action="count", default=0, dest="verbosity", help="more output (-vvv, -vvvv)"
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS.values():
@@ -241,6 +328,18 @@ def parse_args(argv: Sequence[str] | None = None, *, cwd: Path | None = None) ->
     options.limit = ns.limit
     options.extra_vars = [_extra_vars(value, base) for value in ns.extra_vars]
     options.check = ns.check
+    options.vault_password_files = [
+        _existing_file(value, base, "--vault-password-file") for value in ns.vault_password_file
+    ]
+    options.ask_vault_pass = ns.ask_vault_pass
+    options.ask_become_pass = ns.ask_become_pass
+    if ns.private_key:
+        options.private_key = _existing_file(ns.private_key, base, "--private-key")
+    options.user = ns.user
+    options.forks = ns.forks
+    options.tags = list(ns.tags)
+    options.skip_tags = list(ns.skip_tags)
+    options.verbosity = ns.verbosity
     if ns.playbook:
         playbook = (base / ns.playbook).resolve()
         if not playbook.is_file():
@@ -258,6 +357,13 @@ def _inventory(value: str, base: Path) -> str:
     if "," in value:  # an Ansible host list: "node-a,node-b,"
         return value
     raise UsageError(f"-i/--inventory: no such file or directory: {path}")
+
+
+def _existing_file(value: str, base: Path, option: str) -> str:
+    path = (base / value).expanduser()
+    if not path.is_file():
+        raise UsageError(f"{option}: no such file: {path}")
+    return str(path.resolve())
 
 
 def _extra_vars(value: str, base: Path) -> str:
@@ -383,25 +489,118 @@ class _Interrupt:
         return self.count > 0 and not self.progress.pid
 
 
-def runner_envvars(home: Path, run_id: str, reports_dir: Path) -> dict[str, str]:
-    """Environment of ansible-playbook: the checkout's ``ansible.cfg`` and
-    ``sandbox/containers.conf``, the run id and reports directory the
-    playbooks read (``CUDA13_RUN_ID``, ``CUDA13_REPORTS_DIR``), and ``PATH``
-    starting with this interpreter's ``bin`` so the venv's ansible-playbook runs."""
+def sandbox_inventory(inventory: str | None, home: Path) -> bool:
+    """Whether ``inventory`` is the checkout's sandbox inventory: ``inventory/sandbox``
+    or a file in it (resolved, so a relative path or a link to it counts). A host
+    list (``a,b,``) or any other path is not."""
+    if not inventory or not Path(inventory).exists():
+        return False
+    sandbox = (home / "inventory" / "sandbox").resolve()
+    path = Path(inventory).resolve()
+    return path == sandbox or sandbox in path.parents
+
+
+def runner_envvars(home: Path, run_id: str, reports_dir: Path, *, sandbox: bool = False) -> dict[str, str]:
+    """Environment of ansible-playbook: the checkout's ``ansible.cfg`` (its roles
+    and filter plugins), ``ANSIBLE_HOST_KEY_CHECKING=True`` (ansible-runner
+    would otherwise set it to False; an ``ANSIBLE_HOST_KEY_CHECKING`` of the
+    caller's environment is kept), the run id
+    and reports directory the playbooks read (``CUDA13_RUN_ID``,
+    ``CUDA13_REPORTS_DIR``), and ``PATH`` starting with this interpreter's
+    ``bin`` so the venv's ansible-playbook runs. With ``sandbox``
+    (:func:`sandbox_inventory`) also ``CONTAINERS_CONF``, the sandbox's podman
+    configuration that its hosts' ssh ProxyCommand (``podman exec``) needs; the
+    sandbox inventory turns host key checking off for its own hosts
+    (``inventory/sandbox/group_vars/sandbox/connection.yml``). Whatever else
+    the caller's environment holds is passed on by ansible-runner."""
     bin_dir = str(Path(sys.executable).parent)
     path = os.environ.get("PATH", "")
-    return {
+    env = {
         "ANSIBLE_CONFIG": str(home / "ansible.cfg"),
-        "CONTAINERS_CONF": str(home / "sandbox" / "containers.conf"),
         "CUDA13_RUN_ID": run_id,
         "CUDA13_REPORTS_DIR": str(reports_dir),
         "ANSIBLE_NOCOLOR": "1",
+        # ansible-runner turns host key checking off unless this is set
+        # (ansible_runner/config/_base.py); the operator's own setting is kept.
+        "ANSIBLE_HOST_KEY_CHECKING": os.environ.get("ANSIBLE_HOST_KEY_CHECKING", "True"),
         "PATH": bin_dir + (os.pathsep + path if path else ""),
     }
+    if sandbox:
+        env["CONTAINERS_CONF"] = str(home / "sandbox" / "containers.conf")
+    return env
 
 
-def runner_cmdline(limit: str | None, extra_vars: Sequence[str], check: bool) -> str:
-    """The ansible-playbook options runner passes on (``cmdline``), shell-quoted."""
+#: ansible-playbook's prompts (ansible-core's CLI.ask_passwords and its vault prompt),
+#: as ansible-runner's ``passwords`` patterns: "BECOME password: " (or "SUDO password: "
+#: without the agnostic prompt), "Vault password: ".
+BECOME_PROMPT = r"^[A-Z]+ password.*:\s*?$"
+VAULT_PROMPT = r"^Vault password:\s*?$"
+
+
+def ansible_flags(options: Options) -> list[str]:
+    """The ansible-playbook flags of ``options`` to pass on, in ansible-playbook's
+    spelling: ``--vault-password-file`` (each), ``--ask-vault-pass``,
+    ``--ask-become-pass``, ``--private-key``, ``--user``, ``--forks``, ``--tags``
+    and ``--skip-tags`` (each), ``-v`` repeated as ``-vvv``."""
+    args: list[str] = []
+    for path in options.vault_password_files:
+        args += ["--vault-password-file", path]
+    if options.ask_vault_pass:
+        args.append("--ask-vault-pass")
+    if options.ask_become_pass:
+        args.append("--ask-become-pass")
+    if options.private_key:
+        args += ["--private-key", options.private_key]
+    if options.user:
+        args += ["--user", options.user]
+    if options.forks:
+        args += ["--forks", str(options.forks)]
+    for tags in options.tags:
+        args += ["--tags", tags]
+    for tags in options.skip_tags:
+        args += ["--skip-tags", tags]
+    if options.verbosity:
+        args.append("-" + "v" * min(options.verbosity, 6))
+    return args
+
+
+def ask_secrets(
+    options: Options,
+    *,
+    stdin: TextIO | None = None,
+    ask: Callable[[str], str] | None = None,
+) -> dict[str, str]:
+    """Ask, on the terminal, for the passwords ``-K`` and ``--ask-vault-pass`` want;
+    returns ansible-runner's ``passwords`` (:data:`BECOME_PROMPT` and
+    :data:`VAULT_PROMPT` to the answers), empty when neither flag is given.
+
+    ansible-playbook runs under ansible-runner without a terminal, so it cannot
+    ask itself. Raises :class:`UsageError` when stdin is not a terminal (a job
+    without one gives the passwords another way: ``--vault-password-file``, and
+    ``ansible_become_password`` in a vault-encrypted file)."""
+    if not (options.ask_become_pass or options.ask_vault_pass):
+        return {}
+    stream = stdin if stdin is not None else sys.stdin
+    if not (stream is not None and stream.isatty()):
+        flag = "-K/--ask-become-pass" if options.ask_become_pass else "--ask-vault-pass"
+        raise UsageError(
+            f"{flag} needs a terminal to ask on; without one, pass --vault-password-file and keep "
+            "ansible_become_password in a vault-encrypted group_vars file"
+        )
+    ask = ask or getpass.getpass
+    secrets: dict[str, str] = {}
+    if options.ask_become_pass:
+        secrets[BECOME_PROMPT] = ask("BECOME password: ")
+    if options.ask_vault_pass:
+        secrets[VAULT_PROMPT] = ask("Vault password: ")
+    return secrets
+
+
+def runner_cmdline(
+    limit: str | None, extra_vars: Sequence[str], check: bool, flags: Sequence[str] = ()
+) -> str:
+    """The ansible-playbook options runner passes on (``cmdline``), shell-quoted:
+    ``--limit``, each ``-e``, ``--check``, then ``flags`` (:func:`ansible_flags`)."""
     args: list[str] = []
     if limit:
         args += ["--limit", limit]
@@ -409,6 +608,7 @@ def runner_cmdline(limit: str | None, extra_vars: Sequence[str], check: bool) ->
         args += ["-e", value]
     if check:
         args.append("--check")
+    args += flags
     return shlex.join(args)
 
 
@@ -422,6 +622,8 @@ def run_playbook(
     limit: str | None = None,
     extra_vars: Sequence[str] = (),
     check: bool = False,
+    flags: Sequence[str] = (),
+    passwords: Mapping[str, str] | None = None,
     stream: TextIO | None = None,
     runner: Callable[..., Any] | None = None,
 ) -> RunResult:
@@ -432,8 +634,11 @@ def run_playbook(
     there; progress goes to ``stream``
     (:class:`cuda13_upgrade.progress.RunProgress`; Ctrl-C prints what each
     host was doing, then the interrupt goes on). ``runner``
-    replaces ``ansible_runner.run`` (tests). Ansible's own failures are in the
-    result (``rc``), not raised; ansible-runner's own errors are raised.
+    replaces ``ansible_runner.run`` (tests). ``flags``: ansible-playbook's own
+    (:func:`ansible_flags`); ``passwords``: answers to its prompts
+    (:func:`ask_secrets`). The environment is :func:`runner_envvars`, with the
+    sandbox's settings only for the sandbox's inventory. Ansible's own failures
+    are in the result (``rc``), not raised; ansible-runner's own errors are raised.
     """
     if runner is None:
         import ansible_runner
@@ -449,8 +654,9 @@ def run_playbook(
                 project_dir=str(home),
                 playbook=str(playbook),
                 inventory=inventory,
-                cmdline=runner_cmdline(limit, extra_vars, check),
-                envvars=runner_envvars(home, run_id, reports_dir),
+                cmdline=runner_cmdline(limit, extra_vars, check, flags),
+                envvars=runner_envvars(home, run_id, reports_dir, sandbox=sandbox_inventory(inventory, home)),
+                passwords=dict(passwords or {}),
                 event_handler=progress,
                 cancel_callback=interrupt.cancel,
                 quiet=True,
@@ -544,6 +750,7 @@ def run_command(options: Options, stream: TextIO | None = None) -> int:
         file=out,
         flush=True,
     )
+    options.passwords = ask_secrets(options)
     started = datetime.now(UTC).timestamp() - 1.0
     run = run_playbook(
         playbook,
@@ -554,6 +761,8 @@ def run_command(options: Options, stream: TextIO | None = None) -> int:
         limit=options.limit,
         extra_vars=options.extra_vars,
         check=options.check,
+        flags=ansible_flags(options),
+        passwords=options.passwords,
         stream=out,
     )
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -619,6 +828,9 @@ def _after_interrupt(
             reports_dir=options.reports_dir,
             limit=",".join(hosts),
             extra_vars=[*options.extra_vars, extra],
+            # The operator's tags would skip the clean-up's own tasks.
+            flags=ansible_flags(replace(options, tags=[], skip_tags=[])),
+            passwords=options.passwords,
             stream=out,
         )
         released = (

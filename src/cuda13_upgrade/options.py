@@ -887,7 +887,8 @@ def host_failures(facts: Mapping[str, Any], values: Mapping[str, Any]) -> list[d
 
 
 #: The rules that compare values (:func:`_cross_checks`) and those against the host
-#: (:func:`host_failures`), per option, as the options table states them.
+#: (:func:`host_failures`), per option, as docs/options.md states them
+#: (:mod:`cuda13_upgrade.options_doc`).
 RELATIONS: dict[str, str] = {
     "cuda13_toolkit_release": "same MAJOR.MINOR as cuda13_toolkit_package_version",
     "cuda13_toolkit_package_version": "offered by cuda_toolkit_apt_repo_url's Packages index (host)",
@@ -912,29 +913,3 @@ RELATIONS: dict[str, str] = {
     "cu130_wheels_expected_cuda_major": "the major of cuda13_toolkit_release",
     "verify_throughput_require_speculative_gain": "names profiles of cuda13_profiles",
 }
-
-
-def options_table(specs: Mapping[str, Mapping[str, Any]]) -> str:
-    """The Markdown table of every option with the checks that guard it (docs/options.md).
-
-    Args:
-        specs: ``{option: argument spec entry}`` of every role, merged.
-
-    Returns:
-        The table's text: option, type (the spec, with choices), rule and relations.
-    """
-    rows = [
-        "| option | type (argument spec) | rule | against other values or the host |",
-        "| --- | --- | --- | --- |",
-    ]
-    for option in sorted({**PLAY_OPTIONS, **specs}):
-        spec = {**PLAY_OPTIONS, **specs}[option]
-        kind = spec.get("type", "str")
-        if spec.get("elements"):
-            kind += f" of {spec['elements']}"
-        if spec.get("choices"):
-            kind += " in " + ", ".join(str(c) for c in spec["choices"])
-        rule = RULES.get(option)
-        doc = (rule.__doc__ or "").strip() if rule else ""
-        rows.append(f"| `{option}` | {kind} | {doc} | {RELATIONS.get(option, '')} |")
-    return "\n".join(rows) + "\n"

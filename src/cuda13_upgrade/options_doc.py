@@ -1,0 +1,352 @@
+"""docs/options.md from the roles' argument specs: every option with its default,
+meaning, checks and tier.
+
+The meaning is the spec's ``description``; the checks are the spec's type (with
+its elements and choices), the rule of :data:`cuda13_upgrade.options.RULES` and
+the relations of :data:`cuda13_upgrade.options.RELATIONS`. An option whose
+default is another option (``stack_switch_health_timeout`` is
+``{{ cuda13_health_timeout }}``) is an alias and says so.
+
+The tier says who sets an option:
+
+- ``must``: the values that describe a fleet's hosts (:data:`MUST`); their
+  defaults are a guess at one typical host;
+- ``tune``: the target, the gate and the rollout's pace (:data:`TUNE`); the
+  defaults are safe;
+- ``playbooks``: options the playbooks pass to the roles themselves
+  (:data:`PLAYBOOKS`, the ``vars:`` of an ``include_role`` or a ``set_fact``);
+  a value in the inventory changes nothing;
+- ``advanced``: every other option, aliases among them.
+
+``tests/test_options_doc.py`` keeps the lists honest (each names options that
+exist; no alias is must-set or tune; every option an ``include_role`` passes is
+in :data:`PLAYBOOKS`) and docs/options.md equal to :func:`options_doc`;
+``scripts/options-doc.py`` rewrites it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from cuda13_upgrade.options import PLAY_OPTIONS, RELATIONS, RULES
+
+__all__ = [
+    "MARKER",
+    "MUST",
+    "PLAYBOOKS",
+    "PLAY_OPTION_DOCS",
+    "ROLES",
+    "TIERS",
+    "TUNE",
+    "alias_of",
+    "load_specs",
+    "options_doc",
+    "render_file",
+    "tier",
+]
+
+#: The roles whose ``main`` options the preflight checks (nvidia_driver_check's
+#: ``nvidia_driver_check_validate_roles``, and nvidia_driver_check itself).
+ROLES = (
+    "cuda13",
+    "stack_snapshot",
+    "cuda_toolkit",
+    "cu130_wheels",
+    "sglang_build",
+    "stack_switch",
+    "verify_throughput",
+    "rollback",
+    "artifact_cache",
+    "nvidia_driver_check",
+)
+
+#: The options read by the playbooks themselves (:data:`cuda13_upgrade.options.PLAY_OPTIONS`)
+#: have no argument spec: their default (as the playbooks write it) and meaning.
+PLAY_OPTION_DOCS: dict[str, dict[str, Any]] = {
+    "cuda13_serial": {
+        "default": [1, "25%", "100%"],
+        "description": "The rollout's batches (the play's serial): a canary host, then a quarter of the "
+        "hosts, then the rest. A number, a percentage or a list of them. The rollback playbook's "
+        "default is 1.",
+    },
+    "cuda13_max_fail_percentage": {
+        "default": 0,
+        "description": "The failure budget (the play's max_fail_percentage): the share of a batch's hosts, "
+        "in percent, that may fail or roll back before the rollout stops; 0 stops at the first.",
+    },
+    "cuda13_preflight_allow_partial": {
+        "default": False,
+        "description": "Upgrade the hosts that passed the preflight when others did not; by default one "
+        "refused host stops the run before any host changes.",
+    },
+    "cuda13_break_lock": {
+        "default": False,
+        "description": "Take over a host's upgrade lock held by another run whose lease has not run out "
+        "(only when that run is known to be dead); a lock of a dead run past its lease is taken over "
+        "without it.",
+    },
+    "cuda13_target_hosts": {
+        "default": "blackwell",
+        "description": "The inventory group (or host pattern) the playbooks upgrade; the inventory must "
+        "name hosts in it.",
+    },
+}
+
+#: Must set for a fleet: what the hosts are (the unit, where the stacks live, the
+#: server's profiles, the GPUs, the apt repository of their distribution, the
+#: group) and how a host leaves the load balancer.
+MUST: tuple[str, ...] = (
+    "cuda13_target_hosts",
+    "cuda13_service_name",
+    "cuda13_server_url",
+    "cuda13_old_venv",
+    "cuda13_old_sglang_src",
+    "cuda13_new_venv",
+    "cuda13_new_sglang_src",
+    "cuda13_profiles",
+    "cuda13_drain_tasks",
+    "cuda13_undrain_tasks",
+    "cuda_toolkit_apt_repo_url",
+    "nvidia_driver_check_expected_gpu_count",
+)
+
+#: Tune: the target, the gate, the rollout's pace and where results go.
+TUNE: tuple[str, ...] = (
+    # target
+    "cuda13_toolkit_release",
+    "cuda13_toolkit_package_version",
+    "cuda_toolkit_package",
+    "cuda13_wheels_index_url",
+    "cuda13_wheels_extra_index_urls",
+    "cu130_wheels_requirements",
+    "cu130_wheels_lock_file",
+    "cu130_wheels_pip_extra_args",
+    "cu130_wheels_pip_environment",
+    "sglang_build_method",
+    "sglang_build_repo",
+    "sglang_build_version",
+    "sglang_build_environment",
+    "cuda13_preflight_resolve",
+    "cuda13_artifact_cache",
+    # rollout
+    "cuda13_serial",
+    "cuda13_max_fail_percentage",
+    "cuda13_preflight_allow_partial",
+    "cuda13_break_lock",
+    "cuda13_health_timeout",
+    "cuda13_router_url",
+    "cuda13_drain_wait_seconds",
+    "cuda13_reverify",
+    "cuda13_rollback_verify",
+    "cuda13_baseline_max_age_hours",
+    "cuda13_lock_lease_hours",
+    "rollback_remove_new_stack",
+    # results
+    "cuda13_reports_dir",
+    "cuda13_metrics_textfile_dir",
+    # gate
+    "verify_throughput_tolerance_pct",
+    "verify_throughput_min_trials",
+    "verify_throughput_max_trials",
+    "verify_throughput_method",
+    "verify_throughput_metric",
+    "verify_throughput_output_len",
+    "verify_throughput_prompt_len",
+    "verify_throughput_probe",
+    "verify_throughput_probe_min_prefix_tokens",
+    "verify_throughput_probe_min_agreeing_share",
+    "verify_throughput_accept_length_drop_pct",
+    "verify_throughput_require_speculative_gain",
+    "verify_throughput_ttft_prompt_len",
+    "verify_throughput_ttft_tolerance_pct",
+    "verify_throughput_concurrency",
+    "verify_throughput_concurrency_tolerance_pct",
+    # preflight
+    "nvidia_driver_check_allowed_compute_capabilities",
+    "nvidia_driver_check_required_disk_gib",
+    "nvidia_driver_check_min_driver_version",
+    "nvidia_driver_check_allow_mixed_gpu_models",
+    "nvidia_driver_check_allow_busy_gpus",
+    "nvidia_driver_check_allow_wsl",
+)
+
+#: Set by the playbooks: an include_role's vars (roles/upgrade_host, playbooks/preflight.yml)
+#: or a set_fact (the run id, fixed once per run from $CUDA13_RUN_ID, the CLI's --run-id).
+PLAYBOOKS: tuple[str, ...] = (
+    "cuda13_run_id",
+    "cu130_wheels_resolve_sglang",
+    "rollback_profile_args",
+    "stack_switch_profile_args",
+    "verify_throughput_baseline",
+    "verify_throughput_baseline_load",
+    "verify_throughput_baseline_probe",
+    "verify_throughput_exec_start",
+    "verify_throughput_phase",
+    "verify_throughput_plan",
+    "verify_throughput_profiles",
+    "verify_throughput_venv",
+)
+
+#: The tiers in the document's order: (key, heading, what it means).
+TIERS: tuple[tuple[str, str, str], ...] = (
+    (
+        "must",
+        "Must set for a fleet",
+        "What your hosts are: the defaults are a guess at one typical host. Set these in the "
+        "inventory's `group_vars/<group>/`.",
+    ),
+    (
+        "tune",
+        "Tune",
+        "The target, the throughput gate, the rollout's pace and where results go: the defaults are "
+        "safe; change them when you mean to.",
+    ),
+    (
+        "advanced",
+        "Advanced",
+        "Paths, file names and the roles' own wiring. An alias (its default is another option, "
+        "e.g. `stack_switch_health_timeout` is `cuda13_health_timeout`) follows that option: set "
+        "the option it aliases, which every step reads, unless one step alone needs another value.",
+    ),
+    (
+        "playbooks",
+        "Set by the playbooks",
+        "The playbooks pass these to the roles themselves (an `include_role`'s `vars:` or a "
+        "`set_fact`), above the inventory's precedence: a value in the inventory changes nothing. "
+        "Listed so that a role used on its own can be given them.",
+    ),
+)
+
+#: The line after which docs/options.md is generated; the text above it is written by hand.
+MARKER = "<!-- Generated from here on by scripts/options-doc.py: do not edit by hand. -->"
+
+_ALIAS_RE = re.compile(r"^\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}$")
+
+
+def load_specs(repo: Path, roles: Iterable[str] = ROLES) -> dict[str, dict[str, Any]]:
+    """The ``main`` options of ``roles`` (``roles/<role>/meta/argument_specs.yml``), merged.
+
+    Returns ``{option: argument spec entry}``; raises ``OSError`` for a missing
+    file and ``KeyError`` for a spec without ``argument_specs.main``.
+    """
+    merged: dict[str, dict[str, Any]] = {}
+    for role in roles:
+        text = (repo / "roles" / role / "meta" / "argument_specs.yml").read_text(encoding="utf-8")
+        merged.update(yaml.safe_load(text)["argument_specs"]["main"].get("options") or {})
+    return merged
+
+
+def alias_of(spec: Mapping[str, Any]) -> str | None:
+    """The option a spec's default names alone (``"{{ cuda13_health_timeout }}"``), else None."""
+    default = spec.get("default")
+    match = _ALIAS_RE.match(default) if isinstance(default, str) else None
+    return match.group(1) if match else None
+
+
+def tier(option: str) -> str:
+    """The tier key of an option: ``must``, ``tune``, ``playbooks`` or ``advanced``."""
+    if option in MUST:
+        return "must"
+    if option in TUNE:
+        return "tune"
+    if option in PLAYBOOKS:
+        return "playbooks"
+    return "advanced"
+
+
+def _cell(text: str) -> str:
+    """Text for one Markdown table cell: one line, pipes escaped (also inside code)."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def _default(spec: Mapping[str, Any]) -> str:
+    if "default" not in spec:
+        return "(none)"
+    value = spec["default"]
+    if isinstance(value, str):
+        return f"`{value}`" if value else '`""`'
+    return f"`{json.dumps(value)}`"
+
+
+def _meaning(option: str, spec: Mapping[str, Any]) -> str:
+    description = spec.get("description", "")
+    if isinstance(description, list):
+        description = " ".join(str(d) for d in description)
+    alias = alias_of(spec)
+    if alias:
+        return f"**Alias of `{alias}`** (its value unless set). {description}"
+    return str(description)
+
+
+def _checks(option: str, spec: Mapping[str, Any]) -> str:
+    kind = spec.get("type", "str")
+    if spec.get("elements"):
+        kind += f" of {spec['elements']}"
+    if spec.get("choices"):
+        kind += " in " + ", ".join(str(c) for c in spec["choices"])
+    parts = [kind]
+    if spec.get("required"):
+        parts.append("required")
+    rule = RULES.get(option)
+    if rule and (rule.__doc__ or "").strip():
+        parts.append((rule.__doc__ or "").strip())
+    if option in RELATIONS:
+        parts.append(RELATIONS[option])
+    return "; ".join(parts)
+
+
+def options_doc(specs: Mapping[str, Mapping[str, Any]]) -> str:
+    """The generated part of docs/options.md (from :data:`MARKER` on).
+
+    Args:
+        specs: ``{option: argument spec entry}`` of every role (:func:`load_specs`);
+            :data:`PLAY_OPTIONS` with :data:`PLAY_OPTION_DOCS` are added.
+
+    Returns:
+        Markdown: the marker, a count per tier, then per tier a table of its
+        options (sorted by name) with default, meaning and checks.
+    """
+    merged: dict[str, dict[str, Any]] = {
+        name: {**spec, **PLAY_OPTION_DOCS.get(name, {})} for name, spec in PLAY_OPTIONS.items()
+    }
+    merged.update({name: dict(spec) for name, spec in specs.items()})
+    by_tier: dict[str, list[str]] = {key: [] for key, _, _ in TIERS}
+    for option in sorted(merged):
+        by_tier[tier(option)].append(option)
+    counts = ", ".join(f"{len(by_tier[key])} {heading.lower()}" for key, heading, _ in TIERS)
+    lines = [
+        MARKER,
+        "",
+        f"{len(merged)} options: {counts}. Regenerate with `.venv/bin/python scripts/options-doc.py` "
+        "after changing an argument spec or a tier (`src/cuda13_upgrade/options_doc.py`).",
+    ]
+    for key, heading, about in TIERS:
+        lines += [
+            "",
+            f"## {heading}",
+            "",
+            about,
+            "",
+            "| option | default | meaning | checks |",
+            "| --- | --- | --- | --- |",
+        ]
+        for option in by_tier[key]:
+            spec = merged[option]
+            cells = [f"`{option}`", _default(spec), _meaning(option, spec), _checks(option, spec)]
+            lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def render_file(current: str, specs: Mapping[str, Mapping[str, Any]]) -> str:
+    """docs/options.md's text: ``current``'s hand-written part (up to :data:`MARKER`)
+    followed by :func:`options_doc`. Raises ``ValueError`` when ``current`` lacks the marker."""
+    head, found, _ = current.partition(MARKER)
+    if not found:
+        raise ValueError(f"docs/options.md has no line {MARKER!r} to generate after")
+    return head + options_doc(specs)
