@@ -45,7 +45,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from cuda13_upgrade.errors import format_message
+from cuda13_upgrade.errors import Cuda13Error
 
 __all__ = ["DAYS", "Window", "closes_at", "decide", "is_open", "opens_at", "parse_until", "parse_window"]
 
@@ -72,7 +72,8 @@ class Window:
 
 
 def _error(option: str, problem: str, value: Any, remedy: str) -> ValueError:
-    return ValueError(format_message(f"{option} {problem}", value, option=option, remedy=remedy))
+    """Cuda13Error (a ValueError) whose problem begins with the option's name."""
+    return Cuda13Error(f"{option} {problem}", value, option=option, remedy=remedy)
 
 
 def _time(value: Any, option: str, key: str) -> time:
