@@ -156,6 +156,12 @@ def test_the_preflight_and_the_batches_take_only_the_hosts_not_already_kept(tmp_
     proc = _upgrade(tmp_path, "r-fleet", "--check", inventory=inventory)
     out = " ".join(proc.stdout.split())
     assert "gpu-node-01: already kept: run 20261201T101500Z verified this target" in out
+    # the batch plan: printed over the fleet at the start, then over the hosts that upgrade
+    assert "'batch 1 of 2 (canary, 1 host): gpu-node-01' - 'batch 2 of 2 (1 host): gpu-node-02'" in out
+    assert (
+        "- '1 host in 1 batch, ramp capped at 1 host (cuda13_max_parallel ''25%''):'"
+        " - 'batch 1 of 1 (1 host): gpu-node-02'"
+    ) in out
     preflight = proc.stdout.split("PLAY [Preflight (read-only)]", 1)[1]
     assert "[gpu-node-02]" in preflight and "[gpu-node-01]" not in preflight
     assert "gpu-node-02 fails the preflight for CUDA 13.0.2; nothing was changed" in " ".join(

@@ -229,3 +229,44 @@ def test_the_example_inventory_passes_the_option_check(specs):
     given = {k: v for k, v in given.items() if k in specs and "{{" not in str(v)}
     report = options.validate(given, specs)
     assert report["ok"], report["failures"]
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        (
+            "cuda13_max_parallel",
+            "0",
+            "cuda13_max_parallel is not a batch size: '0'. Option: cuda13_max_parallel.",
+        ),
+        ("cuda13_max_parallel", [2], "cuda13_max_parallel is not a batch size: [2]."),
+        (
+            "cuda13_window",
+            {"start": 1320, "end": "06:00", "timezone": "UTC"},
+            "cuda13_window is not a maintenance window (start is not a time (YAML read an unquoted 22:00 as "
+            "the number 1320)): {'start': 1320, 'end': '06:00', 'timezone': 'UTC'}. Option: cuda13_window.",
+        ),
+        ("cuda13_window", "22:00-06:00", "cuda13_window is not a maintenance window (is not a mapping)"),
+        ("cuda13_until", "6am", "cuda13_until is not a time: '6am'. Option: cuda13_until."),
+        ("cuda13_until", 360, "cuda13_until is not a time: 360."),
+    ],
+)
+def test_rollout_shape_options_are_refused_by_name(option, value, message):
+    result = options.validate({option: value}, {})
+    assert not result["ok"]
+    assert [f["message"] for f in result["failures"]][0].startswith(message)
+
+
+def test_rollout_shape_options_pass():
+    given = {
+        "cuda13_max_parallel": "25%",
+        "cuda13_window": {
+            "start": "22:00",
+            "end": "06:00",
+            "timezone": "Europe/Berlin",
+            "days": ["fri", "sat"],
+        },
+        "cuda13_until": "2026-12-01T06:00+01:00",
+    }
+    assert options.validate(given, {})["ok"]
+    assert options.validate({"cuda13_window": {}, "cuda13_until": "06:00"}, {})["ok"]

@@ -47,6 +47,9 @@ __all__ = ["PLAY_OPTIONS", "RULES", "host_failures", "packages_versions", "shipp
 #: a role: specs in the argument spec format, checked like the roles' options.
 PLAY_OPTIONS: dict[str, dict[str, Any]] = {
     "cuda13_serial": {"type": "raw"},
+    "cuda13_max_parallel": {"type": "raw"},
+    "cuda13_window": {"type": "raw"},
+    "cuda13_until": {"type": "raw"},
     "cuda13_max_fail_percentage": {"type": "int"},
     "cuda13_preflight_allow_partial": {"type": "bool"},
     "cuda13_break_lock": {"type": "bool"},
@@ -298,6 +301,52 @@ def _serial(value: Any) -> tuple[str, str] | None:
     return None
 
 
+def _max_parallel(value: Any) -> tuple[str, str] | None:
+    """the ramp's cap: an int >= 1 or 'N%' (1-100) of the fleet (cuda13_upgrade.batches)"""
+    from cuda13_upgrade.batches import ramp
+
+    try:
+        ramp(4, value)
+    except ValueError:
+        return "is not a batch size", "a host count (an int >= 1) or a percentage of the fleet such as '25%'"
+    return None
+
+
+def _window(value: Any) -> tuple[str, str] | None:
+    """{} or {start: 'HH:MM', end: 'HH:MM', timezone: IANA name, days: [mon, ...]} (cuda13_upgrade.window)"""
+    from cuda13_upgrade.errors import Cuda13Error
+    from cuda13_upgrade.window import parse_window
+
+    try:
+        parse_window(value)
+    except Cuda13Error as exc:
+        reason = exc.problem.removeprefix("cuda13_window ")
+        return (
+            f"is not a maintenance window ({reason})",
+            '{start: "HH:MM", end: "HH:MM", timezone: "Europe/Berlin", days: [mon, ...]}, times quoted, '
+            "or {} for no window",
+        )
+    return None
+
+
+def _until(value: Any) -> tuple[str, str] | None:
+    """'' or HH:MM (the next such time) or an ISO 8601 date and time (cuda13_upgrade.window)"""
+    from datetime import UTC, datetime
+
+    from cuda13_upgrade.window import parse_until
+
+    if value in ("", None):
+        return None
+    try:
+        parse_until(value, datetime(1970, 1, 1, tzinfo=UTC))
+    except ValueError:
+        return (
+            "is not a time",
+            "HH:MM (quoted), or an ISO 8601 date and time such as '2026-12-01T06:00+01:00'",
+        )
+    return None
+
+
 def _space_places(value: Any) -> tuple[str, str] | None:
     """a mapping of places (pip_tmpdir, new_venv, ...) to absolute paths or ''"""
     from cuda13_upgrade.space import PLACES
@@ -366,6 +415,9 @@ RULES: dict[str, Callable[[Any], tuple[str, str] | None]] = {
     "cuda13_run_id": _nonempty,
     # play
     "cuda13_serial": _serial,
+    "cuda13_max_parallel": _max_parallel,
+    "cuda13_window": _window,
+    "cuda13_until": _until,
     "cuda13_max_fail_percentage": _between(0, 100),
     "cuda13_target_hosts": _nonempty,
     # stack_snapshot
@@ -912,4 +964,8 @@ RELATIONS: dict[str, str] = {
     "cuda13_profile_dropin": "differs from cuda13_switch_dropin",
     "cu130_wheels_expected_cuda_major": "the major of cuda13_toolkit_release",
     "verify_throughput_require_speculative_gain": "names profiles of cuda13_profiles",
+    "cuda13_serial": "one value for every host of the rollout (playbooks/start.yml)",
+    "cuda13_max_parallel": "one value for every host; not used with cuda13_serial",
+    "cuda13_window": "one value for every host of the rollout",
+    "cuda13_until": "one value for every host; after the run's start",
 }

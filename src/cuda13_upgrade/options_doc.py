@@ -70,10 +70,27 @@ ROLES = (
 #: have no argument spec: their default (as the playbooks write it) and meaning.
 PLAY_OPTION_DOCS: dict[str, dict[str, Any]] = {
     "cuda13_serial": {
-        "default": [1, "25%", "100%"],
-        "description": "The rollout's batches (the play's serial): a canary host, then a quarter of the "
-        "hosts, then the rest. A number, a percentage or a list of them. The rollback playbook's "
-        "default is 1.",
+        "default": None,
+        "description": "The rollout's batches in the form of the play's serial (a number, a percentage or "
+        "a list of them, e.g. [1, \"25%\", \"100%\"]), read from the inventory or -e. Unset: a canary "
+        "host, then 2, 4, 8, ... hosts, capped at cuda13_max_parallel (cuda13_upgrade.batches). The "
+        "rollback playbook's default is 1.",
+    },
+    "cuda13_max_parallel": {
+        "default": "25%",
+        "description": "Without cuda13_serial: the most hosts a batch of the ramp takes at once, a count "
+        "or a percentage of the fleet (rounded down, at least 1).",
+    },
+    "cuda13_window": {
+        "default": {},
+        "description": "The maintenance window: {start: \"HH:MM\", end: \"HH:MM\", timezone: IANA name, "
+        "days: [mon, ...]} (a window across midnight belongs to the day it starts). No batch starts "
+        "outside it; a batch already running finishes (cuda13_upgrade.window). {} for none.",
+    },
+    "cuda13_until": {
+        "default": None,
+        "description": "No batch starts after this time: \"HH:MM\" (the next such time after the run "
+        "starts, on the control node's clock) or an ISO date and time.",
     },
     "cuda13_max_fail_percentage": {
         "default": 0,
@@ -136,6 +153,9 @@ TUNE: tuple[str, ...] = (
     "cuda13_artifact_cache",
     # rollout
     "cuda13_serial",
+    "cuda13_max_parallel",
+    "cuda13_window",
+    "cuda13_until",
     "cuda13_max_fail_percentage",
     "cuda13_preflight_allow_partial",
     "cuda13_break_lock",

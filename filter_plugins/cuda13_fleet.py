@@ -1,0 +1,184 @@
+"""Filters of the rollout's shape: the batch plan and the maintenance window
+(thin wrappers over cuda13_upgrade.batches and cuda13_upgrade.window)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+
+try:
+    from cuda13_upgrade import batches, window
+except ImportError:  # the package is not installed: use the checkout's copy
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+    from cuda13_upgrade import batches, window
+
+DOCUMENTATION = r"""
+  - name: cuda13_fleet_options
+    short_description: The one value of each rollout option the play's hosts share.
+    positional: _input, hostvars, names
+    options:
+      _input: {description: the play's hosts in play order, type: list, required: true}
+      hostvars: {description: Ansible's hostvars, type: dict, required: true}
+      names: {description: the options to read, type: list, required: true}
+  - name: cuda13_fleet_plan
+    short_description: The batch plan, the window and cuda13_until of a rollout, checked.
+    positional: _input, options, started
+    options:
+      _input: {description: the hosts the upgrade play takes, in play order, type: list, required: true}
+      options:
+        description: cuda13_serial, cuda13_max_parallel, cuda13_window, cuda13_until (those given)
+        type: dict
+        required: true
+      started: {description: the run's start, ISO 8601 with an offset (default now), type: str}
+  - name: cuda13_window_decide
+    short_description: Whether a batch may start now under the plan's window and cuda13_until.
+    positional: _input, now
+    options:
+      _input: {description: cuda13_fleet_plan's result, type: dict, required: true}
+      now: {description: the time to decide for, ISO 8601 with an offset (default now), type: str}
+"""
+
+EXAMPLES = r"""
+options: "{{ ansible_play_hosts_all | cuda13_fleet_options(hostvars, names) }}"
+fleet: "{{ ansible_play_hosts_all | cuda13_fleet_plan(options['values']) }}"
+gate: "{{ hostvars['localhost'].cuda13_fleet | cuda13_window_decide }}"
+"""
+
+RETURN = r"""
+  _value:
+    description: >
+      cuda13_fleet_options - {"values": {option: value}, "failures": [message]} (hosts that disagree);
+      cuda13_fleet_plan - {"ok", "failures": [message], "sizes": [int], "batches": [[host]],
+      "source", "lines": [str], "options" (as given), "started" (ISO 8601 UTC),
+      "window": the option as given or {}, "window_text",
+      "until_at": ISO 8601 UTC or "", "gated": a window or until is set};
+      cuda13_window_decide - {"open", "reason", "closes_at", "opens_at"} (cuda13_upgrade.window.decide).
+"""
+
+#: The options the plan reads.
+FLEET_OPTIONS = ("cuda13_serial", "cuda13_max_parallel", "cuda13_window", "cuda13_until")
+
+
+def _instant(text: Any, what: str) -> datetime:
+    if text in (None, ""):
+        return datetime.now(UTC)
+    try:
+        stamp = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise AnsibleFilterError(f"{what} must be an ISO 8601 date and time, got {text!r}") from exc
+    if stamp.tzinfo is None:
+        raise AnsibleFilterError(f"{what} must have an offset (e.g. Z), got {text!r}")
+    return stamp
+
+
+def cuda13_fleet_options(hosts: Any, hostvars: Any, names: Any) -> dict[str, Any]:
+    """Filter: ``{"values": {option: value}, "failures": [message]}`` over ``hosts``.
+
+    An option given on none of the hosts is left out; one given with different
+    values on different hosts is a failure naming the hosts and values (the
+    plan is one for the whole play: set it for the group, or with -e).
+    """
+    if not isinstance(hosts, list) or not isinstance(names, list):
+        raise AnsibleFilterError(
+            "cuda13_fleet_options takes the host list, hostvars and a list of option names"
+        )
+    values: dict[str, Any] = {}
+    failures: list[str] = []
+    for name in names:
+        seen: list[tuple[str, Any]] = []
+        for host in hosts:
+            try:
+                host_vars = hostvars[host]
+            except KeyError as exc:
+                raise AnsibleFilterError(f"cuda13_fleet_options: no hostvars for {host!r}") from exc
+            if name in host_vars:
+                seen.append((host, host_vars[name]))
+        if not seen:
+            continue
+        distinct = []
+        for _, value in seen:
+            if value not in distinct:
+                distinct.append(value)
+        if len(distinct) > 1 or len(seen) < len(hosts):
+            by_value = "; ".join(
+                f"{value!r} on {', '.join(h for h, v in seen if v == value)}" for value in distinct
+            )
+            unset = [h for h in hosts if h not in {h for h, _ in seen}]
+            if unset:
+                by_value += f"; not set on {', '.join(unset)}"
+            failures.append(
+                f"{name} differs between the hosts of the rollout ({by_value}). Option: {name}. "
+                "Fix: give one value for the whole group (group_vars of the target group, or -e)."
+            )
+        else:
+            values[name] = distinct[0]
+    return {"values": values, "failures": failures}
+
+
+def cuda13_fleet_plan(hosts: Any, options: Any, started: Any = None) -> dict[str, Any]:
+    """Filter: the plan of ``hosts`` (cuda13_upgrade.batches.plan), the window and until, checked.
+
+    Bad values are failures (messages naming the option and value), not errors:
+    the play prints them all and stops before any change.
+    """
+    if not isinstance(hosts, list) or not isinstance(options, Mapping):
+        raise AnsibleFilterError("cuda13_fleet_plan takes the host list and a dict of options")
+    started_at = _instant(started, "cuda13_fleet_plan's started")
+    failures: list[str] = []
+    result: dict[str, Any] = {"sizes": [], "batches": [], "source": "", "lines": []}
+    try:
+        the_plan = batches.plan(hosts, options.get("cuda13_serial"), options.get("cuda13_max_parallel"))
+        result = {**the_plan, "lines": batches.format_plan(the_plan)}
+    except ValueError as exc:
+        failures.append(str(exc))
+    window_text = ""
+    try:
+        parsed = window.parse_window(options.get("cuda13_window"))
+        window_text = parsed.describe() if parsed else ""
+    except ValueError as exc:
+        failures.append(str(exc))
+    until_at = ""
+    if options.get("cuda13_until") not in (None, ""):
+        try:
+            until_at = window.parse_until(options["cuda13_until"], started_at).strftime("%Y-%m-%dT%H:%M:%SZ")
+        except ValueError as exc:
+            failures.append(str(exc))
+    return {
+        **result,
+        "ok": not failures,
+        "failures": failures,
+        "options": dict(options),
+        "started": started_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "window": options.get("cuda13_window") or {},
+        "window_text": window_text,
+        "until_at": until_at,
+        "gated": bool(window_text or until_at),
+    }
+
+
+def cuda13_window_decide(fleet: Any, now: Any = None) -> dict[str, Any]:
+    """Filter: cuda13_upgrade.window.decide for the plan's window and until at ``now``."""
+    if not isinstance(fleet, Mapping):
+        raise AnsibleFilterError(f"cuda13_window_decide takes cuda13_fleet_plan's result, got {fleet!r}")
+    try:
+        parsed = window.parse_window(fleet.get("window") or None)
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+    until = _instant(fleet["until_at"], "until_at") if fleet.get("until_at") else None
+    return window.decide(parsed, until, _instant(now, "cuda13_window_decide's now"))
+
+
+class FilterModule:
+    """The rollout shape's filters."""
+
+    def filters(self) -> dict[str, Any]:
+        return {
+            "cuda13_fleet_options": cuda13_fleet_options,
+            "cuda13_fleet_plan": cuda13_fleet_plan,
+            "cuda13_window_decide": cuda13_window_decide,
+        }
