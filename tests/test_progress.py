@@ -47,7 +47,7 @@ def _index(kind: str, host: str | None = None, task: str | None = None, nth: int
 def _plain(events, **kwargs) -> tuple[progress.RunProgress, list[str]]:
     out = io.StringIO()
     clock = kwargs.pop("clock", lambda: _at(events[-1]))
-    view = progress.RunProgress(out, live=False, serial=1, clock=clock, **kwargs)
+    view = progress.RunProgress(out, live=False, clock=clock, **{"serial": 1, **kwargs})
     for event in events:
         view(event)
     lines = out.getvalue().splitlines()
@@ -183,29 +183,12 @@ def test_terminal_mode_draws_with_rich_live_and_prints_failures_above_it():
     assert not STAMP.match(text)
 
 
-@pytest.mark.parametrize(
-    ("serial", "hosts", "batches"),
-    [
-        ([1, "25%", "100%"], 8, [1, 2, 5]),
-        ([1, "25%", "100%"], 2, [1, 1]),
-        (1, 3, [1, 1, 1]),
-        ("50%", 5, [2, 2, 1]),
-        (None, 4, [4]),
-        ([2, 0], 5, [2, 3]),
-    ],
-)
-def test_serial_batches_follow_ansibles_rule(serial, hosts, batches):
-    assert progress.serial_batches(hosts, serial) == batches
-
-
 def test_serial_from_the_command_line(tmp_path):
-    assert progress.serial_from_extra_vars([]) == progress.DEFAULT_SERIAL
+    assert progress.serial_from_extra_vars([]) is None
     assert progress.serial_from_extra_vars(['{"cuda13_serial": [1, "50%"]}']) == [1, "50%"]
     assert progress.serial_from_extra_vars(["cuda13_serial=2 other=x"]) == 2
     (tmp_path / "vars.yml").write_text("cuda13_serial: ['10%']\n")
     assert progress.serial_from_extra_vars([f"@{tmp_path}/vars.yml", "x=1"]) == ["10%"]
-    with pytest.raises(ValueError, match="cuda13_serial entry 'x' is neither"):
-        progress.serial_batches(3, ["x"])
 
 
 def test_progress_mode():
@@ -264,3 +247,22 @@ def test_the_batches_are_counted_without_the_hosts_already_kept():
     _, lines = _plain(events)
     assert "gpu-node-01: kept (1 kept, 0 rolled back, 0 failed, 2 running, 0 waiting)" in lines
     assert "batch 1 of 2 (1 kept, 0 rolled back, 0 failed, 0 running, 2 waiting)" in lines, lines
+
+
+def test_the_run_s_printed_batch_plan_counts_the_batches():
+    # playbooks/start.yml's "Plan the rollout's batches" sets cuda13_fleet (sizes as serial
+    # takes them): "batch k of n" follows it, not a serial the view guessed.
+    start = _index("playbook_on_play_start")
+    plan = {
+        "event": "runner_on_ok",
+        "created": EVENTS[start]["created"],
+        "event_data": {
+            "host": "gpu-node-01",
+            "play_pattern": "blackwell",
+            "task": "Plan the rollout's batches",
+            "res": {"ansible_facts": {"cuda13_fleet": {"sizes": [2, 1]}}},
+        },
+    }
+    view, lines = _plain([*EVENTS[:start], plan, *EVENTS[start:]], serial=None)
+    assert view.batch_sizes == [2, 1]
+    assert any(line.startswith("batch 1 of 2 (") for line in lines), lines

@@ -3,7 +3,7 @@
 The upgrade play's ``serial:`` takes the list of batch sizes :func:`plan` returns
 (``playbooks/start.yml`` computes it on localhost from the inventory, prints it
 before any change, and ``playbooks/upgrade.yml`` reads it back as
-``hostvars['localhost'].cuda13_batches``). Two ways to shape it:
+``hostvars['localhost'].cuda13_fleet.sizes``). Two ways to shape it:
 
 - ``cuda13_serial``: the batches as Ansible's ``serial`` keyword takes them, a
   host count, a percentage (``"25%"``) or a list of them. Rules (ansible-core

@@ -72,7 +72,7 @@ PLAY_OPTION_DOCS: dict[str, dict[str, Any]] = {
     "cuda13_serial": {
         "default": None,
         "description": "The rollout's batches in the form of the play's serial (a number, a percentage or "
-        "a list of them, e.g. [1, \"25%\", \"100%\"]), read from the inventory or -e. Unset: a canary "
+        'a list of them, e.g. [1, "25%", "100%"]), read from the inventory or -e. Unset: a canary '
         "host, then 2, 4, 8, ... hosts, capped at cuda13_max_parallel (cuda13_upgrade.batches). The "
         "rollback playbook's default is 1.",
     },
@@ -83,13 +83,13 @@ PLAY_OPTION_DOCS: dict[str, dict[str, Any]] = {
     },
     "cuda13_window": {
         "default": {},
-        "description": "The maintenance window: {start: \"HH:MM\", end: \"HH:MM\", timezone: IANA name, "
+        "description": 'The maintenance window: {start: "HH:MM", end: "HH:MM", timezone: IANA name, '
         "days: [mon, ...]} (a window across midnight belongs to the day it starts). No batch starts "
         "outside it; a batch already running finishes (cuda13_upgrade.window). {} for none.",
     },
     "cuda13_until": {
         "default": None,
-        "description": "No batch starts after this time: \"HH:MM\" (the next such time after the run "
+        "description": 'No batch starts after this time: "HH:MM" (the next such time after the run '
         "starts, on the control node's clock) or an ISO date and time.",
     },
     "cuda13_max_fail_percentage": {

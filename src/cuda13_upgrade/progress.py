@@ -19,7 +19,8 @@ it (preflight, verify) take the role, task file or task as the step. A
 host's final state comes from the ``cuda13_result`` fact
 (``roles/upgrade_host/tasks/result.yml``) or the run's final stats. The batches of a
 serial play are its repeated ``playbook_on_play_start`` events, and their
-number follows Ansible's own rule for ``serial`` (:func:`serial_batches`).
+number is the run's printed batch plan (the ``cuda13_fleet`` fact of
+``playbooks/start.yml``; before it, :func:`cuda13_upgrade.batches.batch_sizes`).
 
 Times are the events' ``created`` stamps (UTC, as ansible-runner writes
 them), so a recorded run renders exactly as it did live.
@@ -33,7 +34,7 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,6 +42,7 @@ from typing import Any, TextIO
 
 import yaml
 
+from cuda13_upgrade import batches
 from cuda13_upgrade.errors import UsageError
 from cuda13_upgrade.report import NOT_REACHED, format_duration
 
@@ -277,9 +279,6 @@ def natural_key(name: str) -> list[Any]:
 #: Seconds between two heartbeat lines of a step that is still running (plain mode).
 HEARTBEAT_S = 60.0
 
-#: The rollout's batches when ``cuda13_serial`` is not set (playbooks/upgrade.yml).
-DEFAULT_SERIAL: list[int | str] = [1, "25%", "100%"]
-
 #: Final states, as ``result.json`` writes them, and how the view names them.
 STATE_TEXT = {
     "kept": "kept",
@@ -296,51 +295,14 @@ _TIMESTAMP = "%Y-%m-%dT%H:%M:%SZ"
 _TRIAL_METRICS = ("output_tok_s", "decode_tok_s")
 
 
-def serial_batches(n_hosts: int, serial: Sequence[int | str] | int | str | None) -> list[int]:
-    """Batch sizes of a play of ``n_hosts`` hosts with ``serial`` (Ansible's rule).
-
-    Each entry is a host count or a percentage (``"25%"``) of all the play's
-    hosts, rounded down and at least 1; the last entry repeats until every
-    host has a batch (ansible-core ``PlaybookExecutor._get_serialized_batches``
-    and ``pct_to_int``). ``serial`` None, 0 or empty: one batch. Raises
-    ``ValueError`` for an entry that is neither a number nor a percentage.
-    """
-    if n_hosts <= 0:
-        return []
-    if serial in (None, 0, "", []):
-        return [n_hosts]
-    entries = list(serial) if isinstance(serial, list | tuple) else [serial]
-    sizes = [_batch_size(entry, n_hosts) for entry in entries]
-    batches: list[int] = []
-    left = n_hosts
-    index = 0
-    while left > 0:
-        size = sizes[min(index, len(sizes) - 1)] or left
-        size = min(size, left)
-        batches.append(size)
-        left -= size
-        index += 1
-    return batches
-
-
-def _batch_size(entry: int | str, n_hosts: int) -> int:
-    text = str(entry).strip()
-    try:
-        if text.endswith("%"):
-            return max(1, int(float(text[:-1]) / 100.0 * n_hosts))
-        return int(text)
-    except ValueError as exc:
-        raise ValueError(f"cuda13_serial entry {entry!r} is neither a host count nor a percentage") from exc
-
-
 def serial_from_extra_vars(extra_vars: Iterable[str], default: Any = None) -> Any:
     """``cuda13_serial`` as the command line's ``-e`` values set it (the last wins).
 
     Each value is ``key=value ...``, JSON/YAML, or ``@file`` (YAML or JSON),
-    as ``ansible-playbook -e`` takes them. Returns ``default`` (None:
-    :data:`DEFAULT_SERIAL`) when none sets it, or a value cannot be read.
+    as ``ansible-playbook -e`` takes them. Returns ``default`` when none sets
+    it, or a value cannot be read.
     """
-    found: Any = DEFAULT_SERIAL if default is None else default
+    found: Any = default
     for value in extra_vars:
         data: Any = None
         try:
@@ -420,7 +382,9 @@ class RunProgress(Progress):
 
     ``stream``: where lines go (default stdout). ``live``: None decides by
     whether ``stream`` is a terminal. ``serial``: the rollout's
-    ``cuda13_serial`` (for "batch k of n"). ``clock``: epoch seconds now
+    ``cuda13_serial`` as ``-e`` gives it (for "batch k of n" until the run
+    prints its batch plan, ``cuda13_fleet``, which then counts; None: the
+    default ramp, :func:`cuda13_upgrade.batches.batch_sizes`). ``clock``: epoch seconds now
     (tests). Use it as a context manager around the run (``with progress:``)
     so the live view and the heartbeat thread stop also when the run is
     interrupted; :meth:`interrupted_lines` then says what each host was doing.
@@ -440,7 +404,8 @@ class RunProgress(Progress):
         if live is None:
             live = bool(getattr(self.stream, "isatty", lambda: False)())
         self.live = live
-        self.serial = DEFAULT_SERIAL if serial is None else serial
+        self.serial = serial
+        self.batch_sizes: list[int] | None = None  # the run's printed batch plan
         self.clock = clock
         self.heartbeat_s = heartbeat_s
         self.title = title
@@ -565,6 +530,10 @@ class RunProgress(Progress):
             view.batch = self.batch or None
         res = data.get("res") if isinstance(data.get("res"), Mapping) else {}
         facts = res.get("ansible_facts") if isinstance(res.get("ansible_facts"), Mapping) else {}
+        plan = facts.get("cuda13_fleet")
+        if kind == "runner_on_ok" and isinstance(plan, Mapping) and isinstance(plan.get("sizes"), list):
+            # playbooks/start.yml's batch plan (and upgrade.yml's, without the hosts already kept)
+            self.batch_sizes = [int(size) for size in plan["sizes"]]
         if kind == "runner_on_ok" and "__cuda13_step" in facts:
             view.explicit_steps = True
             self._begin_step(view, str(facts["__cuda13_step"]), at)
@@ -635,7 +604,8 @@ class RunProgress(Progress):
         total = None
         try:
             pool = self._batch_pool if self._batch_pool is not None else self._all_hosts()
-            total = len(serial_batches(len(pool), self.serial)) or None
+            sizes = self.batch_sizes if self.batch_sizes else batches.batch_sizes(len(pool), self.serial)
+            total = len(sizes) or None
         except ValueError:
             total = None
         self.batches_total = total
