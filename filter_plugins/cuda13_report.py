@@ -20,10 +20,15 @@ DOCUMENTATION = r"""
     options:
       _input: {description: the run's report directory on the control node, type: path, required: true}
       hosts: {description: the hosts of the run (missing results are "not reached"), type: list}
+  - name: cuda13_host_result
+    short_description: The host's result.json record (cuda13_upgrade.report.host_result).
+    options:
+      _input: {description: what the play knows of the host (see host_result), type: dict, required: true}
 """
 
 EXAMPLES = r"""
 summary: "{{ (cuda13_reports_dir ~ '/' ~ cuda13_run_id) | cuda13_fleet_summary(ansible_play_hosts_all) }}"
+result: "{{ {'host': inventory_hostname, 'status': 'kept', ...} | cuda13_host_result }}"
 """
 
 RETURN = r"""
@@ -43,6 +48,15 @@ def cuda13_fleet_summary(run_dir, hosts=None):
         raise AnsibleFilterError(f"cannot summarise {run_dir}: {exc}") from exc
 
 
+def cuda13_host_result(facts):
+    if not isinstance(facts, dict):
+        raise AnsibleFilterError(f"cuda13_host_result expects a dict of the host's facts, got {facts!r}")
+    try:
+        return report.host_result(facts)
+    except (TypeError, ValueError, KeyError) as exc:
+        raise AnsibleFilterError(f"cuda13_host_result: {exc}") from exc
+
+
 class FilterModule:
     def filters(self):
-        return {"cuda13_fleet_summary": cuda13_fleet_summary}
+        return {"cuda13_fleet_summary": cuda13_fleet_summary, "cuda13_host_result": cuda13_host_result}

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from cuda13_upgrade import report, throughput, timeline
 
@@ -246,9 +245,8 @@ def _png_size(path: Path) -> tuple[int, int]:
 
 
 def test_fixture_results_have_the_keys_result_yml_writes():
-    tasks = yaml.safe_load((ROOT / "roles" / "upgrade_host" / "tasks" / "result.yml").read_text())
-    assemble = next(t for t in tasks if t["name"] == "Assemble the host's result")
-    written = assemble["ansible.builtin.set_fact"]["cuda13_result"]
+    # result.yml writes what report.host_result builds, whatever the host's facts.
+    written = report.host_result({"finished_at": "2026-12-03T01:00:00+00:00"})
     for build in (kept, rolled_back_regressed, rolled_back_at_switch, failed_at_snapshot):
         result = build("h")
         assert set(result) == set(written)
@@ -679,3 +677,109 @@ def test_the_chart_is_drawn_again_only_when_its_rows_change(run_dir):
     assert png.read_bytes() == b"drawn before"
     report.fleet_summary(run_dir, HOSTS[:2])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# report.host_result: the record result.yml writes, every choice made here.
+def _facts(**extra):
+    steps = [
+        {"step": "snapshot", "started_at": "2026-12-03T01:00:00+00:00"},
+        {"step": "drain", "started_at": "2026-12-03T01:10:00+00:00"},
+        {"step": "verify", "started_at": "2026-12-03T01:12:00+00:00"},
+        {"step": "undrain", "started_at": "2026-12-03T01:20:00+00:00"},
+        {"step": "result", "started_at": "2026-12-03T01:20:30+00:00"},
+    ]
+    return {
+        "host": "gpu-node-01",
+        "run_id": "20261203T010000Z",
+        "status": "kept",
+        "measure": True,
+        "finished_at": "2026-12-03T01:21:00+00:00",
+        "steps": steps,
+        "old_venv": "/opt/ml-env",
+        "new_venv": "/opt/ml-env-cu130",
+        "snapshot": {
+            "venv": {"path": "/opt/ml-env", "pip_freeze": ["numpy==2.2.6", "torch==2.7.1+cu128"]},
+            "cuda": {"resolved": "/usr/local/cuda-12.8", "nvcc": {"version": "12.8.93"}},
+            "sglang": {"describe": "v0.4.9"},
+        },
+        "kept_digest": {"rc": 0, "stdout": '{"digest": "d1", "parts": {"driver": "x"}}\n'},
+        "after_probe": {"rc": 1, "stdout": '{"torch": {"version": "2.9.1+cu130", "cuda": "13.0"}}\n'},
+        "resolved_target": [{"name": "torch", "version": "2.9.1+cu130"}],
+        "restarts": "3",
+        **extra,
+    }
+
+
+def test_a_kept_host_s_record_holds_the_new_stack_its_digest_and_its_time_out_of_service():
+    record = report.host_result(_facts())
+    assert record["status"] == "kept" and record["measured"] is True
+    assert record["verified_in_run"] == "20261203T010000Z"
+    assert record["stack_digest"] == {"digest": "d1", "parts": {"driver": "x"}}
+    assert record["stack_before"] == {
+        "venv": "/opt/ml-env",
+        "cuda": "/usr/local/cuda-12.8",
+        "nvcc": "12.8.93",
+        "torch": "2.7.1+cu128",
+        "sglang": "v0.4.9",
+    }
+    # The probe's JSON counts even when it exited non-zero (it reports what it could not import).
+    assert record["stack_after"] == {
+        "venv": "/opt/ml-env-cu130",
+        "torch": "2.9.1+cu130",
+        "torch_cuda": "13.0",
+    }
+    assert record["resolved_target"] == ["torch==2.9.1+cu130"]
+    assert record["restarts"] == 3
+    # drain at 01:10 to the end of undrain at 01:20:30
+    assert record["out_of_service_s"] == 630.0
+    assert [s["step"] for s in record["steps"]] == ["snapshot", "drain", "verify", "undrain", "result"]
+    assert record["rollback"] == {"performed": False, "seconds": None, "checks": {}, "confirmed": None}
+
+
+def test_a_rolled_back_host_says_whether_the_old_stack_is_confirmed_and_why():
+    checks = {"plain": {"verdict": "ok"}, "eagle3": {"verdict": "regressed"}}
+    record = report.host_result(
+        _facts(
+            status="rolled_back",
+            kept_digest={},
+            rollback_checks=checks,
+            error="the new stack is slower",
+            rollback_seconds=41.5,
+        )
+    )
+    assert record["stack_after"]["venv"] == "/opt/ml-env"
+    assert record["rollback"] == {"performed": True, "seconds": 41.5, "checks": checks, "confirmed": False}
+    assert record["reason"] == "the new stack is slower"
+    assert record["stack_digest"] is None
+
+
+def test_an_already_kept_host_keeps_the_verifying_run_s_stacks_and_digest():
+    previous = {
+        "status": "kept",
+        "verified_in_run": "20261202T010000Z",
+        "stack_digest": {"digest": "d0"},
+        "stack_before": {"torch": "2.7.1+cu128"},
+        "stack_after": {"torch": "2.9.1+cu130"},
+    }
+    record = report.host_result(
+        _facts(measure=False, kept_digest={}, previous=previous, rerun={"already_kept": True, "reason": ""})
+    )
+    assert record["already_kept"] is True and record["measured"] is False
+    assert record["verified_in_run"] == "20261202T010000Z"
+    assert record["stack_digest"] == {"digest": "d0"}
+    assert record["stack_before"] == {"torch": "2.7.1+cu128"} and record["stack_after"] == {
+        "torch": "2.9.1+cu130"
+    }
+    assert record["out_of_service_s"] == 0.0
+
+
+def test_a_kept_host_run_again_says_why_and_an_unknown_diagnosis_is_left_out():
+    record = report.host_result(
+        _facts(
+            previous={"status": "kept"},
+            rerun={"already_kept": False, "reason": "its stack differs from the one verified (driver)"},
+            diagnosis={"known": False, "kind": "unknown"},
+        )
+    )
+    assert record["rerun_reason"] == "its stack differs from the one verified (driver)"
+    assert record["diagnosis"] is None

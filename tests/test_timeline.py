@@ -136,3 +136,9 @@ def test_every_step_the_play_names_passes_through_the_step_file():
     assert facts["__cuda13_step"] == "{{ __cuda13_next_step }}"
     assert "'step': __cuda13_next_step" in facts["__cuda13_steps"]
     assert step[1]["ansible.builtin.copy"]["dest"] == "{{ cuda13_state_dir }}/step.json"
+
+
+def test_no_step_recorded_is_no_step_not_an_error():
+    # A host that failed before its first step boundary (result.yml still writes its result).
+    assert timeline.step_durations([], "2026-12-03T01:00:00+00:00") == []
+    assert timeline.out_of_service_s([]) is None

@@ -31,7 +31,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from cuda13_upgrade import timeline
+from cuda13_upgrade import scriptout, timeline
 
 NOT_REACHED = "not reached"
 
@@ -888,3 +888,145 @@ def fleet_summary(run_dir: str | Path, hosts: list[str] | None = None) -> dict[s
     except ImportError as exc:  # the report must not fail an upgrade for want of a chart
         summary["chart_error"] = f"no chart: {exc}"
     return summary
+
+
+def _script_document(result: Any, *, succeeded: bool = True) -> dict[str, Any] | None:
+    """The JSON a host script task printed, or None (skipped, no JSON; with
+    ``succeeded``, also when the script exited non-zero)."""
+    if not isinstance(result, dict) or result.get("stdout") is None:
+        return None
+    if succeeded and result.get("rc", 1) != 0:
+        return None
+    try:
+        return scriptout.result_document(str(result["stdout"]))
+    except scriptout.NoResultError:
+        return None
+
+
+def _torch_of(freeze: Any) -> str:
+    """torch's version in a ``pip freeze`` list (``"?"`` when absent)."""
+    for line in freeze or []:
+        if str(line).startswith("torch=="):
+            return str(line).split("==", 1)[1]
+    return "?"
+
+
+def host_result(facts: dict[str, Any]) -> dict[str, Any]:
+    """The host's ``result.json``: what the run did with the host, as this module reads it.
+
+    Built once at the end of a host's run (``roles/upgrade_host/tasks/result.yml``)
+    from what the play knows; every choice between the play's facts is made here.
+    ``facts`` (missing keys read as absent):
+
+    - ``host``, ``run_id``, ``status`` (kept, rolled_back, failed), ``check_mode``,
+      ``measure`` (the gate measured this run), ``finished_at`` (ISO 8601);
+    - ``rerun``: :func:`cuda13_upgrade.rerun.host_verdict`'s record; ``previous``:
+      the host's earlier result.json; ``stopped_run``: the stopped run resolved;
+    - ``kept_digest``, ``after_probe``: the registered results of
+      ``hostscripts/stack_digest.py`` and ``hostscripts/stack_probe.py``;
+    - ``failed_step``, ``failed_task``, ``error``, ``diagnosis``
+      (:func:`cuda13_upgrade.diagnosis.diagnose` as a dict), ``target``,
+      ``staged`` and ``staged_run_id``, ``resolved_target`` (``[{name, version}]``),
+      ``started_at``, ``steps`` (``[{step, started_at}]`` as step.yml records them);
+    - ``snapshot``: stack_snapshot's manifest; ``apt_changes``, ``transaction``:
+      cuda_toolkit's records; ``old_venv``, ``new_venv``;
+    - ``throughput`` (verify_throughput_results), ``baseline`` (the recorded
+      baseline used, ``{"profiles": ...}``), ``restart_plan``, ``restarts``,
+      ``leftover_processes``, ``decisions``, ``speculative``, ``probe``,
+      ``accept_length``, ``load``, ``reason``, ``rollback_seconds``, ``rollback_checks``.
+
+    Returns the record (plain data). A host already kept keeps the stacks
+    before and after of the run that verified it. Raises ``ValueError`` for
+    steps that are not in order (:func:`cuda13_upgrade.timeline.step_durations`).
+    """
+    status = str(facts.get("status") or "failed")
+    kept = status == "kept"
+    measured = bool(facts.get("measure"))
+    rerun = facts.get("rerun") or {}
+    previous = facts.get("previous") or {}
+    already_kept = bool(rerun.get("already_kept"))
+    digest = _script_document(facts.get("kept_digest"))
+    if digest is None:
+        digest = previous.get("stack_digest") if kept else None
+    diagnosis = facts.get("diagnosis") or {}
+    finished_at = str(facts.get("finished_at") or "")
+    steps = timeline.step_durations(list(facts.get("steps") or []), finished_at)
+    snapshot = facts.get("snapshot") or {}
+    cuda = snapshot.get("cuda") or {}
+    torch = ((_script_document(facts.get("after_probe"), succeeded=False) or {}).get("torch")) or {}
+    apt_changes = facts.get("apt_changes") or {}
+    throughput = dict(facts.get("throughput") or {})
+    baseline = (facts.get("baseline") or {}).get("profiles") or {}
+    if baseline:
+        throughput["baseline"] = baseline
+    checks = facts.get("rollback_checks") or {}
+    record = {
+        "host": facts.get("host"),
+        "run_id": facts.get("run_id"),
+        "status": status,
+        "check_mode": bool(facts.get("check_mode")),
+        "measured": measured,
+        "already_kept": already_kept,
+        # Why a kept host went through the roles again (empty when it was not kept before).
+        "rerun_reason": str(rerun.get("reason") or "") if previous.get("status") == "kept" else "",
+        # The earlier run this run resolved: it stopped part way (lost host, killed, interrupted).
+        "recovered": facts.get("stopped_run"),
+        "stack_digest": digest,
+        "verified_in_run": facts.get("run_id") if measured else previous.get("verified_in_run"),
+        "failed_step": facts.get("failed_step"),
+        "failed_task": facts.get("failed_task"),
+        "error": facts.get("error"),
+        "diagnosis": diagnosis if diagnosis.get("known") else None,
+        "target": facts.get("target") or {},
+        # The stage run whose new stack this run went on with (playbooks/stage.yml), or null.
+        "staged_in": facts.get("staged_run_id") if facts.get("staged") else None,
+        # The preflight's resolved set the wheels role installed (name==version).
+        "resolved_target": [f"{p['name']}=={p['version']}" for p in facts.get("resolved_target") or []],
+        "started_at": facts.get("started_at"),
+        "finished_at": finished_at,
+        # Every step's start and duration (s); the time out of service (s), drain to undrain.
+        "steps": steps,
+        "out_of_service_s": timeline.out_of_service_s(steps) if measured or status == "rolled_back" else 0.0,
+        "stack_before": {
+            "venv": (snapshot.get("venv") or {}).get("path"),
+            "cuda": cuda.get("resolved"),
+            "nvcc": (cuda.get("nvcc") or {}).get("version"),
+            "torch": _torch_of((snapshot.get("venv") or {}).get("pip_freeze")),
+            "sglang": (snapshot.get("sglang") or {}).get("describe"),
+        },
+        # What the toolkit step did in apt: driver packages held (and which holds it added),
+        # the source it wrote or used, the transaction it installed.
+        "apt": {
+            "held": apt_changes.get("held") or [],
+            "holds_added": apt_changes.get("holds_added") or [],
+            "source": apt_changes.get("source_used"),
+            "installed": (facts.get("transaction") or {}).get("install") or [],
+        },
+        "stack_after": {
+            "venv": facts.get("new_venv") if kept else facts.get("old_venv"),
+            "torch": torch.get("version"),
+            "torch_cuda": torch.get("cuda"),
+        },
+        "throughput": throughput,
+        # The restart plan (cuda13_upgrade.restarts) and the restarts this run made.
+        "restart_plan": facts.get("restart_plan"),
+        "restarts": int(facts.get("restarts") or 0),
+        # Processes the service left after a stop (pid, command, GPU MiB), each ended before the next start.
+        "leftover_processes": facts.get("leftover_processes") or [],
+        "decisions": facts.get("decisions") or {},
+        "speculative": facts.get("speculative") or {},
+        "probe": facts.get("probe") or {},
+        "accept_length": facts.get("accept_length") or {},
+        "load": facts.get("load") or {},
+        "reason": facts.get("reason") if facts.get("reason") is not None else facts.get("error"),
+        "rollback": {
+            "performed": status == "rolled_back",
+            "seconds": facts.get("rollback_seconds"),
+            "checks": checks,
+            "confirmed": (all(c.get("verdict") != "regressed" for c in checks.values()) if checks else None),
+        },
+    }
+    if already_kept:
+        record["stack_before"] = previous.get("stack_before") or {}
+        record["stack_after"] = previous.get("stack_after") or {}
+    return record

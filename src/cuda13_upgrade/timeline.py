@@ -79,7 +79,7 @@ def step_durations(records: Sequence[Mapping[str, Any]], finished_at: str) -> li
             {"step": str(record["step"]), "started_at": str(record["started_at"]), "_started": started}
         )
     end = _time(finished_at, "finished_at")
-    for current, following in zip(steps, [*steps[1:], None], strict=True):
+    for current, following in zip(steps, [*steps[1:], None][: len(steps)], strict=True):
         until = following["_started"] if following else max(end, current["_started"])
         current["duration_s"] = round((until - current["_started"]).total_seconds(), 1)
     return [{k: v for k, v in step.items() if k != "_started"} for step in steps]
