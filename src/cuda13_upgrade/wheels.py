@@ -228,6 +228,7 @@ def check_stack_consistency(
     *,
     default_labels: Mapping[str, str] | None = None,
     needed_libraries: Mapping[str, Iterable[str]] | None = None,
+    target_cuda_major: int | None = None,
 ) -> list[str]:
     """List what is inconsistent in a serving stack's wheels.
 
@@ -248,6 +249,11 @@ def check_stack_consistency(
             Without either, an unlabeled torch, sgl-kernel, sglang-kernel or
             flashinfer-jit-cache is reported, because its CUDA build cannot be
             checked.
+        target_cuda_major: the CUDA major the stack is for (13 for the cu130
+            stack). A torch of another major is the wheel that is wrong: it is
+            named with the target's build as the remedy, and the other wheels
+            are then checked against the target, not against that torch (so a
+            cu130 kernel beside a cu128 torch is not told to become cu128).
 
     Checks:
         * torch, sgl-kernel / sglang-kernel and flashinfer-jit-cache are built
@@ -329,6 +335,16 @@ def check_stack_consistency(
             else:
                 torch_major = next(iter(torch_majors))
                 torch_build = f"CUDA {torch_major} (it loads {loads('torch')})"
+            reference = f"{torch_desc} for {torch_build}"
+            if target_cuda_major is not None and torch_major != target_cuda_major:
+                problems.append(
+                    f"{torch_desc} is built for {torch_build}, not for the target CUDA "
+                    f"{target_cuda_major}: install the CUDA {target_cuda_major} build of torch (the "
+                    f"PyTorch cu{target_cuda_major}X index, or the PyPI torch whose torch.version.cuda "
+                    f"is {target_cuda_major}.x)"
+                )
+                torch_label, torch_major = None, target_cuda_major
+                reference = f"the target CUDA {target_cuda_major}"
             for name in dependents:
                 desc = _describe(name, d[name])
                 dep_label = label(name)
@@ -340,8 +356,8 @@ def check_stack_consistency(
                             else "no CUDA"
                         )
                         problems.append(
-                            f"{desc} is built for {dep_cuda} ({dep_label}) but {torch_desc} for "
-                            f"{torch_build}; install the +{torch_label} wheel of {name}"
+                            f"{desc} is built for {dep_cuda} ({dep_label}) but {reference}; "
+                            f"install the +{torch_label} wheel of {name}"
                         )
                     continue
                 if dep_label is not None:
@@ -358,10 +374,12 @@ def check_stack_consistency(
                     dep_build = f"(it loads {loads(name)})"
                 else:
                     wanted = f"+{torch_label}" if torch_label else f"CUDA {torch_major}"
-                    against = torch_label or torch_build
+                    against = f"{torch_desc} ({torch_label or torch_build})"
+                    if reference.startswith("the target"):
+                        against = reference
                     problems.append(
                         f"{desc} has no local version label, so its CUDA build cannot be checked "
-                        f"against {torch_desc} ({against}); install the {wanted} wheel of it or "
+                        f"against {against}; install the {wanted} wheel of it or "
                         "declare its label in default_labels"
                     )
                     continue
@@ -370,8 +388,8 @@ def check_stack_consistency(
                         "CUDA " + "/".join(str(m) for m in sorted(dep_majors)) if dep_majors else "no CUDA"
                     )
                     problems.append(
-                        f"{desc} is built for {dep_cuda} {dep_build} but {torch_desc} for "
-                        f"{torch_build}; install the CUDA {torch_major} build of {name}"
+                        f"{desc} is built for {dep_cuda} {dep_build} but {reference}; "
+                        f"install the CUDA {torch_major} build of {name}"
                     )
 
     present = {name: d[name] for name in FLASHINFER_DISTRIBUTIONS if name in d}
