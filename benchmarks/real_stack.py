@@ -13,8 +13,11 @@ Prints:
 4. the disk the preflight must require for it: venv + the artifact cache's
    copy on the host + the CUDA toolkit + SGLang's source tree and build, with
    a margin, against ``nvidia_driver_check_required_disk_gib``;
-5. rebuilding a venv from the installed stack's ``pip freeze`` (offline, from
-   the cache), the way a rollback without a kept venv would have to, and,
+5. rebuilding a venv from the installed stack's snapshot (``pip freeze --all
+   --isolated``, what the stack_snapshot role records: pip and setuptools
+   included), offline from the cache, the way a rollback without a kept venv
+   would have to; the rebuilt venv must freeze the same and pass ``pip check``;
+   and,
    given ``--rollback-seconds`` (``benchmarks/sandbox_timings.py --rollback``
    measures it), the ratio rebuild / rollback.
 
@@ -38,6 +41,36 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("CUDA13_REAL_STACK_CACHE", "/var/cache/cuda13-upgrade-ci/real-stack"))
 REQUIREMENTS = ["torch==2.14.1", "sglang-kernel==0.4.10", "flashinfer-python==0.7.2", "sglang==0.5.23"]
+#: The snapshot's freeze (roles/stack_snapshot/tasks/collect.yml): --all keeps pip,
+#: setuptools and wheel, which a plain ``pip freeze`` leaves out.
+SNAPSHOT_FREEZE = ["-m", "pip", "freeze", "--all", "--isolated"]
+
+
+def parse_compiler_pins(script: str) -> list[str]:
+    """The ``COMPILER_PINS=(...)`` of scripts/real-stack-cache.sh: the CUDA compiler
+    components pinned to torch's release, as the cache and the real-stack scenario
+    install them. Raises SystemExit when the line is missing."""
+    for line in script.splitlines():
+        if line.startswith("COMPILER_PINS=(") and line.rstrip().endswith(")"):
+            return line.split("(", 1)[1].rstrip()[:-1].split()
+    raise SystemExit("COMPILER_PINS=(...) not found in scripts/real-stack-cache.sh")
+
+
+def stack_requirements() -> list[str]:
+    """The requirements the real-stack scenario installs: the stack and the compiler pins."""
+    return REQUIREMENTS + parse_compiler_pins((REPO / "scripts" / "real-stack-cache.sh").read_text())
+
+
+def rebuild_differences(snapshot: str, rebuilt: str) -> list[str]:
+    """What a rebuilt venv's freeze lacks or adds against the snapshot's
+    (:func:`cuda13_upgrade.stack.freeze_difference`), one line each; [] when equal."""
+    sys.path.insert(0, str(REPO / "src"))
+    from cuda13_upgrade.stack import freeze_difference, parse_pip_freeze_lines
+
+    diff = freeze_difference(parse_pip_freeze_lines(snapshot), parse_pip_freeze_lines(rebuilt))
+    return [f"missing {line}" for line in diff["removed"]] + [f"extra {line}" for line in diff["added"]]
+
+
 GIB = 1024**3
 #: What the preflight's figure adds beyond the Python stack (GiB): the CUDA 13.0
 #: toolkit's apt packages (cuda-toolkit-13-0 installs about 6 GiB) and SGLang's
@@ -100,10 +133,17 @@ def required_disk_gib() -> int:
     raise SystemExit("nvidia_driver_check_required_disk_gib not found in the role's defaults")
 
 
+def freeze_of(pip: Path) -> str:
+    """The snapshot's freeze of the venv whose pip is ``pip``."""
+    python = pip.parent / "python"
+    return subprocess.run([str(python), *SNAPSHOT_FREEZE], capture_output=True, text=True, check=True).stdout
+
+
 def rebuild_from_freeze(work: Path, stack_pip: Path) -> tuple[float, int]:
-    """Seconds to rebuild a venv from ``stack_pip``'s venv's ``pip freeze``, offline from
-    the cache (``--no-deps``: the freeze is the whole closure), and the freeze's length."""
-    freeze = subprocess.run([str(stack_pip), "freeze"], capture_output=True, text=True, check=True).stdout
+    """Seconds to rebuild a venv from ``stack_pip``'s venv's snapshot freeze, offline from
+    the cache (``--no-deps``: the freeze is the whole closure), and the freeze's length.
+    Exits when the rebuilt venv freezes otherwise or fails ``pip check``."""
+    freeze = freeze_of(stack_pip)
     (work / "freeze.txt").write_text(freeze)
     pip = venv(work / "rebuild")
     seconds, _ = timed(
@@ -120,11 +160,16 @@ def rebuild_from_freeze(work: Path, stack_pip: Path) -> tuple[float, int]:
             str(work / "freeze.txt"),
         ]
     )
+    differences = rebuild_differences(freeze, freeze_of(pip))
+    if differences:
+        sys.exit(f"the rebuilt venv differs from the snapshot: {'; '.join(differences)}")
+    timed([str(pip), "--isolated", "check"])
     return seconds, len([x for x in freeze.splitlines() if x.strip()])
 
 
 def install_stack(work: Path) -> tuple[float, Path]:
-    """Seconds to install the real stack offline into a fresh venv, and that venv's pip."""
+    """Seconds to install the real stack (with the compiler pins) offline into a fresh
+    venv, and that venv's pip."""
     pip = venv(work / "stack")
     seconds, _ = timed(
         [
@@ -135,7 +180,7 @@ def install_stack(work: Path) -> tuple[float, Path]:
             "--no-index",
             "--find-links",
             str(CACHE / "wheels"),
-            *REQUIREMENTS,
+            *stack_requirements(),
         ]
     )
     return seconds, pip
@@ -174,7 +219,7 @@ def main() -> None:
                     ":all:",
                     "--dest",
                     str(work / "download"),
-                    "sglang==0.5.23",
+                    *stack_requirements(),
                 ]
             )
             wheels = wheels_of(work / "download")
@@ -201,25 +246,13 @@ def main() -> None:
                 "--no-index",
                 "--find-links",
                 str(CACHE / "wheels"),
-                *REQUIREMENTS,
+                *stack_requirements(),
             ]
         )
         resolved = len(json.loads(done.stdout)["install"])
         print(f"resolver per host:    {seconds:7.1f} s  (pip --dry-run --report, {resolved} distributions)")
 
-        pip = venv(work / "stack")
-        seconds, _ = timed(
-            [
-                str(pip),
-                "--isolated",
-                "install",
-                "-q",
-                "--no-index",
-                "--find-links",
-                str(CACHE / "wheels"),
-                *REQUIREMENTS,
-            ]
-        )
+        seconds, pip = install_stack(work)
         venv_bytes = tree_bytes(work / "stack")
         print(f"install (offline):    {seconds:7.1f} s  (venv {venv_bytes / GIB:.2f} GiB on disk)")
 
@@ -231,25 +264,11 @@ def main() -> None:
             f"{required_disk_gib()} GiB (nvidia_driver_check_required_disk_gib)"
         )
 
-        freeze = subprocess.run([str(pip), "freeze"], capture_output=True, text=True, check=True).stdout
-        (work / "freeze.txt").write_text(freeze)
-        pip = venv(work / "rebuild")
-        seconds, _ = timed(
-            [
-                str(pip),
-                "--isolated",
-                "install",
-                "-q",
-                "--no-deps",
-                "--no-index",
-                "--find-links",
-                str(CACHE / "wheels"),
-                "-r",
-                str(work / "freeze.txt"),
-            ]
+        seconds, lines = rebuild_from_freeze(work, pip)
+        print(
+            f"rebuild from freeze:  {seconds:7.1f} s  ({lines} requirements, offline, real wheels; "
+            "same freeze, pip check passes)"
         )
-        lines = len([x for x in freeze.splitlines() if x.strip()])
-        print(f"rebuild from freeze:  {seconds:7.1f} s  ({lines} requirements, offline, real wheels)")
         if args.rollback_seconds:
             print(
                 f"rebuild / rollback:   {seconds / args.rollback_seconds:7.1f} x  "

@@ -55,6 +55,7 @@ DOCUMENTATION = r"""
       expected_cuda_major: {description: CUDA major torch.version.cuda must report, type: int, required: true}
       driver_library_optional: {description: a host without libcuda.so.1 may pass, type: bool, default: false}
       compute_capabilities: {description: capabilities the arch list must cover, type: list, default: []}
+      driver_version: {description: "the driver nvidia-smi reports, named on failure", type: str}
   - name: cuda13_toolkit_skew
     short_description: Skew between C(nvcc --version) of a toolkit and torch.version.cuda.
     options:
@@ -116,7 +117,11 @@ def cuda13_arch_list_missing(arch_list, capabilities):
 
 
 def cuda13_stack_verdict(
-    probe, expected_cuda_major, driver_library_optional=False, compute_capabilities=None
+    probe,
+    expected_cuda_major,
+    driver_library_optional=False,
+    compute_capabilities=None,
+    driver_version=None,
 ):
     if not isinstance(probe, dict):
         raise AnsibleFilterError(f"cuda13_stack_verdict expects the probe's mapping, got {probe!r}")
@@ -135,6 +140,7 @@ def cuda13_stack_verdict(
             int(expected_cuda_major),
             driver_library_optional=driver_library_optional,
             compute_capabilities=compute_capabilities,
+            driver_version=str(driver_version) if driver_version else None,
         )
     except ValueError as exc:
         raise AnsibleFilterError(str(exc)) from exc

@@ -21,6 +21,7 @@ def read(name: str) -> str:
     [
         ("torch-driver-too-old-warning.txt", "driver_too_old", "CUDA 11.0 (torch found version 11000)"),
         ("torch-driver-too-old-error.txt", "driver_too_old", "CUDA 11.4"),
+        ("torch-cu130-driver-12080.txt", "driver_too_old", "CUDA 12.8 (torch found version 12080)"),
         (
             "torch-sm120-not-compatible.txt",
             "torch_arch_unsupported",
@@ -30,19 +31,20 @@ def read(name: str) -> str:
         (
             "sgl-kernel-greenctx.txt",
             "driver_api_missing",
-            "sgl_kernel (common_ops.abi3.so) calls the CUDA driver API cuGreenCtxStreamCreate",
+            "sglang-kernel / sgl-kernel (sgl_kernel/common_ops.abi3.so) calls the CUDA driver API "
+            "cuGreenCtxStreamCreate",
         ),
         ("sgl-kernel-torch-abi.txt", "kernel_torch_abi", "common_ops.abi3.so was built for another torch"),
         ("sgl-kernel-libcuda.txt", "libcuda_missing", "libcuda.so.1"),
         (
             "cuda13-extension-on-cuda12.txt",
             "cuda13_on_cuda12",
-            "a CUDA 13 extension on a CUDA 12 stack: it links libcudart.so.13",
+            "the extension .../deep_gemm/_C.so is a CUDA 13 build: it links libcudart.so.13",
         ),
         (
             "sglang-libnvrtc-12.txt",
             "cuda12_on_cuda13",
-            "a CUDA 12 extension in a CUDA 13 venv: it links libnvrtc.so.12",
+            "is a CUDA 12 build: it links libnvrtc.so.12",
         ),
         ("cccl-headers-incompatible.txt", "cccl_headers_mismatch", "nvcc and the CUDA headers"),
         ("pip-no-space.txt", "no_space", "full"),
@@ -79,7 +81,11 @@ def test_each_real_text_has_its_kind_cause_and_remedy(fixture: str, kind: str, i
 
 
 def test_every_kind_has_a_real_fixture() -> None:
-    seen = {diagnose(read(p.name)).kind for p in FAILURES.glob("*.txt")}
+    seen = {
+        diagnose(read(p.name), context=context).kind
+        for p in FAILURES.glob("*.txt")
+        for context in (None, {"target_cuda": "13.0"})
+    }
     # flashinfer's version check is quoted from its source (test below), not a capture.
     assert set(KINDS) - {"flashinfer_jit_cache_mismatch"} <= seen
 
@@ -177,3 +183,70 @@ def test_exec_failure_other_than_permission_is_not_exec_denied():
         "/opt/tinypilot/venv/bin/python: No such file or directory\n"
     )
     assert diagnose(text).kind == "unknown"
+
+
+IMPORT_FAILURES = Path(__file__).parent / "fixtures" / "import_failures"
+
+
+def test_a_missing_cuda_13_library_names_the_package_whose_import_failed() -> None:
+    # kaito-project/kaito#2086: nixl_ep's extension needs libcudart.so.13; on the
+    # CUDA 13 target its runtime wheel is missing, not a CUDA 12 build wanted.
+    text = (IMPORT_FAILURES / "kaito-2086-libcudart13.txt").read_text(encoding="utf-8")
+    result = diagnose(text, context={"target_cuda": "13.0"})
+    assert result.kind == "cuda_library_missing"
+    assert result.cause.startswith("the package nixl_ep links libcudart.so.13, a CUDA 13 library")
+    assert "install the nvidia-* wheel that provides libcudart.so.13" in result.remedy
+    assert "nixl_ep" in result.remedy
+    assert "that package" not in result.remedy + result.cause
+    assert "cu128" not in result.remedy
+
+
+def test_the_package_is_the_last_frame_above_the_error() -> None:
+    # sglang#4778: import sgl_kernel fails in sgl_kernel/__init__.py.
+    result = diagnose(read("sgl-kernel-libcuda.txt"))
+    assert result.kind == "libcuda_missing"
+    from cuda13_upgrade.wheels import failing_package
+
+    assert failing_package(read("sgl-kernel-libcuda.txt").splitlines()) == "sgl_kernel"
+
+
+def test_a_kernel_abi_failure_names_the_distribution_not_the_subdirectory() -> None:
+    # sglang PR #13948: the object lives in sgl_kernel/sm100/.
+    text = (IMPORT_FAILURES / "sglang-13948-torch-abi.txt").read_text(encoding="utf-8")
+    result = diagnose(text)
+    assert result.kind == "kernel_torch_abi"
+    assert result.cause.startswith(
+        "sglang-kernel / sgl-kernel (sgl_kernel/sm100/common_ops.abi3.so) was built for another torch"
+    )
+    assert not result.cause.startswith("sm100")
+
+
+@pytest.mark.parametrize("fixture", sorted(p.name for p in FAILURES.glob("*.txt")))
+def test_no_remedy_on_the_cuda_13_target_points_back_to_cuda_12(fixture: str) -> None:
+    result = diagnose(read(fixture), context={"target_cuda": "13.0"})
+    assert "cu128" not in result.remedy
+    assert "CUDA 12" not in result.remedy
+    assert "driver's CUDA" not in result.remedy
+
+
+def test_a_cuda_12_library_on_the_cuda_13_target_asks_for_the_cu130_build() -> None:
+    result = diagnose(read("sglang-libnvrtc-12.txt"), context={"target_cuda": "13.0"})
+    assert result.kind == "cuda12_on_cuda13"
+    assert "install the CUDA 13.0 build (+cu130) of" in result.remedy
+
+
+@pytest.mark.parametrize(
+    ("context", "needs"),
+    [
+        ({"target_cuda": "13.0"}, ">= 580.65.06, the minimum for CUDA 13.0"),
+        ({"target_cuda": "13"}, ">= 580, the minimum for CUDA 13.x"),
+        ({"torch_version": "2.11.0+cu130"}, ">= 580.65.06, the minimum for CUDA 13.0"),
+    ],
+)
+def test_the_driver_too_old_remedy_names_the_driver_the_target_needs(context, needs) -> None:
+    # A cu130 torch under a CUDA 12.8 driver (torch-cu130-driver-12080.txt, SOURCES.md).
+    result = diagnose(read("torch-cu130-driver-12080.txt"), context=context)
+    assert result.kind == "driver_too_old"
+    assert "CUDA 12.8 (torch found version 12080)" in result.cause
+    assert needs in result.remedy
+    assert "Table" in result.remedy

@@ -237,3 +237,106 @@ def test_each_real_inconsistent_variant_is_caught_for_its_reason(variant, reason
     text = "\n".join(verdict["problems"])
     for reason in reasons:
         assert reason in text
+
+
+# tests/fixtures/failures/torch-cu130-driver-12080.txt (SOURCES.md): torch
+# 2.11.0+cu130 under driver 570.133.20 (CUDA 12.8); is_available() printed False.
+DRIVER_12080 = (FIXTURES / "failures" / "torch-cu130-driver-12080.txt").read_text(encoding="utf-8")
+
+
+def _real_stack_on_an_old_driver():
+    probe = _probe("real-stack")
+    # The same stack on a host whose driver loads but is too old: the probe's
+    # torch record as torch 2.14.1+cu130 would report it, with the warning torch
+    # printed there (its message is the text after "UserWarning: ").
+    message = DRIVER_12080.splitlines()[0].split("UserWarning: ", 1)[1]
+    probe["driver_library"] = None
+    probe["imports"] = {module: None for module in probe["imports"]}
+    probe["torch"] = {**probe["torch"], "cuda_available": False, "device_count": 0, "cuda_warning": message}
+    return probe
+
+
+def test_a_torch_that_cannot_reach_the_gpus_is_refused_naming_the_driver_and_the_floor():
+    verdict = stack.stack_verdict(
+        _real_stack_on_an_old_driver(),
+        13,
+        compute_capabilities=["12.0"],
+        driver_version="570.133.20",
+    )
+    assert verdict["consistent"] is False
+    (problem,) = [p for p in verdict["problems"] if "cannot reach this host's GPUs" in p]
+    assert problem.startswith(
+        "torch 2.14.1+cu130 (CUDA 13.0) cannot reach this host's GPUs (compute capability 12.0): "
+        "torch.cuda.is_available() is False, 0 devices, under driver 570.133.20: the NVIDIA driver "
+        "supports up to CUDA 12.8 (torch found version 12080)"
+    )
+    assert "the new stack needs driver >= 580" in problem
+    assert "upgrade the driver before the switch" in problem
+
+
+def test_a_host_without_gpus_or_without_the_driver_library_is_not_refused_for_it():
+    probe = _real_stack_on_an_old_driver()
+    no_gpus = stack.stack_verdict(probe, 13, compute_capabilities=[])
+    assert not [p for p in no_gpus["problems"] if "cannot reach" in p]
+    probe["driver_library"] = "libcuda.so.1: cannot open shared object file: No such file or directory"
+    sandbox = stack.stack_verdict(probe, 13, driver_library_optional=True, compute_capabilities=["12.0"])
+    assert not [p for p in sandbox["problems"] if "cannot reach" in p]
+
+
+def test_a_probe_without_cuda_available_reads_as_before():
+    probe = _real_stack_on_an_old_driver()
+    for key in ("cuda_available", "device_count", "cuda_warning"):
+        del probe["torch"][key]
+    verdict = stack.stack_verdict(probe, 13, compute_capabilities=["12.0"])
+    assert not [p for p in verdict["problems"] if "cannot reach" in p]
+
+
+def test_a_cu128_torch_is_the_wheel_the_remedy_names():
+    # torch-2.10.0.json: PyPI's torch 2.10.0 (a CUDA 12.8 build) in the new venv.
+    verdict = stack.stack_verdict(
+        _probe("torch-2.10.0"), 13, driver_library_optional=True, compute_capabilities=["12.0"]
+    )
+    text = "\n".join(verdict["problems"])
+    assert (
+        "torch 2.10.0 is built for CUDA 12 (it loads libcublas.so.12, libcublasLt.so.12, libcudart.so.12, "
+        "libcupti.so.12, libnvrtc.so.12), not for the target CUDA 13: install the CUDA 13 build of torch"
+    ) in text
+    assert "install the CUDA 12 build" not in text
+    assert "cu128" not in text
+    # each import fails inside torch's own loader: torch is named, not the kernel
+    for module in ("torch", "sgl_kernel", "flashinfer"):
+        assert verdict["imports"][module]["remedy"].startswith("torch is built for CUDA 12")
+
+
+def test_a_cu128_torch_label_on_the_cu130_target_names_torch_not_the_kernel():
+    problems = wheels.check_stack_consistency(
+        {"torch": "2.10.0+cu128", "sglang-kernel": "0.4.10+cu130"}, target_cuda_major=13
+    )
+    assert problems == [
+        "torch 2.10.0+cu128 is built for CUDA 12.8 (cu128), not for the target CUDA 13: install the "
+        "CUDA 13 build of torch (the PyTorch cu13X index, or the PyPI torch whose torch.version.cuda is 13.x)"
+    ]
+
+
+def test_the_probe_records_why_torch_cannot_reach_the_gpus(tmp_path, monkeypatch):
+    # A stand-in torch module whose is_available() warns as torch does; the
+    # warning text is the real one (torch-cu130-driver-12080.txt).
+    import types
+    import warnings
+
+    message = DRIVER_12080.splitlines()[0].split("UserWarning: ", 1)[1]
+
+    def is_available():
+        warnings.warn(message, UserWarning, stacklevel=1)
+        return False
+
+    fake = types.ModuleType("torch")
+    fake.__version__ = "2.14.1+cu130"
+    fake.version = types.SimpleNamespace(cuda="13.0")
+    fake.cuda = types.SimpleNamespace(
+        is_available=is_available, device_count=lambda: 0, get_arch_list=lambda: []
+    )
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    info = stack_probe._torch_info()
+    assert info["cuda_available"] is False
+    assert info["cuda_warning"] == message

@@ -27,8 +27,10 @@ kind                        text it is recognised by
 ``driver_api_missing``      ``undefined symbol: cu...`` (a CUDA driver API entry
                             point such as ``cuGreenCtxStreamCreate``: the driver
                             is older than the CUDA release the extension needs)
-``cuda13_on_cuda12``        ``libcudart.so.13`` / ``libnvrtc.so.13`` / ``libcublas*.so.13``
-                            ``cannot open shared object file``
+``cuda_library_missing``    ``libcudart.so.N`` / ``libnvrtc.so.N`` / ``libcublas*.so.N``
+                            ``cannot open shared object file`` with N the target's
+                            major (context ``target_cuda``): its nvidia-* wheel is missing
+``cuda13_on_cuda12``        the same with N = 13 under another (or no known) target
 ``cuda12_on_cuda13``        the same for ``.so.12``
 ``libcuda_missing``         ``libcuda.so.1: cannot open shared object file``
 ``cccl_headers_mismatch``   CCCL's ``CUDA compiler and (CUDA) toolkit headers are
@@ -53,6 +55,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 
 from cuda13_upgrade.nvidia_smi import classify_failure
+from cuda13_upgrade.versions import stack_driver_floor
+from cuda13_upgrade.wheels import MODULE_DISTRIBUTIONS, describe_package, failing_package, package_of_path
 
 __all__ = ["KINDS", "Diagnosis", "cuda_version_from_int", "diagnose", "diagnose_nvidia_smi"]
 
@@ -102,7 +106,67 @@ def cuda_version_from_int(value: int | str) -> str:
     return f"{number // 1000}.{(number % 1000) // 10}"
 
 
-_Rule = tuple[str, re.Pattern[str], Callable[[re.Match[str], dict[str, str]], tuple[str, str]]]
+#: A builder returns (cause, remedy), or None when the text is not this kind after
+#: all (a missing CUDA library is ``cuda_library_missing`` only under its own major).
+_Rule = tuple[str, re.Pattern[str], Callable[[re.Match[str], dict[str, str]], tuple[str, str] | None]]
+
+_TARGET_RE = re.compile(r"^(?P<major>\d+)(?:\.(?P<minor>\d+))?")
+_LABEL_RE = re.compile(r"\+cu(?P<major>\d+)(?P<minor>\d)$")
+
+
+def _target(context: Mapping[str, str]) -> tuple[int | None, str | None]:
+    """The target CUDA (major, "major.minor" or None) from ``target_cuda`` (``"13.0"``
+    or ``"13"``), else from the label of ``torch_version`` (``2.14.1+cu130``)."""
+    found = _TARGET_RE.match(context.get("target_cuda", ""))
+    if found:
+        major, minor = int(found.group("major")), found.group("minor")
+        return major, f"{major}.{minor}" if minor is not None else None
+    label = _LABEL_RE.search(context.get("torch_version", ""))
+    if label:
+        return int(label.group("major")), f"{int(label.group('major'))}.{label.group('minor')}"
+    return None, None
+
+
+def _target_build(context: Mapping[str, str]) -> str:
+    """``"CUDA 13.0 build (+cu130)"``, ``"CUDA 13 build"``, or ``"build for the target CUDA release"``."""
+    major, release = _target(context)
+    if release:
+        return f"CUDA {release} build (+cu{release.replace('.', '')})"
+    if major is not None:
+        return f"CUDA {major} build"
+    return "build for the target CUDA release"
+
+
+def _driver_floor(context: Mapping[str, str]) -> str:
+    """What driver the target needs, by NVIDIA's tables (:func:`stack_driver_floor`):
+    ``">= 580.65.06, the minimum for CUDA 13.0 (CUDA Toolkit Release Notes,
+    Table 3; >= 580 runs CUDA 13.x without PTX JIT, Table 2)"``; "" when the target
+    is not known."""
+    major, release = _target(context)
+    if major is None:
+        return ""
+    if release is None:
+        floor = stack_driver_floor(torch_cuda=f"{major}.0", jit=False)
+        if not floor["floor"]:
+            return ""
+        return (
+            f">= {floor['floor']}, the minimum for CUDA {major}.x (CUDA Toolkit Release "
+            "Notes, Table 2, minor version compatibility; the release's own Table 3 row is higher)"
+        )
+    floor = stack_driver_floor(torch_cuda=release)
+    if floor["jit_floor"]:
+        mvc = (
+            f"; >= {floor['mvc_floor']} runs CUDA {major}.x without PTX JIT, Table 2"
+            if floor["mvc_floor"]
+            else ""
+        )
+        return (
+            f">= {floor['jit_floor']}, the minimum for CUDA {release} (CUDA Toolkit "
+            f"Release Notes, Table 3{mvc})"
+        )
+    if floor["mvc_floor"]:
+        return f">= {floor['mvc_floor']} for CUDA {major}.x (CUDA Toolkit Release Notes, Table 2)"
+    return ""
 
 
 def _no_space(m: re.Match[str], context: dict[str, str]) -> tuple[str, str]:
@@ -130,12 +194,25 @@ def _exec_denied(m: re.Match[str], context: dict[str, str]) -> tuple[str, str]:
     )
 
 
-def _library(m: re.Match[str]) -> str:
-    """``sgl_kernel (common_ops.abi3.so)`` from ``.../sgl_kernel/common_ops.abi3.so``."""
-    path = m.group("lib")
+def _library(m: re.Match[str], context: Mapping[str, str] | None = None) -> str:
+    """The component a shared object belongs to, named by its distribution:
+    ``sglang-kernel / sgl-kernel (sgl_kernel/sm100/common_ops.abi3.so)`` from
+    ``.../dist-packages/sgl_kernel/sm100/common_ops.abi3.so``. The package is the
+    one under site-packages/dist-packages in the path, else the traceback's last
+    frame above the error (``__package``); a bare file name stays as it is."""
+    path = m.group("lib") or ""
+    package = package_of_path(path) or (context or {}).get("__package")
     if not path:
-        return "a compiled extension"
+        return describe_package(package) if package else "a compiled extension"
     parts = [p for p in path.split("/") if p]
+    inside = parts[-1]
+    if package and package in parts:
+        inside = "/".join(parts[parts.index(package) :])
+    elif package:
+        inside = f"{package}: {parts[-1]}"
+    if package:
+        dist = MODULE_DISTRIBUTIONS.get(package)
+        return f"{dist} ({inside})" if dist else f"the package {package} ({inside})"
     if len(parts) >= 2 and parts[-2] not in (".", "..", "..."):
         return f"{parts[-2]} ({parts[-1]})"
     return parts[-1]
@@ -145,7 +222,7 @@ def _torch_abi(m: re.Match[str], context: dict[str, str]) -> tuple[str, str]:
     torch = context.get("torch_version")
     wanted = f"torch {'.'.join(torch.split('+')[0].split('.')[:2])}" if torch else "the installed torch"
     return (
-        f"{_library(m)} was built for another torch: it needs the C++ symbol {m.group('sym')} "
+        f"{_library(m, context)} was built for another torch: it needs the C++ symbol {m.group('sym')} "
         "of the torch it was compiled against, which the installed "
         f"{'torch ' + torch if torch else 'torch'} does not export",
         f"install the kernel wheel built for {wanted} (the sgl-kernel/sglang-kernel version "
@@ -153,32 +230,65 @@ def _torch_abi(m: re.Match[str], context: dict[str, str]) -> tuple[str, str]:
     )
 
 
+def _upgrade_driver(context: Mapping[str, str]) -> str:
+    floor = _driver_floor(context)
+    if floor:
+        return f"upgrade the NVIDIA driver to {floor}"
+    return (
+        "upgrade the NVIDIA driver to one that supports the target CUDA release "
+        "(the preflight's driver table)"
+    )
+
+
 def _driver_api(m: re.Match[str], context: dict[str, str]) -> tuple[str, str]:
-    lib = _library(m)
+    lib = _library(m, context)
     return (
         f"{lib} calls the CUDA driver API {m.group('sym')}, which the installed NVIDIA "
         "driver lacks: the driver is older than the CUDA release the extension was built for",
-        "upgrade the NVIDIA driver to one that supports the stack's CUDA release "
-        "(the preflight's driver table), or install a kernel wheel built for the driver's CUDA",
+        f"{_upgrade_driver(context)}; the new stack cannot run on this driver",
+    )
+
+
+_OBJECT_RE = re.compile(r"(?P<object>[^\s:'\"]+\.so(?:\.\d+)*): lib")
+
+
+def _package(context: Mapping[str, str]) -> str:
+    """The package the text points at; else the extension its error line names
+    (``Failed to load .../deep_gemm/_C.so: libcudart.so.13: ...``)."""
+    if not context.get("__package") and context.get("__object"):
+        return f"the extension {context['__object']}"
+    return describe_package(context.get("__package"))
+
+
+def _cuda_library_missing(m: re.Match[str], context: dict[str, str]) -> tuple[str, str] | None:
+    major, _release = _target(context)
+    if major is None or int(m.group("major")) != major:
+        return None
+    return (
+        f"{_package(context)} links {m.group('so')}, a CUDA {major} library of the target that "
+        "no library of this environment provides",
+        f"install the nvidia-* wheel that provides {m.group('so')} into the new venv (the "
+        f"{_target_build(context)} of {_package(context)} declares it; pip check lists what is missing)",
+    )
+
+
+def _other_major(m: re.Match[str], context: dict[str, str], built: int) -> tuple[str, str]:
+    major, _release = _target(context)
+    where = f"the CUDA {major} stack" if major is not None else "this environment"
+    return (
+        f"{_package(context)} is a CUDA {built} build: it links {m.group('so')}, which {where} "
+        "does not provide",
+        f"install the {_target_build(context)} of {_package(context)} from the target's index "
+        "into the new venv",
     )
 
 
 def _cuda13_on_12(m: re.Match[str], context: dict[str, str]) -> tuple[str, str]:
-    return (
-        f"a CUDA 13 extension on a CUDA 12 stack: it links {m.group('so')}, which no library "
-        "of this environment provides",
-        "install the cu128/CUDA 12 build of that package in the CUDA 12 venv (or move the "
-        "service to the CUDA 13 venv, where the cu130 wheels bring the CUDA 13 libraries)",
-    )
+    return _other_major(m, context, 13)
 
 
 def _cuda12_on_13(m: re.Match[str], context: dict[str, str]) -> tuple[str, str]:
-    return (
-        f"a CUDA 12 extension in a CUDA 13 venv: it links {m.group('so')}, which the CUDA 13 "
-        "stack does not provide",
-        "install the +cu130 build of that package (sgl-kernel, flashinfer) from the cu130 "
-        "index; a +cu128 wheel left in the new venv is the usual cause",
-    )
+    return _other_major(m, context, 12)
 
 
 def _libcuda(m: re.Match[str], context: dict[str, str]) -> tuple[str, str]:
@@ -205,8 +315,8 @@ def _torch_arch(m: re.Match[str], context: dict[str, str]) -> tuple[str, str]:
     return (
         f"the installed torch has no kernels for {m.group('gpu').strip()} ({m.group('sm')}): "
         "it was built for older architectures only",
-        f"install a torch build whose arch list includes {m.group('sm')} (cu128 or newer "
-        "for Blackwell: the cu130 wheels of this upgrade)",
+        f"install a torch {_target_build(context)} whose arch list includes {m.group('sm')} "
+        "(torch.cuda.get_arch_list())",
     )
 
 
@@ -237,8 +347,7 @@ def _driver_too_old(m: re.Match[str], context: dict[str, str]) -> tuple[str, str
     return (
         f"the NVIDIA driver supports up to {release} (torch found version {found}), older "
         "than the CUDA release torch was built for",
-        "upgrade the NVIDIA driver to one that supports the stack's CUDA release (the "
-        "preflight's driver table), or install a torch built for the driver's CUDA",
+        f"{_upgrade_driver(context)}; until then the new stack cannot reach the GPUs",
     )
 
 
@@ -268,6 +377,11 @@ _RULES: tuple[_Rule, ...] = (
         "driver_api_missing",
         re.compile(r"(?P<lib>[\w./<>-]*\.so)?:?\s*undefined symbol: (?P<sym>cu[A-Z]\w*)"),
         _driver_api,
+    ),
+    (
+        "cuda_library_missing",
+        re.compile(rf"(?P<so>{_CUDA_LIBS}\.so\.(?P<major>\d+)): cannot open shared object file"),
+        _cuda_library_missing,
     ),
     (
         "cuda13_on_cuda12",
@@ -345,7 +459,14 @@ def diagnose(
         context: facts that sharpen the remedy: ``torch_version``
             (``"2.10.0+cu130"``: "install the kernel wheel built for torch 2.10"),
             ``service_user`` (the unit's ``User=``, named in the remedy of
-            ``service_exec_denied``).
+            ``service_exec_denied``), ``target_cuda`` (the target CUDA release,
+            ``"13.0"``, or its major, ``"13"``; else the label of
+            ``torch_version``): every remedy follows it (the build to install,
+            the driver the target needs by NVIDIA's tables), and a missing
+            CUDA library of the target's own major is ``cuda_library_missing``.
+            The package a remedy names is the one the text points at: the
+            shared object's directory under site-packages/dist-packages, else
+            the traceback's last frame there above the error line.
 
     Returns:
         A :class:`Diagnosis`; ``kind == "unknown"`` (cause naming the first
@@ -354,10 +475,22 @@ def diagnose(
     lines = _lines(text)
     facts = {str(k): str(v) for k, v in (context or {}).items() if v not in (None, "")}
     for kind, pattern, build in _RULES:
-        for line in lines:
+        for index, line in enumerate(lines):
             match = pattern.search(line)
             if match:
-                cause, remedy = build(match, facts)
+                package = package_of_path(line) or failing_package(lines, upto=index)
+                extension = _OBJECT_RE.search(line)
+                found = build(
+                    match,
+                    {
+                        **facts,
+                        "__package": package or "",
+                        "__object": extension.group("object") if extension else "",
+                    },
+                )
+                if found is None:
+                    continue
+                cause, remedy = found
                 return Diagnosis(kind, cause, remedy, line.strip(), source)
     first = next((line.strip() for line in reversed(lines) if line.strip()), "")
     return Diagnosis(

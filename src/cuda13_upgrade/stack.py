@@ -271,6 +271,7 @@ def stack_verdict(
     *,
     driver_library_optional: bool = False,
     compute_capabilities: list[str] | None = None,
+    driver_version: str | None = None,
 ) -> dict[str, Any]:
     """What is true of a venv's stack, from ``hostscripts/stack_probe.py``'s JSON.
 
@@ -284,7 +285,17 @@ def stack_verdict(
             fails only for want of it is a remaining *condition*, not a problem.
             On a serving host it is a problem (the default).
         compute_capabilities: the GPUs' compute capabilities (``["12.0"]``)
-            that torch's arch list must cover.
+            that torch's arch list must cover; non-empty means the host has GPUs.
+        driver_version: the NVIDIA driver nvidia-smi reports (``"570.133.20"``),
+            named when torch cannot reach the GPUs.
+
+    A host that has GPUs (``compute_capabilities``) and the driver's library
+    (the probe's ``driver_library`` is null) where the new torch reports
+    ``cuda_available`` false is refused: torch cannot reach the GPUs, most often
+    because the driver is older than torch's CUDA (its ``cuda_warning``, "The
+    NVIDIA driver on your system is too old (found version 12080)"). The
+    problem names the driver and the floor of the new stack
+    (:func:`cuda13_upgrade.versions.stack_driver_floor`).
 
     Facts read (PyPI wheels have no local labels: ``pip freeze`` says
     ``torch==2.14.1`` while ``torch.__version__`` says ``2.14.1+cu130``;
@@ -344,7 +355,14 @@ def stack_verdict(
         runtime_label = local_label(runtime_version) if runtime_version else None
         if runtime_label:
             default_labels["torch"] = runtime_label
-    problems.extend(check_stack_consistency(dists, default_labels=default_labels, needed_libraries=needed))
+    problems.extend(
+        check_stack_consistency(
+            dists,
+            default_labels=default_labels,
+            needed_libraries=needed,
+            target_cuda_major=expected_cuda_major,
+        )
+    )
     problems.extend(_kernel_torch_pin(probe))
     problems.extend(cuda_component_skew(dists, torch_cuda=cuda or None))
 
@@ -372,8 +390,17 @@ def stack_verdict(
                 f"Its text: {text}"
             )
 
-    covers: list[str] = []
     capabilities = [str(c) for c in (compute_capabilities or [])]
+    if (
+        torch
+        and capabilities
+        and torch.get("cuda_available") is False
+        and "driver_library" in probe
+        and probe.get("driver_library") is None
+    ):
+        problems.append(_unreachable_gpus(torch, dists, capabilities, driver_version))
+
+    covers: list[str] = []
     arch_list = torch.get("arch_list") if torch else None
     if not torch:
         notes.append("the arch-list check cannot run: torch does not import")
@@ -415,6 +442,37 @@ def stack_verdict(
         "arch_list_covers": covers,
         "imports": imports,
     }
+
+
+def _unreachable_gpus(
+    torch: dict[str, Any], dists: dict[str, Any], capabilities: list[str], driver_version: str | None
+) -> str:
+    """The problem of a torch that cannot reach a host's GPUs: why (its warning,
+    diagnosed), the driver, and the driver the new stack needs (NVIDIA's tables)."""
+    from cuda13_upgrade.diagnosis import diagnose
+    from cuda13_upgrade.versions import stack_driver_floor
+
+    version, cuda = torch.get("version"), torch.get("cuda")
+    warning = str(torch.get("cuda_warning") or "")
+    found = diagnose(warning, context={"target_cuda": cuda or ""}) if warning else None
+    why = found.cause if found is not None and found.known else (warning or "torch gives no reason")
+    driver = f"driver {driver_version}" if driver_version else "the installed driver"
+    try:
+        floor = stack_driver_floor(dists, torch_cuda=cuda) if cuda else None
+    except ValueError:
+        floor = None
+    needs = (
+        f"; the new stack needs driver >= {floor['floor']} (set by {floor['set_by']}; CUDA Toolkit "
+        f"Release Notes, Table {3 if floor['rule'] == 'toolkit-driver' else 2}): upgrade the driver "
+        "before the switch"
+        if floor and floor.get("floor")
+        else "; upgrade the driver to one that supports torch's CUDA before the switch"
+    )
+    return (
+        f"torch {version} (CUDA {cuda}) cannot reach this host's GPUs (compute capability "
+        f"{', '.join(sorted(set(capabilities)))}): torch.cuda.is_available() is False, "
+        f"{torch.get('device_count', 0)} devices, under {driver}: {why}{needs}"
+    )
 
 
 def probe_problems(probe: dict[str, Any], expected_cuda_major: int) -> list[str]:

@@ -38,7 +38,11 @@ __all__ = [
     "cuda_majors_of_needed",
     "cuda_label",
     "cuda_tag_of_label",
+    "describe_package",
+    "failing_package",
     "local_label",
+    "MODULE_DISTRIBUTIONS",
+    "package_of_path",
     "normalize_name",
     "parse_pip_freeze",
 ]
@@ -224,6 +228,7 @@ def check_stack_consistency(
     *,
     default_labels: Mapping[str, str] | None = None,
     needed_libraries: Mapping[str, Iterable[str]] | None = None,
+    target_cuda_major: int | None = None,
 ) -> list[str]:
     """List what is inconsistent in a serving stack's wheels.
 
@@ -244,6 +249,11 @@ def check_stack_consistency(
             Without either, an unlabeled torch, sgl-kernel, sglang-kernel or
             flashinfer-jit-cache is reported, because its CUDA build cannot be
             checked.
+        target_cuda_major: the CUDA major the stack is for (13 for the cu130
+            stack). A torch of another major is the wheel that is wrong: it is
+            named with the target's build as the remedy, and the other wheels
+            are then checked against the target, not against that torch (so a
+            cu130 kernel beside a cu128 torch is not told to become cu128).
 
     Checks:
         * torch, sgl-kernel / sglang-kernel and flashinfer-jit-cache are built
@@ -325,6 +335,16 @@ def check_stack_consistency(
             else:
                 torch_major = next(iter(torch_majors))
                 torch_build = f"CUDA {torch_major} (it loads {loads('torch')})"
+            reference = f"{torch_desc} for {torch_build}"
+            if target_cuda_major is not None and torch_major != target_cuda_major:
+                problems.append(
+                    f"{torch_desc} is built for {torch_build}, not for the target CUDA "
+                    f"{target_cuda_major}: install the CUDA {target_cuda_major} build of torch (the "
+                    f"PyTorch cu{target_cuda_major}X index, or the PyPI torch whose torch.version.cuda "
+                    f"is {target_cuda_major}.x)"
+                )
+                torch_label, torch_major = None, target_cuda_major
+                reference = f"the target CUDA {target_cuda_major}"
             for name in dependents:
                 desc = _describe(name, d[name])
                 dep_label = label(name)
@@ -336,8 +356,8 @@ def check_stack_consistency(
                             else "no CUDA"
                         )
                         problems.append(
-                            f"{desc} is built for {dep_cuda} ({dep_label}) but {torch_desc} for "
-                            f"{torch_build}; install the +{torch_label} wheel of {name}"
+                            f"{desc} is built for {dep_cuda} ({dep_label}) but {reference}; "
+                            f"install the +{torch_label} wheel of {name}"
                         )
                     continue
                 if dep_label is not None:
@@ -354,10 +374,12 @@ def check_stack_consistency(
                     dep_build = f"(it loads {loads(name)})"
                 else:
                     wanted = f"+{torch_label}" if torch_label else f"CUDA {torch_major}"
-                    against = torch_label or torch_build
+                    against = f"{torch_desc} ({torch_label or torch_build})"
+                    if reference.startswith("the target"):
+                        against = reference
                     problems.append(
                         f"{desc} has no local version label, so its CUDA build cannot be checked "
-                        f"against {torch_desc} ({against}); install the {wanted} wheel of it or "
+                        f"against {against}; install the {wanted} wheel of it or "
                         "declare its label in default_labels"
                     )
                     continue
@@ -366,8 +388,8 @@ def check_stack_consistency(
                         "CUDA " + "/".join(str(m) for m in sorted(dep_majors)) if dep_majors else "no CUDA"
                     )
                     problems.append(
-                        f"{desc} is built for {dep_cuda} {dep_build} but {torch_desc} for "
-                        f"{torch_build}; install the CUDA {torch_major} build of {name}"
+                        f"{desc} is built for {dep_cuda} {dep_build} but {reference}; "
+                        f"install the CUDA {torch_major} build of {name}"
                     )
 
     present = {name: d[name] for name in FLASHINFER_DISTRIBUTIONS if name in d}
@@ -467,13 +489,21 @@ def classify_import_failure(text: str, expected_cuda_major: int) -> dict[str, st
             "remedy": "the NVIDIA driver's libcuda.so.1 is not visible: install the driver, or "
             "make its library visible to this environment (ldconfig, the container runtime)",
         }
+    lines = text.splitlines()
+
+    def package(found: re.Match[str]) -> str:
+        # The .so named on the error line, else the last frame above it.
+        index = text.count("\n", 0, found.start())
+        line = lines[index] if index < len(lines) else ""
+        return describe_package(package_of_path(line) or failing_package(lines, upto=index))
+
     for found in _CUDA_LIBRARY_MISSING_RE.finditer(text):
         if int(found.group(2)) != expected_cuda_major:
             return {
                 "cause": "cuda_runtime_other_major",
                 "detail": found.group(1),
-                "remedy": f"a wheel built for CUDA {found.group(2)} is installed in a CUDA "
-                f"{expected_cuda_major} stack: install its CUDA {expected_cuda_major} build",
+                "remedy": f"{package(found)} is built for CUDA {found.group(2)} and is installed in a "
+                f"CUDA {expected_cuda_major} stack: install the CUDA {expected_cuda_major} build of it",
             }
     found = _TORCH_SYMBOL_RE.search(text)
     if found:
@@ -496,8 +526,68 @@ def classify_import_failure(text: str, expected_cuda_major: int) -> dict[str, st
         return {
             "cause": "cuda_library_missing",
             "detail": found.group(1),
-            "remedy": f"install the nvidia-* wheel that provides {found.group(1)} (pip check "
-            "lists what is missing)",
+            "remedy": f"{package(found)} needs {found.group(1)}, a CUDA {found.group(2)} library "
+            f"of the stack that nothing in it provides: install the nvidia-* wheel that provides "
+            "it (pip check lists what is missing)",
         }
     lines = [line for line in text.strip().splitlines() if line.strip()]
     return {"cause": "other", "detail": lines[-1] if lines else "", "remedy": "read the whole text"}
+
+
+#: The distribution that installs each import package of the stack (the kernel's
+#: module ``sgl_kernel`` comes from ``sgl-kernel`` up to 0.3.21 and from
+#: ``sglang-kernel`` from 0.4.0 on; flashinfer's from ``flashinfer-python``).
+MODULE_DISTRIBUTIONS: dict[str, str] = {
+    "torch": "torch",
+    "sgl_kernel": "sglang-kernel / sgl-kernel",
+    "flashinfer": "flashinfer-python",
+    "sglang": "sglang",
+}
+# A path under a Python installation's package directory: site-packages (pip,
+# venvs) or dist-packages (Debian's Python).
+_PACKAGE_PATH_RE = re.compile(r"/(?:site|dist)-packages/(?P<package>[A-Za-z_][\w]*)(?P<rest>/[^\s\"':]*)?")
+_FRAME_RE = re.compile(r'File "(?P<path>[^"]+)", line \d+')
+
+
+def package_of_path(path: str) -> str | None:
+    """The import package a file belongs to, from its path under ``site-packages``
+    or ``dist-packages``: ``.../dist-packages/sgl_kernel/sm100/common_ops.abi3.so``
+    -> ``"sgl_kernel"``; None for a path elsewhere (``.../deep_gemm/_C.so`` with the
+    directories elided, the standard library)."""
+    found = _PACKAGE_PATH_RE.search(str(path))
+    return found.group("package") if found else None
+
+
+def failing_package(lines: Iterable[str], upto: int | None = None) -> str | None:
+    """The import package whose code raised, from a traceback's lines.
+
+    Python prints a traceback's frames outermost first (``File "<path>", line
+    N, in <name>``), so the last frame under ``site-packages`` or
+    ``dist-packages`` above the error line is the package whose import failed:
+    for ``import sgl_kernel`` that fails inside ``import torch``, it is torch.
+    ``upto`` is the index of the error line (frames below it belong to a later
+    exception of the chain); None reads every line. Returns None when no frame
+    lies in a package directory.
+    """
+    found = None
+    for index, line in enumerate(lines):
+        if upto is not None and index > upto:
+            break
+        frame = _FRAME_RE.search(line)
+        if frame:
+            package = package_of_path(frame.group("path"))
+            if package:
+                found = package
+    return found
+
+
+def describe_package(package: str | None) -> str:
+    """How a remedy names an import package: ``"sgl_kernel (sglang-kernel / sgl-kernel)"``
+    for the stack's own, ``"the package nixl_ep"`` for another, ``"the package that
+    failed to import"`` when it is not known."""
+    if not package:
+        return "the package that failed to import"
+    dist = MODULE_DISTRIBUTIONS.get(package)
+    if dist == package:
+        return package
+    return f"{package} ({dist})" if dist else f"the package {package}"

@@ -12,7 +12,8 @@ default to torch, sgl_kernel, flashinfer and sglang. Prints one JSON object::
      "needed": {"sglang-kernel": ["libcuda.so.1", "libcudart.so.13", ...], ...},
      "marker_environment": {...},               # PEP 508 marker values of this interpreter
      "torch": {"version": "2.14.1+cu130", "cuda": "13.0", "cuda_available": false,
-               "device_count": 0, "arch_list": ["sm_75", ...] | null,
+               "device_count": 0, "cuda_warning": null | "CUDA initialization: ...",
+               "arch_list": ["sm_75", ...] | null,
                "arch_list_error": null | "RuntimeError: ..."} | null,
      "imports": {"torch": null, "sgl_kernel": "Traceback ...ImportError: ..."},
      "driver_library": null | "libcuda.so.1: cannot open shared object file: ...",
@@ -41,6 +42,7 @@ import struct
 import subprocess
 import sys
 import traceback
+import warnings
 
 MODULES = ("torch", "sgl_kernel", "flashinfer", "sglang")
 #: Distributions whose shared objects are read (the CUDA-carrying part of the stack).
@@ -175,7 +177,11 @@ def _needed(dist) -> list[str]:
 def _torch_info() -> dict:
     torch = sys.modules["torch"]
     cuda = getattr(torch, "cuda", None)
-    available = bool(cuda and cuda.is_available())
+    # torch says why it cannot reach the GPUs only in a warning ("CUDA
+    # initialization: The NVIDIA driver on your system is too old ...").
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        available = bool(cuda and cuda.is_available())
     arch_list, arch_error = None, None
     try:
         arch_list = list(cuda.get_arch_list()) if cuda else None
@@ -186,6 +192,7 @@ def _torch_info() -> dict:
         "cuda": getattr(getattr(torch, "version", None), "cuda", None),
         "cuda_available": available,
         "device_count": int(cuda.device_count()) if available else 0,
+        "cuda_warning": "\n".join(str(w.message) for w in caught) or None,
         "arch_list": arch_list,
         "arch_list_error": arch_error,
     }
