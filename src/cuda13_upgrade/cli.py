@@ -714,6 +714,31 @@ def host_outcomes(run: RunResult, command: Command) -> dict[str, dict[str, Any]]
     return outcomes
 
 
+def recorded_outcomes(
+    run_dir: Path, hosts: list[str], outcomes: Mapping[str, dict[str, Any]], started: float
+) -> dict[str, dict[str, Any]]:
+    """``run.json``'s ``outcomes``: per host of the run, ``{"status": S}`` from the
+    result file it wrote during this run (:func:`cuda13_upgrade.report.result_status`:
+    ``"kept"``, ``"already kept"``, ``"rolled_back"`` ...), else what the runner saw
+    of it (:func:`host_outcomes`: failed, unreachable, or the command's status for
+    a host without a result, e.g. "not reached"). A result file that cannot be
+    read leaves the runner's outcome."""
+    recorded: dict[str, dict[str, Any]] = {}
+    for host in hosts:
+        path = run_dir / host / "result.json"
+        try:
+            if path.stat().st_mtime >= started:
+                result = json.loads(path.read_text(encoding="utf-8"))
+                if isinstance(result, dict):
+                    recorded[host] = {"status": report.result_status(result)}
+                    continue
+        except (OSError, ValueError):
+            pass
+        if host in outcomes:
+            recorded[host] = outcomes[host]
+    return recorded
+
+
 def _tail(text: str, lines: int = 25) -> str:
     return "\n".join(text.rstrip().splitlines()[-lines:])
 
@@ -779,7 +804,7 @@ def run_command(options: Options, stream: TextIO | None = None) -> int:
         "runner_status": run.status,
         "ok_status": command.ok_status,
         "hosts": hosts,
-        "outcomes": {h: o for h, o in host_outcomes(run, command).items() if h in hosts},
+        "outcomes": recorded_outcomes(run_dir, hosts, host_outcomes(run, command), started),
         "started_at": datetime.fromtimestamp(started + 1.0, UTC).isoformat(),
         "finished_at": datetime.now(UTC).isoformat(),
         "batches": run.batches,
