@@ -585,6 +585,71 @@ def test_rollout_reads_the_results_the_playbook_writes(tmp_path, inventory, caps
     assert "Check mode: nothing was changed" in out
 
 
+ALREADY_KEPT = """\
+- name: Upgrade
+  hosts: blackwell
+  gather_facts: false
+  vars:
+    run_dir: "{{ lookup('ansible.builtin.env', 'CUDA13_REPORTS_DIR') }}/{{ lookup('ansible.builtin.env', 'CUDA13_RUN_ID') }}"
+  tasks:
+    - name: Write the result on the control node
+      when: inventory_hostname == 'node-a'
+      block:
+        - name: Create the run's report directory
+          ansible.builtin.file:
+            path: "{{ run_dir }}/{{ inventory_hostname }}"
+            state: directory
+            mode: "0755"
+
+        # As roles/upgrade_host/tasks/early.yml records a host kept by an earlier run.
+        - name: Write the result on the control node
+          ansible.builtin.copy:
+            content: "{{ {'host': inventory_hostname, 'run_id': lookup('ansible.builtin.env', 'CUDA13_RUN_ID'),
+                          'status': 'kept', 'already_kept': true, 'measured': false,
+                          'verified_in_run': 'r0', 'check_mode': false} | to_nice_json }}"
+            dest: "{{ run_dir }}/{{ inventory_hostname }}/result.json"
+            mode: "0644"
+"""
+
+
+def test_run_json_says_already_kept_for_a_host_kept_before(tmp_path, inventory, capsys):
+    """run.json called a host already kept "not reached": each host with a result file
+    now has its result's status there."""
+    playbook = _playbook(tmp_path, ALREADY_KEPT)
+    reports = tmp_path / "reports"
+    argv = ["rollout", "-i", str(inventory), "--playbook", str(playbook), "--reports-dir", str(reports)]
+    assert cli.main([*argv, "--run-id", "k1"]) == 1  # node-b was not reached
+    out = capsys.readouterr().out
+    assert "| node-a | already kept (verified in run r0) |" in out
+    record = json.loads((reports / "k1" / "run.json").read_text())
+    assert record["outcomes"] == {"node-a": {"status": "already kept"}, "node-b": {"status": "not reached"}}
+
+
+def test_recorded_outcomes_take_each_result_files_status(tmp_path):
+    run = tmp_path / "r"
+    for host, result in {
+        "a": {"status": "kept", "already_kept": True},
+        "b": {"status": "kept", "already_kept": False},
+        "c": {"status": "rolled_back"},
+    }.items():
+        (run / host).mkdir(parents=True)
+        (run / host / "result.json").write_text(json.dumps(result))
+    (run / "d").mkdir()
+    (run / "d" / "result.json").write_text("{damaged")
+    seen = {h: {"status": "not reached"} for h in "abcd"} | {
+        "e": {"status": "unreachable", "failed_step": "switch"}
+    }
+    assert cli.recorded_outcomes(run, list("abcde"), seen, 0.0) == {
+        "a": {"status": "already kept"},
+        "b": {"status": "kept"},
+        "c": {"status": "rolled_back"},
+        "d": {"status": "not reached"},
+        "e": {"status": "unreachable", "failed_step": "switch"},
+    }
+    # A result file older than the run (the same --run-id given again) is not this run's.
+    assert cli.recorded_outcomes(run, ["a"], seen, 4e9) == {"a": {"status": "not reached"}}
+
+
 def test_a_broken_playbook_exits_3_with_ansibles_message(tmp_path, inventory, capsys):
     playbook = _playbook(
         tmp_path,

@@ -5,6 +5,7 @@
     cuda13-upgrade preflight -i inventory/blackwell
     cuda13-upgrade rollout   -i inventory/blackwell --limit gpu-node-03 -e cuda13_serial=1
     cuda13-upgrade report    --run-id 20250101T120000Z
+    cuda13-upgrade status    -i inventory/blackwell --json
     cuda13-upgrade rollout   -i inventory/blackwell -u ops -K --vault-password-file ~/.vault-pass -v
 
 Each playbook subcommand runs one playbook of the checkout (``rollout``:
@@ -14,7 +15,8 @@ progress while it runs (:mod:`cuda13_upgrade.progress`: a live view on a
 terminal, timestamped lines without one), then writes and prints the fleet report of
 the run (``reports/<run id>/summary.md``, ``summary.json``, ``summary.png``,
 see :mod:`cuda13_upgrade.report`) and exits with a status that a script can
-act on (:func:`exit_status`).
+act on (:func:`exit_status`). ``status`` runs no playbook: it reads the
+inventory and the reports (:mod:`cuda13_upgrade.fleetstate`).
 
 The usual ansible-playbook flags (vault, become password, private key, user,
 forks, tags, verbosity) are passed on (:func:`ansible_flags`); the passwords
@@ -52,6 +54,7 @@ from cuda13_upgrade.progress import (
     HostOutcome,
     Progress,
     RunProgress,
+    extra_var,
     natural_key,
     progress_mode,
     serial_from_extra_vars,
@@ -150,6 +153,8 @@ class Options:
     tags: list[str] = field(default_factory=list)
     skip_tags: list[str] = field(default_factory=list)
     verbosity: int = 0
+    #: status: print JSON.
+    json_output: bool = False
     #: ansible-runner's ``passwords`` (prompt pattern -> answer), filled by ask_secrets; never printed.
     passwords: dict[str, str] = field(default_factory=dict, repr=False)
 
@@ -297,7 +302,30 @@ def build_parser() -> argparse.ArgumentParser:
     for command in COMMANDS.values():
         parents = [common] if command.playbook is None else [playbook_opts, common]
         sub.add_parser(command.name, parents=parents, help=command.help, description=command.help)
+    status = sub.add_parser("status", help=STATUS_HELP, description=STATUS_HELP)
+    status.add_argument(
+        "-i", "--inventory", required=True, help="inventory file or directory (e.g. inventory/blackwell)"
+    )
+    status.add_argument(
+        "-e",
+        "--extra-vars",
+        action="append",
+        default=[],
+        metavar="VARS",
+        help="extra variables as for the other subcommands; only cuda13_target_hosts is read",
+    )
+    status.add_argument(
+        "--reports-dir",
+        help="directory of the runs' reports (default: $CUDA13_REPORTS_DIR or <checkout>/reports)",
+    )
+    status.add_argument("--json", action="store_true", dest="json_output", help="print JSON")
     return parser
+
+
+STATUS_HELP = (
+    "each host's state from its last result under the reports directory "
+    "(read-only: no playbook, no connection)"
+)
 
 
 def parse_args(argv: Sequence[str] | None = None, *, cwd: Path | None = None) -> Options:
@@ -316,10 +344,20 @@ def parse_args(argv: Sequence[str] | None = None, *, cwd: Path | None = None) ->
     reports_env = os.environ.get("CUDA13_REPORTS_DIR")
     reports = ns.reports_dir or reports_env
     reports_dir = (base / reports).resolve() if reports else home / "reports"
-    if ns.run_id is not None and not _RUN_ID_RE.match(ns.run_id):
+    if getattr(ns, "run_id", None) is not None and not _RUN_ID_RE.match(ns.run_id):
         raise UsageError(
             f"--run-id {ns.run_id!r} is not a plain directory name "
             "(letters, digits, '.', '_', '-'; at most 128)"
+        )
+    if ns.command == "status":
+        return Options(
+            command="status",
+            home=home,
+            reports_dir=reports_dir,
+            run_id=None,
+            inventory=_inventory(ns.inventory, base),
+            extra_vars=[_extra_vars(value, base) for value in ns.extra_vars],
+            json_output=ns.json_output,
         )
     options = Options(command=ns.command, home=home, reports_dir=reports_dir, run_id=ns.run_id)
     if COMMANDS[ns.command].playbook is None:
@@ -714,6 +752,31 @@ def host_outcomes(run: RunResult, command: Command) -> dict[str, dict[str, Any]]
     return outcomes
 
 
+def recorded_outcomes(
+    run_dir: Path, hosts: list[str], outcomes: Mapping[str, dict[str, Any]], started: float
+) -> dict[str, dict[str, Any]]:
+    """``run.json``'s ``outcomes``: per host of the run, ``{"status": S}`` from the
+    result file it wrote during this run (:func:`cuda13_upgrade.report.result_status`:
+    ``"kept"``, ``"already kept"``, ``"rolled_back"`` ...), else what the runner saw
+    of it (:func:`host_outcomes`: failed, unreachable, or the command's status for
+    a host without a result, e.g. "not reached"). A result file that cannot be
+    read leaves the runner's outcome."""
+    recorded: dict[str, dict[str, Any]] = {}
+    for host in hosts:
+        path = run_dir / host / "result.json"
+        try:
+            if path.stat().st_mtime >= started:
+                result = json.loads(path.read_text(encoding="utf-8"))
+                if isinstance(result, dict):
+                    recorded[host] = {"status": report.result_status(result)}
+                    continue
+        except (OSError, ValueError):
+            pass
+        if host in outcomes:
+            recorded[host] = outcomes[host]
+    return recorded
+
+
 def _tail(text: str, lines: int = 25) -> str:
     return "\n".join(text.rstrip().splitlines()[-lines:])
 
@@ -779,7 +842,7 @@ def run_command(options: Options, stream: TextIO | None = None) -> int:
         "runner_status": run.status,
         "ok_status": command.ok_status,
         "hosts": hosts,
-        "outcomes": {h: o for h, o in host_outcomes(run, command).items() if h in hosts},
+        "outcomes": recorded_outcomes(run_dir, hosts, host_outcomes(run, command), started),
         "started_at": datetime.fromtimestamp(started + 1.0, UTC).isoformat(),
         "finished_at": datetime.now(UTC).isoformat(),
         "batches": run.batches,
@@ -903,6 +966,46 @@ def report_command(options: Options, stream: TextIO | None = None) -> int:
     return exit_status(rows, record.get("runner_rc"), [ok])
 
 
+def target_group(extra_vars: Iterable[str]) -> str:
+    """The hosts a run acts on: ``cuda13_target_hosts`` as ``-e`` gives it, else
+    ``blackwell``. The playbooks' plays take ``hosts: "{{ cuda13_target_hosts |
+    default('blackwell') }}"``, a play keyword Ansible templates without a host,
+    so only an extra variable changes it."""
+    value = extra_var(extra_vars, "cuda13_target_hosts")
+    return str(value) if value else "blackwell"
+
+
+def status_command(options: Options, stream: TextIO | None = None) -> int:
+    """The ``status`` subcommand: each host of the target group with its state
+    from the newest record under the reports directory
+    (:func:`cuda13_upgrade.fleetstate.host_states`), as a table or as JSON
+    (``{"inventory", "group", "reports_dir", "hosts": [...]}``). Reads the
+    inventory and the reports, nothing else; returns 0."""
+    from cuda13_upgrade import fleetstate
+
+    out = stream if stream is not None else sys.stdout
+    assert options.inventory is not None
+    group = target_group(options.extra_vars)
+    # The inventory plugins the runs enable (the checkout's ansible.cfg, as runner_envvars sets it).
+    os.environ["ANSIBLE_CONFIG"] = str(options.home / "ansible.cfg")
+    hosts = fleetstate.inventory_hosts(options.inventory, group)
+    states = fleetstate.host_states(options.reports_dir, hosts)
+    if options.json_output:
+        document = {
+            "inventory": options.inventory,
+            "group": group,
+            "reports_dir": str(options.reports_dir),
+            "hosts": states,
+        }
+        print(json.dumps(document, indent=2), file=out)
+    else:
+        text = fleetstate.render_text(
+            states, inventory=options.inventory, group=group, reports_dir=options.reports_dir
+        )
+        print(text, file=out, end="")
+    return EXIT_OK
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``cuda13-upgrade``; returns the exit status (see
     :func:`exit_status`): 2 for a :class:`UsageError`, 1 when a result file or
@@ -911,6 +1014,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         options = parse_args(argv)
         if options.command == "report":
             return report_command(options)
+        if options.command == "status":
+            return status_command(options)
         return run_command(options)
     except UsageError as exc:
         print(f"cuda13-upgrade: error: {exc}", file=sys.stderr)

@@ -295,8 +295,8 @@ _TIMESTAMP = "%Y-%m-%dT%H:%M:%SZ"
 _TRIAL_METRICS = ("output_tok_s", "decode_tok_s")
 
 
-def serial_from_extra_vars(extra_vars: Iterable[str], default: Any = None) -> Any:
-    """``cuda13_serial`` as the command line's ``-e`` values set it (the last wins).
+def extra_var(extra_vars: Iterable[str], name: str, default: Any = None) -> Any:
+    """The value the command line's ``-e`` values give ``name`` (the last wins).
 
     Each value is ``key=value ...``, JSON/YAML, or ``@file`` (YAML or JSON),
     as ``ansible-playbook -e`` takes them. Returns ``default`` when none sets
@@ -318,9 +318,14 @@ def serial_from_extra_vars(extra_vars: Iterable[str], default: Any = None) -> An
                         data[key] = yaml.safe_load(raw)
         except (OSError, yaml.YAMLError):
             continue
-        if isinstance(data, dict) and "cuda13_serial" in data:
-            found = data["cuda13_serial"]
+        if isinstance(data, dict) and name in data:
+            found = data[name]
     return found
+
+
+def serial_from_extra_vars(extra_vars: Iterable[str], default: Any = None) -> Any:
+    """``cuda13_serial`` as the command line's ``-e`` values set it (:func:`extra_var`)."""
+    return extra_var(extra_vars, "cuda13_serial", default)
 
 
 def _event_time(event: Mapping[str, Any], clock: Callable[[], float]) -> float:

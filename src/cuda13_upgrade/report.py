@@ -7,9 +7,11 @@ A run's directory on the control node (``reports/<run id>/``) holds:
     it reached, or by ``playbooks/rollback.yml``.
 ``run.json`` (optional)
     written by the ``cuda13-upgrade`` command after ansible-playbook returned:
-    the hosts of the run and, for hosts without a result file, what the runner
-    saw of them (``{"status": "failed", "failed_step", "failed_task",
-    "error"}``, ``"unreachable"``, ``"passed"`` ...).
+    the hosts of the run and each host's outcome: for a host with a result
+    file, its status (:func:`result_status`: ``"kept"``, ``"already kept"``,
+    ``"rolled_back"`` ...); for the others, what the runner saw of them
+    (``{"status": "failed", "failed_step", "failed_task", "error"}``,
+    ``"unreachable"``, ``"passed"`` ...).
 ``summary.md``, ``summary.json``, ``summary.png``
     written by :func:`fleet_summary`: one row per host.
 
@@ -34,6 +36,8 @@ from typing import Any
 from cuda13_upgrade import scriptout, timeline
 
 NOT_REACHED = "not reached"
+#: The status run.json gives a host kept by an earlier run, its stack unchanged (no role ran).
+ALREADY_KEPT = "already kept"
 
 #: Result phases of ``result.json``'s ``throughput``: the old stack before the
 #: switch, the new stack after it, the old stack again after a rollback.
@@ -66,6 +70,17 @@ def load_results(run_dir: str | Path, hosts: list[str] | None = None) -> list[di
         except json.JSONDecodeError as exc:
             raise ValueError(f"{path} is not a JSON result: {exc}") from exc
     return results
+
+
+def result_status(result: dict[str, Any]) -> str:
+    """A result's status, with a host kept by an earlier run and left there
+    (``already_kept``, roles/upgrade_host/tasks/early.yml) as ``"already kept"``:
+    ``"kept"``, ``"already kept"``, ``"rolled_back"``, ``"failed"``, ``"staged"``,
+    ``"interrupted"`` ..., ``"unknown"`` when it has none."""
+    status = str(result.get("status") or "unknown")
+    if status == "kept" and result.get("already_kept"):
+        return ALREADY_KEPT
+    return status
 
 
 def load_run_record(run_dir: str | Path) -> dict[str, Any]:

@@ -1,0 +1,199 @@
+"""Each host's state across runs, from the reports on the control node (``cuda13-upgrade status``).
+
+Read-only. The hosts come from the inventory, parsed in this process by
+ansible-core's ``InventoryManager``: no connection is opened, and no host or
+group variables are loaded (a vaulted ``group_vars`` file needs no password).
+A host's state is its newest record among the runs under the reports
+directory (``<reports>/<run id>/<host>/result.json``, see
+:mod:`cuda13_upgrade.report`), or, for a host that wrote no result in a run
+of ``rollout``, ``stage`` or ``rollback``, what that run's ``run.json`` says
+went wrong with it (failed, unreachable). A host found in none is "never run".
+Results of check-mode runs change nothing on a host and are not counted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from cuda13_upgrade import report
+from cuda13_upgrade.errors import UsageError
+from cuda13_upgrade.progress import natural_key
+
+NEVER_RUN = "never run"
+
+#: ``result.json``'s status -> the state ``status`` shows (an already kept host: ALREADY_KEPT).
+STATE_OF_STATUS = {
+    "kept": "kept",
+    "rolled_back": "rolled back",
+    "failed": "failed",
+    "staged": "staged",
+    "interrupted": "interrupted",
+    "unreachable": "unreachable",
+}
+
+#: Commands whose runs change hosts; only their ``run.json`` outcomes count.
+CHANGING_COMMANDS = ("rollout", "stage", "rollback")
+
+#: run.json outcomes that say something about a host without a result file.
+_OUTCOMES = ("failed", "unreachable")
+
+
+def inventory_hosts(inventory: str, pattern: str) -> list[str]:
+    """The hosts ``pattern`` (a group or an Ansible host pattern, as a play's
+    ``hosts:`` takes it) matches in ``inventory`` (a path or a host list), in
+    natural order.
+
+    Parsed by ansible-core's ``InventoryManager`` in this process: no
+    connection, no variables loaded. Raises :class:`UsageError` when
+    ansible-core cannot be imported or the pattern matches no host (with the
+    message the run's start play gives).
+    """
+    try:
+        from ansible.inventory.manager import InventoryManager
+        from ansible.parsing.dataloader import DataLoader
+        from ansible.plugins.loader import init_plugin_loader
+        from ansible.utils.collection_loader import AnsibleCollectionConfig
+    except ImportError as exc:
+        raise UsageError(
+            f"status reads the inventory with ansible-core, which this Python cannot import ({exc}); "
+            "install it with the package's dev extra (pip install '.[dev]')"
+        ) from exc
+    # The collection loader resolves the FQCN plugin names ansible.cfg enables (as the CLI does).
+    if AnsibleCollectionConfig.collection_finder is None:
+        init_plugin_loader()
+    manager = InventoryManager(loader=DataLoader(), sources=[inventory])
+    hosts = [host.name for host in manager.get_hosts(pattern)]
+    if not hosts:
+        raise UsageError(
+            f"The inventory {inventory} has no hosts in the group '{pattern}' (cuda13_target_hosts): "
+            "pass -i inventory/<your fleet> with a 'blackwell' group, or set cuda13_target_hosts with -e"
+        )
+    return sorted(dict.fromkeys(hosts), key=natural_key)
+
+
+def _epoch(text: Any) -> float | None:
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when.timestamp()
+
+
+def _iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).isoformat()
+
+
+def state_of(result: dict[str, Any]) -> str:
+    """The state a result (``result.json``, or a run.json outcome) puts a host in:
+    ``"kept"``, ``"already kept"``, ``"rolled back"``, ``"failed"``, ``"staged"``,
+    ``"interrupted"``, ``"unreachable"``, else its status as written."""
+    status = report.result_status(result)
+    return STATE_OF_STATUS.get(status, status)
+
+
+def _records(run: Path, hosts: Iterable[str]) -> dict[str, tuple[float, dict[str, Any], str]]:
+    """Per host with a record in this run directory: (time, record, source file).
+
+    Raises ``ValueError`` naming a result file that is not a JSON object."""
+    found: dict[str, tuple[float, dict[str, Any], str]] = {}
+    try:
+        record = report.load_run_record(run)
+    except ValueError:
+        record = {}
+    outcomes = record.get("outcomes") if isinstance(record.get("outcomes"), dict) else {}
+    counts = record.get("command") in CHANGING_COMMANDS and not record.get("check")
+    for host in hosts:
+        path = run / host / "result.json"
+        if path.is_file():
+            try:
+                result = json.loads(path.read_text(encoding="utf-8"))
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path} is not a JSON result: {exc}") from exc
+            if not isinstance(result, dict):
+                raise ValueError(f"{path} is not a JSON result: not an object")
+            if result.get("check_mode"):
+                continue
+            when = _epoch(result.get("finished_at")) or path.stat().st_mtime
+            found[host] = (when, {**result, "host": host}, str(path))
+            continue
+        outcome = outcomes.get(host)
+        if counts and isinstance(outcome, dict) and outcome.get("status") in _OUTCOMES:
+            when = _epoch(record.get("finished_at")) or (run / "run.json").stat().st_mtime
+            found[host] = (when, {**outcome, "host": host}, str(run / "run.json"))
+    return found
+
+
+def host_states(reports_dir: str | Path, hosts: list[str]) -> list[dict[str, Any]]:
+    """Each host's state from its newest record under ``reports_dir``, in the order given.
+
+    Returns one dict per host: ``{"host", "state", "decision", "run_id",
+    "finished_at", "reason", "source"}``: ``state`` one of the
+    :func:`state_of` values or ``"never run"``; ``decision`` the fleet report's
+    phrase for it (:func:`cuda13_upgrade.report.decision_text`, e.g. "rolled
+    back at verify", "already kept (verified in run R)"); ``run_id`` the run
+    directory's name; ``finished_at`` ISO 8601 (the record's own, else the file's
+    modification time, UTC); ``source`` the file read. The newest record is
+    the one with the latest time (the run id breaks ties). None for a host never
+    run. Raises ``ValueError`` naming a result file that is not JSON.
+    """
+    newest: dict[str, tuple[float, str, dict[str, Any], str]] = {}
+    root = Path(reports_dir)
+    runs = sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    for run in runs:
+        for host, (when, result, source) in _records(run, hosts).items():
+            if host not in newest or (when, run.name) > newest[host][:2]:
+                newest[host] = (when, run.name, result, source)
+    states = []
+    for host in hosts:
+        if host not in newest:
+            states.append(
+                {"host": host, "state": NEVER_RUN, "decision": NEVER_RUN, "run_id": None,
+                 "finished_at": None, "reason": None, "source": None}
+            )  # fmt: skip
+            continue
+        when, run_id, result, source = newest[host]
+        row = report.summary_rows([result])[0]
+        states.append(
+            {
+                "host": host,
+                "state": state_of(result),
+                "decision": row["decision"],
+                "run_id": run_id,
+                "finished_at": result.get("finished_at") or _iso(when),
+                "reason": row.get("reason"),
+                "source": source,
+            }
+        )
+    return states
+
+
+def counts_text(states: list[dict[str, Any]]) -> str:
+    """``"2 kept, 1 rolled back, 1 never run"``: hosts per state, states in first-seen order."""
+    counts: dict[str, int] = {}
+    for state in states:
+        counts[state["state"]] = counts.get(state["state"], 0) + 1
+    return ", ".join(f"{n} {name}" for name, n in counts.items())
+
+
+def render_text(states: list[dict[str, Any]], *, inventory: str, group: str, reports_dir: str | Path) -> str:
+    """A Markdown table of :func:`host_states`, headed by the inventory, the
+    group and the reports directory, closed by :func:`counts_text`."""
+    lines = [
+        f"cuda13-upgrade status: {len(states)} hosts of '{group}' in {inventory}, reports in {reports_dir}",
+        "",
+        "| host | state | run | finished |",
+        "| --- | --- | --- | --- |",
+    ]
+    for s in states:
+        cells = [s["host"], report._cell(s["decision"]), s["run_id"] or "-", s["finished_at"] or "-"]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", counts_text(states)]
+    return "\n".join(lines) + "\n"
