@@ -613,8 +613,8 @@ def test_a_diagnosed_failure_shows_its_cause_and_remedy():
     [row] = report.summary_rows([result])
     assert row["diagnosis"]["kind"] == "cuda12_on_cuda13"
     markdown = report.render_markdown(RUN_ID, [row])
-    assert "a CUDA 12 extension in a CUDA 13 venv: it links libnvrtc.so.12" in markdown
-    assert "Fix: install the +cu130 build of that package" in markdown
+    assert "the package that failed to import is a CUDA 12 build: it links libnvrtc.so.12" in markdown
+    assert "Fix: install the build for the target CUDA release of the package that failed to import" in markdown
     assert report.summary_rows([rolled_back_at_switch("h")])[0]["diagnosis"] is None
 
 
