@@ -614,7 +614,9 @@ def test_a_diagnosed_failure_shows_its_cause_and_remedy():
     assert row["diagnosis"]["kind"] == "cuda12_on_cuda13"
     markdown = report.render_markdown(RUN_ID, [row])
     assert "the package that failed to import is a CUDA 12 build: it links libnvrtc.so.12" in markdown
-    assert "Fix: install the build for the target CUDA release of the package that failed to import" in markdown
+    assert (
+        "Fix: install the build for the target CUDA release of the package that failed to import" in markdown
+    )
     assert report.summary_rows([rolled_back_at_switch("h")])[0]["diagnosis"] is None
 
 
