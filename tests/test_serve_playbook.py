@@ -74,8 +74,8 @@ def _ran(proc: subprocess.CompletedProcess) -> dict[str, str]:
     return ran
 
 
-RESTART = f"Restart {UNIT} ({{mode}}) and wait until it generates"
-CHECK = f"Check that {UNIT} serves the profile under test"
+RESTART = f"Restart as planned and wait until the server generates, {UNIT} ({{mode}})"
+CHECK = "Check that the service serves the profile under test"
 
 
 def test_never_waits_and_checks_without_touching_the_drop_in(tmp_path, url):
