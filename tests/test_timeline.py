@@ -112,7 +112,7 @@ def test_every_step_the_play_names_passes_through_the_step_file():
     """Every step of the play begins with roles/upgrade_host/tasks/step.yml (which both
     appends the step to __cuda13_steps and records it on the host), and no
     other task sets __cuda13_step, so no step goes untimed or unrecorded."""
-    files = ["upgrade.yml", "rescue.yml", "result.yml", "kept.yml", "early.yml", "main.yml"]
+    files = ["upgrade.yml", "rescue.yml", "result.yml", "kept.yml", "early.yml", "main.yml", "artifacts.yml"]
     found = []
 
     def walk(tasks):
@@ -129,7 +129,7 @@ def test_every_step_the_play_names_passes_through_the_step_file():
         walk(yaml.safe_load((TASKS / name).read_text()))
     assert found == [
         *["snapshot", "toolkit", "wheels", "sglang_build", "drain", "baseline", "switch", "verify"],
-        *["rollback", "result", "artifact_cache", "undrain"],
+        *["rollback", "result", "undrain", "artifact_cache"],
     ]
     step = yaml.safe_load((TASKS / "step.yml").read_text())
     facts = step[0]["ansible.builtin.set_fact"]
