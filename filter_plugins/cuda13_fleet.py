@@ -1,5 +1,6 @@
-"""Filters of the rollout's shape: the batch plan and the maintenance window
-(thin wrappers over cuda13_upgrade.batches and cuda13_upgrade.window)."""
+"""Filters of the rollout's shape: the batch plan, the maintenance window and the
+failure budget (thin wrappers over cuda13_upgrade.batches, cuda13_upgrade.window
+and cuda13_upgrade.budget)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 
 try:
-    from cuda13_upgrade import batches, window
+    from cuda13_upgrade import batches, budget, window
 except ImportError:  # the package is not installed: use the checkout's copy
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from cuda13_upgrade import batches, window
+    from cuda13_upgrade import batches, budget, window
 
 DOCUMENTATION = r"""
   - name: cuda13_fleet_options
@@ -31,7 +32,9 @@ DOCUMENTATION = r"""
     options:
       _input: {description: the hosts the upgrade play takes, in play order, type: list, required: true}
       options:
-        description: cuda13_serial, cuda13_max_parallel, cuda13_window, cuda13_until (those given)
+        description: >-
+          cuda13_serial, cuda13_max_parallel, cuda13_window, cuda13_until,
+          cuda13_max_failed_hosts (those given)
         type: dict
         required: true
       started: {description: the run's start, ISO 8601 with an offset (default now), type: str}
@@ -41,12 +44,24 @@ DOCUMENTATION = r"""
     options:
       _input: {description: cuda13_fleet_plan's result, type: dict, required: true}
       now: {description: the time to decide for, ISO 8601 with an offset (default now), type: str}
+  - name: cuda13_budget_decide
+    short_description: Whether the next batch may start under the fleet's failure budget.
+    positional: _input, hostvars, hosts, batch, active
+    options:
+      _input: {description: cuda13_fleet_plan's result, type: dict, required: true}
+      hostvars: {description: Ansible's hostvars (each host's cuda13_result), type: dict, required: true}
+      hosts: {description: the play's hosts in order (ansible_play_hosts_all), type: list, required: true}
+      batch: {description: the batch about to start (ansible_play_batch), type: list, required: true}
+      active: {description: the hosts not removed (ansible_play_hosts), type: list, required: true}
 """
 
 EXAMPLES = r"""
 options: "{{ ansible_play_hosts_all | cuda13_fleet_options(hostvars, names) }}"
 fleet: "{{ ansible_play_hosts_all | cuda13_fleet_plan(options['values']) }}"
 gate: "{{ hostvars['localhost'].cuda13_fleet | cuda13_window_decide }}"
+budget: >-
+  {{ hostvars['localhost'].cuda13_fleet
+     | cuda13_budget_decide(hostvars, ansible_play_hosts_all, ansible_play_batch, ansible_play_hosts) }}
 """
 
 RETURN = r"""
@@ -56,12 +71,20 @@ RETURN = r"""
       cuda13_fleet_plan - {"ok", "failures": [message], "sizes": [int], "batches": [[host]],
       "source", "lines": [str], "options" (as given), "started" (ISO 8601 UTC),
       "window": the option as given or {}, "window_text",
-      "until_at": ISO 8601 UTC or "", "gated": a window or until is set};
-      cuda13_window_decide - {"open", "reason", "closes_at", "opens_at"} (cuda13_upgrade.window.decide).
+      "until_at": ISO 8601 UTC or "", "gated": a window or until is set,
+      "max_failed_hosts": the budget in hosts};
+      cuda13_window_decide - {"open", "reason", "closes_at", "opens_at"} (cuda13_upgrade.window.decide);
+      cuda13_budget_decide - {"spent", "allowed", "failed", "reason", "hosts"} (cuda13_upgrade.budget.decide).
 """
 
 #: The options the plan reads.
-FLEET_OPTIONS = ("cuda13_serial", "cuda13_max_parallel", "cuda13_window", "cuda13_until")
+FLEET_OPTIONS = (
+    "cuda13_serial",
+    "cuda13_max_parallel",
+    "cuda13_window",
+    "cuda13_until",
+    "cuda13_max_failed_hosts",
+)
 
 
 def _instant(text: Any, what: str) -> datetime:
@@ -121,7 +144,8 @@ def cuda13_fleet_options(hosts: Any, hostvars: Any, names: Any) -> dict[str, Any
 
 
 def cuda13_fleet_plan(hosts: Any, options: Any, started: Any = None) -> dict[str, Any]:
-    """Filter: the plan of ``hosts`` (cuda13_upgrade.batches.plan), the window and until, checked.
+    """Filter: the plan of ``hosts`` (cuda13_upgrade.batches.plan), the window, until and the
+    failure budget (cuda13_upgrade.budget.allowed over ``hosts``), checked.
 
     Bad values are failures (messages naming the option and value), not errors:
     the play prints them all and stops before any change.
@@ -148,6 +172,11 @@ def cuda13_fleet_plan(hosts: Any, options: Any, started: Any = None) -> dict[str
             until_at = window.parse_until(options["cuda13_until"], started_at).strftime("%Y-%m-%dT%H:%M:%SZ")
         except ValueError as exc:
             failures.append(str(exc))
+    max_failed = budget.DEFAULT
+    try:
+        max_failed = budget.allowed(options.get("cuda13_max_failed_hosts"), len(hosts))
+    except ValueError as exc:
+        failures.append(str(exc))
     return {
         **result,
         "ok": not failures,
@@ -158,6 +187,7 @@ def cuda13_fleet_plan(hosts: Any, options: Any, started: Any = None) -> dict[str
         "window_text": window_text,
         "until_at": until_at,
         "gated": bool(window_text or until_at),
+        "max_failed_hosts": max_failed,
     }
 
 
@@ -173,6 +203,30 @@ def cuda13_window_decide(fleet: Any, now: Any = None) -> dict[str, Any]:
     return window.decide(parsed, until, _instant(now, "cuda13_window_decide's now"))
 
 
+def cuda13_budget_decide(fleet: Any, hostvars: Any, hosts: Any, batch: Any, active: Any) -> dict[str, Any]:
+    """Filter: cuda13_upgrade.budget.decide for the batch about to start, each host's
+    ``cuda13_result.status`` read from ``hostvars`` (a host without one has none)."""
+    if not isinstance(fleet, Mapping):
+        raise AnsibleFilterError(f"cuda13_budget_decide takes cuda13_fleet_plan's result, got {fleet!r}")
+    if not all(isinstance(v, list) for v in (hosts, batch, active)):
+        raise AnsibleFilterError(
+            "cuda13_budget_decide takes the play's hosts, the batch and the active hosts as lists"
+        )
+    statuses: dict[str, Any] = {}
+    for host in hosts:
+        try:
+            host_vars = hostvars[host]
+        except KeyError as exc:
+            raise AnsibleFilterError(f"cuda13_budget_decide: no hostvars for {host!r}") from exc
+        result = host_vars["cuda13_result"] if "cuda13_result" in host_vars else None
+        statuses[host] = result.get("status") if isinstance(result, Mapping) else None
+    options = fleet.get("options") or {}
+    try:
+        return budget.decide(hosts, batch, active, statuses, options.get("cuda13_max_failed_hosts"))
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
 class FilterModule:
     """The rollout shape's filters."""
 
@@ -181,4 +235,5 @@ class FilterModule:
             "cuda13_fleet_options": cuda13_fleet_options,
             "cuda13_fleet_plan": cuda13_fleet_plan,
             "cuda13_window_decide": cuda13_window_decide,
+            "cuda13_budget_decide": cuda13_budget_decide,
         }

@@ -249,6 +249,12 @@ def test_the_example_inventory_passes_the_option_check(specs):
         ("cuda13_window", "22:00-06:00", "cuda13_window is not a maintenance window (is not a mapping)"),
         ("cuda13_until", "6am", "cuda13_until is not a time: '6am'. Option: cuda13_until."),
         ("cuda13_until", 360, "cuda13_until is not a time: 360."),
+        (
+            "cuda13_max_failed_hosts",
+            "-1",
+            "cuda13_max_failed_hosts is not a failure budget: '-1'. Option: cuda13_max_failed_hosts.",
+        ),
+        ("cuda13_max_failed_hosts", "12.5%", "cuda13_max_failed_hosts is not a failure budget: '12.5%'."),
     ],
 )
 def test_rollout_shape_options_are_refused_by_name(option, value, message):
@@ -267,6 +273,7 @@ def test_rollout_shape_options_pass():
             "days": ["fri", "sat"],
         },
         "cuda13_until": "2026-12-01T06:00+01:00",
+        "cuda13_max_failed_hosts": "10%",
     }
     assert options.validate(given, {})["ok"]
     assert options.validate({"cuda13_window": {}, "cuda13_until": "06:00"}, {})["ok"]

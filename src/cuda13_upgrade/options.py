@@ -50,6 +50,7 @@ PLAY_OPTIONS: dict[str, dict[str, Any]] = {
     "cuda13_max_parallel": {"type": "raw"},
     "cuda13_window": {"type": "raw"},
     "cuda13_until": {"type": "raw"},
+    "cuda13_max_failed_hosts": {"type": "raw"},
     "cuda13_max_fail_percentage": {"type": "int"},
     "cuda13_preflight_allow_partial": {"type": "bool"},
     "cuda13_break_lock": {"type": "bool"},
@@ -312,6 +313,17 @@ def _max_parallel(value: Any) -> tuple[str, str] | None:
     return None
 
 
+def _max_failed_hosts(value: Any) -> tuple[str, str] | None:
+    """the failure budget: an int >= 0 or 'N%' (0-100) of the fleet, rounded down (cuda13_upgrade.budget)"""
+    from cuda13_upgrade.budget import allowed
+
+    try:
+        allowed(value, 4)
+    except ValueError:
+        return "is not a failure budget", "a host count (an int >= 0) or a percentage of the fleet ('10%')"
+    return None
+
+
 def _window(value: Any) -> tuple[str, str] | None:
     """{} or {start: 'HH:MM', end: 'HH:MM', timezone: IANA name, days: [mon, ...]} (cuda13_upgrade.window)"""
     from cuda13_upgrade.errors import Cuda13Error
@@ -418,6 +430,7 @@ RULES: dict[str, Callable[[Any], tuple[str, str] | None]] = {
     "cuda13_max_parallel": _max_parallel,
     "cuda13_window": _window,
     "cuda13_until": _until,
+    "cuda13_max_failed_hosts": _max_failed_hosts,
     "cuda13_max_fail_percentage": _between(0, 100),
     "cuda13_target_hosts": _nonempty,
     # stack_snapshot
@@ -968,4 +981,5 @@ RELATIONS: dict[str, str] = {
     "cuda13_max_parallel": "one value for every host; not used with cuda13_serial",
     "cuda13_window": "one value for every host of the rollout",
     "cuda13_until": "one value for every host; after the run's start",
+    "cuda13_max_failed_hosts": "one value for every host of the rollout",
 }

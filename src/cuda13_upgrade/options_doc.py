@@ -92,10 +92,17 @@ PLAY_OPTION_DOCS: dict[str, dict[str, Any]] = {
         "description": 'No batch starts after this time: "HH:MM" (the next such time after the run '
         "starts, on the control node's clock) or an ISO date and time.",
     },
+    "cuda13_max_failed_hosts": {
+        "default": 0,
+        "description": "The rollout's failure budget over the whole fleet: the most hosts that may fail or "
+        'roll back, a count or a percentage of the fleet (e.g. "10%", rounded down). Checked before each '
+        "batch; once more hosts have failed, no new batch starts and the hosts left are reported "
+        '"not reached: failure budget spent". 0 stops at the first (cuda13_upgrade.budget).',
+    },
     "cuda13_max_fail_percentage": {
         "default": 0,
-        "description": "The failure budget (the play's max_fail_percentage): the share of a batch's hosts, "
-        "in percent, that may fail or roll back before the rollout stops; 0 stops at the first.",
+        "description": "The rollback playbook's max_fail_percentage: the share of a batch's hosts, in "
+        "percent, that may fail before it stops. The rollout's budget is cuda13_max_failed_hosts.",
     },
     "cuda13_preflight_allow_partial": {
         "default": False,
@@ -156,6 +163,7 @@ TUNE: tuple[str, ...] = (
     "cuda13_max_parallel",
     "cuda13_window",
     "cuda13_until",
+    "cuda13_max_failed_hosts",
     "cuda13_max_fail_percentage",
     "cuda13_preflight_allow_partial",
     "cuda13_break_lock",

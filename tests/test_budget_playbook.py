@@ -1,0 +1,195 @@
+"""The fleet's failure budget as playbooks/upgrade.yml enforces it, on local hosts
+(ansible_connection local; nothing outside this machine).
+
+The test play takes the upgrade play's own ``serial``, ``max_fail_percentage`` and
+``pre_tasks`` from playbooks/upgrade.yml; a stand-in for roles/upgrade_host ends
+each host as the role does: kept, or failed inside a block whose ``rescue`` records
+``cuda13_result`` (rolled_back or failed) and fails the host again, or failed with
+no result at all (a host that failed before its result was written).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import yaml
+from playbook import run_playbook
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _upgrade_play() -> dict:
+    plays = yaml.safe_load((REPO / "playbooks" / "upgrade.yml").read_text())
+    return next(p for p in plays if p.get("name") == "Upgrade, verify, keep or roll back")
+
+
+STAND_IN = [
+    {
+        "name": "Record the batch",
+        "ansible.builtin.debug": {"msg": "BATCH {{ ansible_play_batch | to_json }}"},
+        "run_once": True,
+    },
+    {
+        "name": "Stand in for the role",
+        "block": [
+            {
+                "name": "Fail as the role does",
+                "ansible.builtin.fail": {"msg": "stand-in failure"},
+                "when": "stand_in | default('kept') != 'kept'",
+            },
+            {"name": "Keep the host", "ansible.builtin.set_fact": {"cuda13_result": {"status": "kept"}}},
+        ],
+        "rescue": [
+            {
+                "name": "Record the result",
+                "ansible.builtin.set_fact": {"cuda13_result": {"status": "{{ stand_in }}"}},
+                "when": "stand_in != 'no_result'",
+            },
+            {"name": "Fail the host again", "ansible.builtin.fail": {"msg": "stand-in {{ stand_in }}"}},
+        ],
+    },
+]
+
+
+def _run(tmp_path: Path, n_hosts: int, stand_in: dict[str, str], *extra: str, group_vars=None):
+    hosts = [f"gpu-node-{i:02d}" for i in range(1, n_hosts + 1)]
+    inventory = tmp_path / "inventory"
+    (inventory / "group_vars").mkdir(parents=True)
+    (inventory / "hosts.yml").write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "hosts": {"localhost": {"ansible_connection": "local"}},
+                    "children": {
+                        "blackwell": {
+                            "hosts": {
+                                h: {"ansible_connection": "local", "stand_in": stand_in.get(h, "kept")}
+                                for h in hosts
+                            }
+                        }
+                    },
+                }
+            }
+        )
+    )
+    if group_vars:
+        (inventory / "group_vars" / "blackwell.yml").write_text(yaml.safe_dump(group_vars))
+    upgrade = _upgrade_play()
+    book = tmp_path / "playbooks" / "book.yml"
+    book.parent.mkdir()
+    (tmp_path / "playbooks" / "start.yml").symlink_to(REPO / "playbooks" / "start.yml")
+    book.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "name": "Start the run",
+                    "ansible.builtin.import_playbook": "start.yml",
+                    "vars": {"start_batch_plan": True},
+                },
+                {
+                    "name": "Upgrade, verify, keep or roll back",
+                    "hosts": "blackwell",
+                    "gather_facts": False,
+                    "serial": upgrade["serial"],
+                    "max_fail_percentage": upgrade["max_fail_percentage"],
+                    "pre_tasks": upgrade["pre_tasks"],
+                    "tasks": STAND_IN,
+                },
+                {
+                    "name": "After the rollout",
+                    "hosts": "localhost",
+                    "gather_facts": False,
+                    "tasks": [
+                        {
+                            "name": "Keep what was not started",
+                            "ansible.builtin.copy": {
+                                "content": "{{ cuda13_not_started | default({}) | to_json }}",
+                                "dest": str(tmp_path / "not_started.json"),
+                                "mode": "0644",
+                            },
+                        }
+                    ],
+                },
+            ],
+            sort_keys=False,
+        )
+    )
+    done = run_playbook(book, *extra, inventory=inventory, timeout=120)
+    out = " ".join((done.stdout + done.stderr).split())  # messages wrap in the yaml callback
+    played = [json.loads(m) for m in re.findall(r"BATCH (\[.*?\])", out)]
+    kept = tmp_path / "not_started.json"
+    return out, played, (json.loads(kept.read_text()) if kept.exists() else None)
+
+
+def test_only_the_budget_step_counts_failures():
+    # a limit Ansible reached would end the run before the budget step (the mixed batch below)
+    assert _upgrade_play()["max_fail_percentage"] == 100
+    names = [t["name"] for t in _upgrade_play()["pre_tasks"]]
+    assert names.index("Start each batch only within the failure budget") < names.index(
+        "Start each batch only inside the window"
+    )
+
+
+def test_a_mixed_batch_spends_a_budget_of_0(tmp_path):
+    # issue 25: batches [2, "100%"], the first host rolled back, the second kept:
+    # the run went on to upgrade hosts 3 and 4. The rollback's failure is raised
+    # from a rescue.
+    out, played, not_started = _run(
+        tmp_path, 4, {"gpu-node-01": "rolled_back"}, "-e", '{"cuda13_serial": [2, "100%"]}'
+    )
+    assert played == [["gpu-node-01", "gpu-node-02"]], out
+    assert (
+        "not reached: failure budget spent (hosts gpu-node-01 rolled back; cuda13_max_failed_hosts 0) "
+        "(hosts gpu-node-03, gpu-node-04)" in out
+    )
+    assert not_started["said"] == "not reached"
+    assert not_started["hosts"] == ["gpu-node-03", "gpu-node-04"]
+
+
+def test_a_failed_canary_starts_no_other_batch(tmp_path):
+    # A canary failed again from its rescue: Ansible counts it here and, its whole
+    # batch failed, ends the run itself before the budget step (the after-play
+    # does not run); where it does not count it, the budget step stops the rollout.
+    out, played, not_started = _run(tmp_path, 4, {"gpu-node-01": "failed"})
+    assert played == [["gpu-node-01"]], out
+    assert not_started is None or not_started["hosts"] == ["gpu-node-02", "gpu-node-03", "gpu-node-04"]
+
+
+def test_a_budget_of_1_over_three_batches(tmp_path):
+    out, played, not_started = _run(
+        tmp_path,
+        6,
+        {"gpu-node-02": "rolled_back", "gpu-node-05": "no_result"},
+        group_vars={"cuda13_serial": [1, 2, 2, "100%"], "cuda13_max_failed_hosts": 1},
+    )
+    # one failure is within the budget; the second, in the third batch, spends it
+    assert played == [["gpu-node-01"], ["gpu-node-02", "gpu-node-03"], ["gpu-node-04", "gpu-node-05"]], out
+    assert not_started["reason"] == (
+        "failure budget spent (hosts gpu-node-02 rolled back, gpu-node-05 failed without a result; "
+        "cuda13_max_failed_hosts 1)"
+    )
+    assert not_started["hosts"] == ["gpu-node-06"]
+
+
+def test_a_percentage_budget_not_spent_runs_every_batch(tmp_path):
+    # 25% of 8 hosts is 2: two failures leave the budget unspent
+    out, played, not_started = _run(
+        tmp_path,
+        8,
+        {"gpu-node-02": "rolled_back", "gpu-node-04": "failed"},
+        "-e",
+        "cuda13_max_failed_hosts=25%",
+    )
+    assert [len(b) for b in played] == [1, 2, 2, 2, 1], out
+    assert "no batch starts once more than 2 host(s) of the fleet failed or rolled back" in out
+    assert not_started == {}
+    assert "not reached: failure budget spent" not in out
+
+
+def test_a_bad_budget_stops_before_any_batch(tmp_path):
+    out, played, _ = _run(tmp_path, 2, {}, "-e", "cuda13_max_failed_hosts=-1")
+    assert "cuda13_max_failed_hosts is not a failure budget: '-1'. Option: cuda13_max_failed_hosts." in out
+    assert "no host was changed" in out
+    assert played == []
