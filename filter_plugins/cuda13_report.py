@@ -16,10 +16,11 @@ except ImportError:  # the package is not installed: use the checkout's copy
 DOCUMENTATION = r"""
   - name: cuda13_fleet_summary
     short_description: Summarise a run's per-host results; writes summary.json.
-    positional: _input, hosts
+    positional: _input, hosts, not_started
     options:
       _input: {description: the run's report directory on the control node, type: path, required: true}
       hosts: {description: the hosts of the run (missing results are "not reached"), type: list}
+      not_started: {description: the upgrade play's cuda13_not_started (who and why), type: dict}
   - name: cuda13_host_result
     short_description: The host's result.json record (cuda13_upgrade.report.host_result).
     options:
@@ -37,13 +38,13 @@ RETURN = r"""
 """
 
 
-def cuda13_fleet_summary(run_dir, hosts=None):
+def cuda13_fleet_summary(run_dir, hosts=None, not_started=None):
     if not isinstance(run_dir, str):
         raise AnsibleFilterError(f"cuda13_fleet_summary expects a directory path, got {run_dir!r}")
     if hosts is not None and not isinstance(hosts, list):
         raise AnsibleFilterError(f"cuda13_fleet_summary expects a list of hosts, got {hosts!r}")
     try:
-        return report.fleet_summary(run_dir, hosts)
+        return report.fleet_summary(run_dir, hosts, dict(not_started) if not_started else None)
     except (OSError, ValueError) as exc:
         raise AnsibleFilterError(f"cannot summarise {run_dir}: {exc}") from exc
 

@@ -785,3 +785,40 @@ def test_a_kept_host_run_again_says_why_and_an_unknown_diagnosis_is_left_out():
     )
     assert record["rerun_reason"] == "its stack differs from the one verified (driver)"
     assert record["diagnosis"] is None
+
+
+def test_hosts_not_reached_for_the_failure_budget_say_why(tmp_path):
+    not_started = {
+        "said": "not reached",
+        "reason": "failure budget spent (hosts gpu-node-01 rolled back; cuda13_max_failed_hosts 0)",
+        "hosts": ["gpu-node-03", "gpu-node-04"],
+    }
+    results = [
+        {"host": "gpu-node-01", "status": "rolled_back"},
+        {"host": "gpu-node-03", "status": report.NOT_REACHED},
+        {"host": "gpu-node-05", "status": report.NOT_REACHED},
+    ]
+    applied = report.apply_not_started(results, not_started)
+    rows = report.summary_rows(applied)
+    assert [r["decision"] for r in rows] == [
+        "rolled back",
+        "not reached: failure budget spent (hosts gpu-node-01 rolled back; cuda13_max_failed_hosts 0)",
+        "not reached",
+    ]
+    assert report.apply_not_started(results, {}) == results
+
+
+def test_hosts_not_started_outside_the_window_say_why():
+    window = {"said": "not started", "reason": "outside the window cuda13_window", "hosts": ["gpu-node-02"]}
+    rows = report.summary_rows(
+        report.apply_not_started([{"host": "gpu-node-02", "status": report.NOT_REACHED}], window)
+    )
+    assert rows[0]["decision"] == "not started: outside the window cuda13_window"
+
+
+def test_the_reason_is_kept_for_a_later_summary(tmp_path):
+    run = tmp_path / "20260101T000000Z"
+    not_started = {"said": "not reached", "reason": "failure budget spent (hosts a failed)", "hosts": ["b"]}
+    report.fleet_summary(run, ["b"], not_started)
+    again = report.fleet_summary(run, ["b"])  # the command's summary after run.json
+    assert again["rows"][0]["decision"] == "not reached: failure budget spent (hosts a failed)"

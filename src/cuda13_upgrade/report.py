@@ -16,7 +16,11 @@ A run's directory on the control node (``reports/<run id>/``) holds:
     written by :func:`fleet_summary`: one row per host.
 
 A host of the run without a result (and without an outcome in ``run.json``)
-was "not reached": the rollout stopped before its batch.
+was "not reached": the rollout stopped before its batch. ``not_started.json``
+(written by :func:`fleet_summary` from the upgrade play's ``cuda13_not_started``)
+says why: ``{"said": "not reached" | "not started", "reason", "hosts"}``, the
+failure budget spent or the window closed; those hosts' decision is
+``"not reached: failure budget spent (...)"`` or ``"not started: outside the window ..."``.
 
 Throughput figures are medians of the trials of one profile, in tokens per
 second (tok/s) of the metric the verify_throughput role measured (decode
@@ -199,6 +203,8 @@ def decision_text(row: dict[str, Any]) -> str:
         text += f" at step {step}"
     elif status in ("rolled_back", "failed", "interrupted") and step:
         text += f" at {step}"
+    if status == NOT_REACHED and row.get("not_started") and row.get("reason"):
+        text = f"{row['not_started']}: {row['reason']}"
     if status == "kept" and row.get("already_kept"):
         text = "already kept"
     if status == "kept" and row.get("measured") is False and row.get("verified_in_run"):
@@ -276,6 +282,7 @@ def summary_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "out_of_service_s": _number(r.get("out_of_service_s")),
             "resolved_target": [str(p) for p in (r.get("resolved_target") or [])],
             "staged_in": r.get("staged_in"),
+            "not_started": r.get("not_started"),
         }
         for name in profiles:
             decision = decisions.get(name) or {}
@@ -832,7 +839,29 @@ def run_hosts(run_dir: str | Path) -> list[str]:
     return list(dict.fromkeys(h for h in hosts if h))
 
 
-def fleet_summary(run_dir: str | Path, hosts: list[str] | None = None) -> dict[str, Any]:
+def apply_not_started(results: list[dict[str, Any]], not_started: Any) -> list[dict[str, Any]]:
+    """``results`` with each "not reached" host that ``not_started`` names given its reason.
+
+    ``not_started``: the upgrade play's ``cuda13_not_started``, ``{"said": "not
+    reached" | "not started", "reason": str, "hosts": [host]}`` (``said``
+    defaults to "not reached"), or ``{}``/None. A host with another status is
+    left as it is. Returns new dicts; the input is not changed.
+    """
+    if not isinstance(not_started, dict) or not not_started.get("reason"):
+        return list(results)
+    named = set(not_started.get("hosts") or [])
+    said = str(not_started.get("said") or NOT_REACHED)
+    return [
+        {**r, "reason": not_started["reason"], "not_started": said}
+        if r.get("status") == NOT_REACHED and r.get("host") in named
+        else r
+        for r in results
+    ]
+
+
+def fleet_summary(
+    run_dir: str | Path, hosts: list[str] | None = None, not_started: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Summarise a run and write ``summary.md``, ``summary.json`` and ``summary.png``.
 
     The chart is drawn only when ``summary.png`` is missing or the rows differ
@@ -844,6 +873,12 @@ def fleet_summary(run_dir: str | Path, hosts: list[str] | None = None) -> dict[s
     ``hosts``: the hosts of the run, in report order; None takes
     :func:`run_hosts`. A host without a result file takes its outcome from
     ``run.json`` when the command recorded one, else it is "not reached".
+
+    ``not_started``: the upgrade play's ``cuda13_not_started`` (hosts not
+    reached for the failure budget, or not started outside the window, and
+    why; :func:`apply_not_started`). When given and not empty it is kept as
+    ``not_started.json`` in the run's directory; when None, that file is read,
+    so a later summary (the command's, after ``run.json``) keeps the reason.
 
     Also writes the run's Prometheus metrics, ``cuda13_upgrade.prom``
     (:func:`cuda13_upgrade.metrics.fleet_metrics`), there and, when
@@ -865,9 +900,18 @@ def fleet_summary(run_dir: str | Path, hosts: list[str] | None = None) -> dict[s
         if result.get("status") == NOT_REACHED and isinstance(outcomes.get(host), dict):
             result = {**outcomes[host], "host": host}
         results.append(result)
+    run.mkdir(parents=True, exist_ok=True)
+    not_started_path = run / "not_started.json"
+    if not_started:
+        not_started_path.write_text(json.dumps(not_started, indent=2) + "\n", encoding="utf-8")
+    elif not_started is None and not_started_path.is_file():
+        try:
+            not_started = json.loads(not_started_path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError:
+            not_started = None  # a damaged record: the hosts stay plain "not reached"
+    results = apply_not_started(results, not_started)
     rows = summary_rows(results)
     markdown = render_markdown(run.name, rows)
-    run.mkdir(parents=True, exist_ok=True)
     md_path, json_path, png_path = run / "summary.md", run / "summary.json", run / "summary.png"
     summary_json = json.dumps({"run_id": run.name, "rows": rows}, indent=2) + "\n"
     # The chart shows the rows and nothing else: drawn again only when they changed (the
