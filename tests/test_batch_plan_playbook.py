@@ -113,7 +113,7 @@ def test_default_plan_is_printed_and_applied(tmp_path):
 
 
 def test_serial_from_the_inventory_is_applied(tmp_path):
-    # the bug of issue 25: a value in group_vars passed the check and had no effect
+    # a value in group_vars once passed the check and had no effect
     rc, out, played = _run(tmp_path, group_vars={"cuda13_serial": [1, "50%"]})
     assert rc == 0, out
     assert [len(b) for b in played] == [1, 4, 3]

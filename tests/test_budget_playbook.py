@@ -133,7 +133,7 @@ def test_only_the_budget_step_counts_failures():
 
 
 def test_a_mixed_batch_spends_a_budget_of_0(tmp_path):
-    # issue 25: batches [2, "100%"], the first host rolled back, the second kept:
+    # batches [2, "100%"], the first host rolled back, the second kept:
     # the run went on to upgrade hosts 3 and 4. The rollback's failure is raised
     # from a rescue.
     out, played, not_started = _run(

@@ -1,5 +1,5 @@
 """The loaded kernel module's flavour and the preflight's refusal of Blackwell on the
-proprietary module (issue 24 item 4), on real /proc/driver/nvidia/version captures.
+proprietary module, on real /proc/driver/nvidia/version captures.
 
 Each capture is a file of tests/fixtures/nvidia-smi/, its source named in that
 directory's SOURCES.md.

@@ -1,4 +1,4 @@
-"""The driver floor of the whole resolved target (issue 24 item 6).
+"""The driver floor of the whole resolved target.
 
 NVIDIA/cutlass#2866 (a maintainer, 2025-12-16): "if you have a 13.0+ cuda-python
 installed, it won't work as 13.0+ cuda-python requires 580+ driver". The floors

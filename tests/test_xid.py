@@ -1,4 +1,4 @@
-"""Xid lines of the kernel log and the gate's verdict on them (issue 24 item 5).
+"""Xid lines of the kernel log and the gate's verdict on them.
 
 Every log line below is a real one, quoted byte for byte from the public record
 named beside it; hostnames were replaced where a line carried one.

@@ -33,7 +33,7 @@ from cuda13_upgrade.errors import format_message
 
 __all__ = ["DEFAULT_MAX_PARALLEL", "batch_sizes", "format_plan", "plan", "ramp", "serial_sizes"]
 
-#: ``cuda13_max_parallel`` when not given: a quarter of the fleet (issue 25).
+#: ``cuda13_max_parallel`` when not given: a quarter of the fleet.
 DEFAULT_MAX_PARALLEL = "25%"
 
 # What serial's pct_to_int accepts and the options' rule allows: an int >= 1, or

@@ -5,7 +5,7 @@ new batch starts.
 play takes), not per batch, and the project decides it itself before each
 batch (``playbooks/upgrade.yml``'s pre_tasks), whatever Ansible's
 ``max_fail_percentage`` counts: under ansible-core 2.19 a host failed again by
-a ``rescue`` is not always counted there (issue 25; ansible/ansible#86574), and
+a ``rescue`` is not always counted there (ansible/ansible#86574), and
 the keyword is per batch (ansible/ansible#65881). The rule follows AWS Systems
 Manager's ``MaxErrors``: once more hosts have failed than the budget allows, no
 new batch starts; the hosts already in flight finish (a batch ends before the
@@ -36,7 +36,7 @@ from cuda13_upgrade.errors import format_message
 
 __all__ = ["COUNTED", "DEFAULT", "allowed", "decide", "failed_hosts"]
 
-#: ``cuda13_max_failed_hosts`` when not given (issue 25).
+#: ``cuda13_max_failed_hosts`` when not given.
 DEFAULT = 0
 
 #: The ``cuda13_result`` statuses that count against the budget.

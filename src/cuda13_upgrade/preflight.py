@@ -562,10 +562,10 @@ def _check_busy(report: PreflightReport, facts: Mapping[str, Any], s: dict, n: d
 PROC_DRIVER_VERSION = "/proc/driver/nvidia/version"
 
 #: The oldest compute capability that only the open kernel modules drive: Blackwell
-#: (10.x, 11.x, 12.x) and later. Source: NVIDIA driver README, chapter "kernel_open"
-#: (issue 24 item 4); the R580 proprietary module itself logs, for a Blackwell
-#: board, "NVRM: installed in this system requires use of the NVIDIA open kernel
-#: modules." followed by "RmInitAdapter failed!" (public log, code search id 196968485).
+#: (10.x, 11.x, 12.x) and later. Source: NVIDIA driver README, chapter "kernel_open";
+#: the R580 proprietary module itself logs, for a Blackwell board, "NVRM: installed
+#: in this system requires use of the NVIDIA open kernel modules." followed by
+#: "RmInitAdapter failed!" (public log, code search id 196968485).
 OPEN_MODULE_ONLY_FROM: tuple[int, int] = (10, 0)
 
 

@@ -1,6 +1,6 @@
 """The maintenance window: when a batch of the rollout may start.
 
-Two limits, either or both (issue 25; Rancher's system-upgrade-controller
+Two limits, either or both (Rancher's system-upgrade-controller
 ``Plan.spec.window``: "Jobs will not be generated outside this time window, but
 may continue executing into the window once started"):
 
