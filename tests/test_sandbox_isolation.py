@@ -65,9 +65,15 @@ def run_sandbox_playbook(tmp_path: Path, *extra: str) -> subprocess.CompletedPro
         "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
         "CONTAINERS_CONF": str(ROOT / "sandbox" / "containers.conf"),
     }
+    # An inventory of its own: the checkout's inventory/sandbox/hosts.yml may name
+    # the hosts of a sandbox this machine ran before, whose containers are gone.
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text("all: {}\n")
     argv = [
         str(Path(sys.executable).parent / "ansible-playbook"),
         str(ROOT / "playbooks" / "sandbox.yml"),
+        "-i",
+        str(inventory),
         "-e",
         "sandbox_state=absent",
         "-e",
