@@ -264,23 +264,13 @@ def release(unit: str, *, timeout: float, kill_after: float, nvidia_smi: str, in
             break
         waited = time.monotonic() - started
         if term_at is None and waited >= timeout:
-            for pid in holding:
-                try:
-                    os.kill(pid, signal.SIGTERM)
-                    signalled[str(pid)] = "SIGTERM"
-                except OSError:
-                    pass
+            _signal(holding, signal.SIGTERM, signalled)
             term_at = time.monotonic()
         elif term_at is not None and time.monotonic() - term_at >= kill_after:
             if all(signalled.get(str(p)) == "SIGKILL" for p in holding):
                 if time.monotonic() - term_at >= kill_after + 5:
                     break
-            for pid in holding:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                    signalled[str(pid)] = "SIGKILL"
-                except OSError:
-                    pass
+            _signal(holding, signal.SIGKILL, signalled)
         time.sleep(interval)
     used, error = gpu_processes(nvidia_smi)
     still = [p for p in leftovers if alive(p) or p in used]
@@ -293,6 +283,16 @@ def release(unit: str, *, timeout: float, kill_after: float, nvidia_smi: str, in
         "others": sorted(others.values(), key=lambda e: e["pid"]),
         "nvidia_smi_error": error,
     }
+
+
+def _signal(pids: set[int], sig: signal.Signals, signalled: dict[str, str]) -> None:
+    """Send ``sig`` to each pid still there; record it in ``signalled`` ({pid: signal name})."""
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+            signalled[str(pid)] = sig.name
+        except OSError:
+            pass
 
 
 def _attempt(request: urllib.request.Request) -> tuple[int, str]:
