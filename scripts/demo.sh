@@ -27,9 +27,12 @@ $bin/ansible-playbook playbooks/sandbox.yml -e sandbox_host_scenario="$scenario"
 echo "== The host before the upgrade"
 $bin/ansible-playbook playbooks/sandbox-status.yml | sed -n '/"msg":\|msg:/,/PLAY RECAP/p' | grep -v "PLAY RECAP"
 
-echo "== cuda13-upgrade rollout -i inventory/sandbox"
+echo "== cuda13-upgrade plan -i inventory/sandbox (read-only: what the rollout will do)"
+$bin/cuda13-upgrade plan -i inventory/sandbox --run-id "$run_id" | sed -n '/^$/,$p'
+
+echo "== cuda13-upgrade rollout -i inventory/sandbox --yes"
 set +e
-$bin/cuda13-upgrade rollout -i inventory/sandbox --run-id "$run_id"
+$bin/cuda13-upgrade rollout -i inventory/sandbox --run-id "$run_id" --yes
 rc=$?
 set -e
 

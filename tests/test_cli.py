@@ -176,7 +176,8 @@ def test_a_playbook_the_checkout_lacks_is_a_clear_error(tmp_path, inventory, mon
         ("verify", "playbooks/verify.yml"),
         ("rollback", "playbooks/rollback.yml"),
     ):
-        assert cli.main([command, "-i", str(inventory)]) == 2
+        yes = ["--yes"] if command == "rollback" else []
+        assert cli.main([command, "-i", str(inventory), *yes]) == 2
         err = capsys.readouterr().err
         assert f"'{command}' needs {playbook}, which this checkout ({home}) does not have yet" in err
 
@@ -557,6 +558,7 @@ def test_rollout_reads_the_results_the_playbook_writes(tmp_path, inventory, caps
     reports = tmp_path / "reports"
     argv = [
         "rollout",
+        "--yes",
         "-i",
         str(inventory),
         "--playbook",
@@ -617,7 +619,16 @@ def test_run_json_says_already_kept_for_a_host_kept_before(tmp_path, inventory, 
     now has its result's status there."""
     playbook = _playbook(tmp_path, ALREADY_KEPT)
     reports = tmp_path / "reports"
-    argv = ["rollout", "-i", str(inventory), "--playbook", str(playbook), "--reports-dir", str(reports)]
+    argv = [
+        "rollout",
+        "--yes",
+        "-i",
+        str(inventory),
+        "--playbook",
+        str(playbook),
+        "--reports-dir",
+        str(reports),
+    ]
     assert cli.main([*argv, "--run-id", "k1"]) == 1  # node-b was not reached
     out = capsys.readouterr().out
     assert "| node-a | already kept (verified in run r0) |" in out
@@ -744,6 +755,7 @@ def test_ctrl_c_stops_ansible_records_each_hosts_step_and_releases_the_lock(tmp_
     argv = [
         str(Path(sys.executable).with_name("cuda13-upgrade")),
         "rollout",
+        "--yes",
         "-i",
         str(hosts),
         "--playbook",

@@ -61,7 +61,9 @@ def calls(monkeypatch):
 
 
 def _main(argv, tmp_path):
-    return cli.main([*argv, "--reports-dir", str(tmp_path / "reports"), "--run-id", "r1"])
+    # rollout and rollback ask for confirmation on a terminal (--yes does not).
+    yes = ["--yes"] if argv[0] in ("rollout", "rollback") else []
+    return cli.main([*argv, *yes, "--reports-dir", str(tmp_path / "reports"), "--run-id", "r1"])
 
 
 # --- --version -------------------------------------------------------------------------

@@ -390,9 +390,14 @@ def test_the_script_reads_the_state_and_digests_only_a_kept_host(tmp_path):
         "result": {**KEPT, "stack_digest": plain},
         "step": STEP_DONE,
         "lock": None,
+        "staged": None,
         "errors": {},
     }
     assert kept["parts"] == plain["parts"]
+    # staged.json, read for cuda13-upgrade plan's staged path
+    (state / "staged.json").write_text('{"run_id": "stage-1"}')
+    assert _digest(tmp_path, venv, "--state", str(state))["state"]["staged"] == {"run_id": "stage-1"}
+    (state / "staged.json").unlink()
 
     (state / "run.lock").mkdir()
     assert _digest(tmp_path, venv, "--state", str(state))["state"]["lock"] == {}

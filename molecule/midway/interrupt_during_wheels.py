@@ -48,6 +48,7 @@ proc = subprocess.Popen(
     [
         f"{project}/.venv/bin/cuda13-upgrade",
         "rollout",
+        "--yes",
         "-i",
         inventory,
         "--limit",

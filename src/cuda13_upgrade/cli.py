@@ -3,6 +3,7 @@
 ::
 
     cuda13-upgrade preflight -i inventory/blackwell
+    cuda13-upgrade plan      -i inventory/blackwell [--json]
     cuda13-upgrade rollout   -i inventory/blackwell --limit gpu-node-03 -e cuda13_serial=1
     cuda13-upgrade report    --run-id 20250101T120000Z
     cuda13-upgrade status    -i inventory/blackwell --json
@@ -16,7 +17,12 @@ terminal, timestamped lines without one), then writes and prints the fleet repor
 the run (``reports/<run id>/summary.md``, ``summary.json``, ``summary.png``,
 see :mod:`cuda13_upgrade.report`) and exits with a status that a script can
 act on (:func:`exit_status`). ``status`` runs no playbook: it reads the
-inventory and the reports (:mod:`cuda13_upgrade.fleetstate`).
+inventory and the reports (:mod:`cuda13_upgrade.fleetstate`). ``plan`` runs
+``playbooks/plan.yml`` (read-only) and prints what a rollout would do to each
+host (:mod:`cuda13_upgrade.plan`). ``rollout`` and ``rollback`` change hosts:
+on a terminal they show the plan (or the hosts and their last state) and ask
+for confirmation; ``--yes`` runs without asking, and without a terminal
+``--yes`` is required (:func:`confirm_command`).
 
 The usual ansible-playbook flags (vault, become password, private key, user,
 forks, tags, verbosity) are passed on (:func:`ansible_flags`); the passwords
@@ -99,6 +105,14 @@ COMMANDS: dict[str, Command] = {
         report.NOT_REACHED,
         "build and check the new stack beside the serving one on every host, outside the service window",
     ),
+    "plan": Command(
+        "plan",
+        "playbooks/plan.yml",
+        "planned",
+        "planned",
+        "what a rollout would do to each host: batch, path, apt, wheels, space, restarts, refusals"
+        " (read-only, like preflight)",
+    ),
     "preflight": Command(
         "preflight",
         "playbooks/preflight.yml",
@@ -153,8 +167,10 @@ class Options:
     tags: list[str] = field(default_factory=list)
     skip_tags: list[str] = field(default_factory=list)
     verbosity: int = 0
-    #: status: print JSON.
+    #: status, plan: print JSON.
     json_output: bool = False
+    #: rollout, rollback: run without asking for confirmation.
+    yes: bool = False
     #: ansible-runner's ``passwords`` (prompt pattern -> answer), filled by ask_secrets; never printed.
     passwords: dict[str, str] = field(default_factory=dict, repr=False)
 
@@ -301,7 +317,18 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS.values():
         parents = [common] if command.playbook is None else [playbook_opts, common]
-        sub.add_parser(command.name, parents=parents, help=command.help, description=command.help)
+        parsed = sub.add_parser(command.name, parents=parents, help=command.help, description=command.help)
+        if command.name == "plan":
+            parsed.add_argument(
+                "--json", action="store_true", dest="json_output", help="print the plan as JSON"
+            )
+        if command.name in _CONFIRMED:
+            parsed.add_argument(
+                "-y",
+                "--yes",
+                action="store_true",
+                help="do not ask for confirmation (required without a terminal, e.g. in automation)",
+            )
     status = sub.add_parser("status", help=STATUS_HELP, description=STATUS_HELP)
     status.add_argument(
         "-i", "--inventory", required=True, help="inventory file or directory (e.g. inventory/blackwell)"
@@ -378,6 +405,8 @@ def parse_args(argv: Sequence[str] | None = None, *, cwd: Path | None = None) ->
     options.tags = list(ns.tags)
     options.skip_tags = list(ns.skip_tags)
     options.verbosity = ns.verbosity
+    options.json_output = bool(getattr(ns, "json_output", False))
+    options.yes = bool(getattr(ns, "yes", False))
     if ns.playbook:
         playbook = (base / ns.playbook).resolve()
         if not playbook.is_file():
@@ -813,7 +842,8 @@ def run_command(options: Options, stream: TextIO | None = None) -> int:
         file=out,
         flush=True,
     )
-    options.passwords = ask_secrets(options)
+    # asked once: a confirmation's plan run (confirm_command) asked already
+    options.passwords = options.passwords or ask_secrets(options)
     started = datetime.now(UTC).timestamp() - 1.0
     run = run_playbook(
         playbook,
@@ -865,6 +895,9 @@ def run_command(options: Options, stream: TextIO | None = None) -> int:
         print(f"no host of the inventory was targeted (full output: {log})", file=sys.stderr)
     return status
 
+
+#: Commands that ask for confirmation before they run (confirm_command).
+_CONFIRMED = ("rollout", "rollback")
 
 #: Commands whose playbooks take the hosts' locks (roles/upgrade_host/tasks/lock.yml).
 _LOCKING = ("rollout", "stage", "rollback")
@@ -1006,6 +1039,140 @@ def status_command(options: Options, stream: TextIO | None = None) -> int:
     return EXIT_OK
 
 
+def run_plan(options: Options, out: TextIO) -> tuple[int, dict[str, Any] | None]:
+    """Run ``playbooks/plan.yml`` (read-only) for ``options``' inventory, limit and
+    extra variables, with its run id, and read the plan it wrote
+    (``<reports>/<run id>/plan.json``, :func:`cuda13_upgrade.plan.rollout_plan`).
+
+    Returns ``(status, plan)``: 0 with the plan when no host is refused, 1 with
+    the plan when one is, 3 and None when the playbook wrote no plan (its
+    output's tail is printed, the whole of it is in ``ansible-plan.log``).
+    """
+    assert options.inventory is not None
+    run_id = options.run_id or default_run_id()
+    own = options.home / str(COMMANDS["plan"].playbook)
+    playbook = playbook_path(options) if options.command == "plan" else own
+    options.passwords = options.passwords or ask_secrets(options)
+    run = run_playbook(
+        playbook,
+        options.inventory,
+        home=options.home,
+        run_id=run_id,
+        reports_dir=options.reports_dir,
+        limit=options.limit,
+        extra_vars=options.extra_vars,
+        flags=ansible_flags(options),
+        passwords=options.passwords,
+        stream=out,
+    )
+    run_dir = options.reports_dir / run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log = run_dir / "ansible-plan.log"
+    log.write_text(run.stdout + (("\n" + run.stderr) if run.stderr else ""), encoding="utf-8")
+    try:
+        the_plan = json.loads((run_dir / "plan.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        the_plan = None
+    if run.rc != 0 or not isinstance(the_plan, dict):
+        print(
+            f"the plan could not be made (ansible-playbook rc {run.rc}):\n"
+            f"{_tail(run.stderr or run.stdout)}\n(full output: {log})",
+            file=sys.stderr,
+        )
+        return EXIT_ANSIBLE, None
+    return (EXIT_HOSTS if the_plan["summary"]["refused"] else EXIT_OK), the_plan
+
+
+def plan_command(options: Options, stream: TextIO | None = None) -> int:
+    """The ``plan`` subcommand: :func:`run_plan`, then the plan as text
+    (:func:`cuda13_upgrade.plan.render_text`) or, with ``--json``, as JSON on
+    stdout (the progress then goes to stderr). Returns :func:`run_plan`'s status."""
+    from cuda13_upgrade import plan
+
+    out = stream if stream is not None else sys.stdout
+    status, the_plan = run_plan(options, sys.stderr if options.json_output else out)
+    if the_plan is None:
+        return status
+    if options.json_output:
+        print(json.dumps(the_plan, indent=2), file=out)
+    else:
+        print("", file=out)
+        print(plan.render_text(the_plan), file=out, end="")
+        print(f"\nplan: {options.reports_dir / the_plan['run_id'] / 'plan.json'}", file=out)
+    return status
+
+
+def _isatty(handle: Any) -> bool:
+    try:
+        return bool(handle.isatty())
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+def ask(question: str, stdin: TextIO, out: TextIO) -> bool:
+    """Ask ``question`` on the terminal; True only for an answer of "y" or "yes"."""
+    print(f"{question} [y/N] ", file=out, end="", flush=True)
+    answer = stdin.readline()
+    if not answer:
+        print("", file=out)
+    return answer.strip().lower() in ("y", "yes")
+
+
+def confirm_command(
+    options: Options, stream: TextIO | None = None, stdin: TextIO | None = None
+) -> int | None:
+    """Before ``rollout`` or ``rollback`` changes hosts: show what it will do and
+    ask. Returns None to go on, or the exit status to end with.
+
+    Not asked with ``--yes``, in check mode, or for other commands. Without a
+    terminal on ``stdin`` the command is refused (:class:`UsageError`: pass
+    ``--yes``). ``rollout`` first runs the plan (:func:`run_plan`, same run id:
+    ``plan.json`` stays in the run's report directory) and prints it; a plan in
+    which the rollout would stop at its preflight ends here (1), nothing asked.
+    ``rollback`` lists the hosts it takes with their last state
+    (:func:`cuda13_upgrade.fleetstate.host_states`). Declined: 1, nothing changed.
+    """
+    if options.command not in _CONFIRMED or options.yes or options.check:
+        return None
+    out = stream if stream is not None else sys.stdout
+    stdin = stdin if stdin is not None else sys.stdin
+    if not _isatty(stdin):
+        raise UsageError(
+            f"{options.command} changes hosts and asks for confirmation on a terminal, and there is none: "
+            f"pass --yes to {options.command} without asking (automation), or run 'cuda13-upgrade plan' first"
+        )
+    assert options.inventory is not None
+    if options.command == "rollout":
+        from cuda13_upgrade import plan
+
+        status, the_plan = run_plan(options, out)
+        if the_plan is None:
+            return status
+        print("", file=out)
+        print(plan.render_text(the_plan), file=out, end="")
+        summary = the_plan["summary"]
+        if summary["stops"]:
+            print("\nThe rollout would stop at its preflight; nothing was changed.", file=out)
+            return EXIT_HOSTS
+        question = f"Roll out the CUDA 13 stack to {summary['changes']} of {summary['hosts']} hosts now?"
+    else:
+        from cuda13_upgrade import fleetstate
+
+        group = target_group(options.extra_vars)
+        os.environ["ANSIBLE_CONFIG"] = str(options.home / "ansible.cfg")
+        hosts = fleetstate.inventory_hosts(options.inventory, group, options.limit)
+        for state in fleetstate.host_states(options.reports_dir, hosts):
+            print(f"  {state['host']}: {state['decision']}", file=out)
+        question = (
+            f"Roll back {len(hosts)} host{'' if len(hosts) == 1 else 's'} to their pre-upgrade snapshot "
+            "(each host's service restarts on its old stack)?"
+        )
+    if ask(question, stdin, out):
+        return None
+    print("Not confirmed; nothing was changed.", file=out)
+    return EXIT_HOSTS
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``cuda13-upgrade``; returns the exit status (see
     :func:`exit_status`): 2 for a :class:`UsageError`, 1 when a result file or
@@ -1016,6 +1183,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return report_command(options)
         if options.command == "status":
             return status_command(options)
+        if options.command == "plan":
+            return plan_command(options)
+        declined = confirm_command(options)
+        if declined is not None:
+            return declined
         return run_command(options)
     except UsageError as exc:
         print(f"cuda13-upgrade: error: {exc}", file=sys.stderr)

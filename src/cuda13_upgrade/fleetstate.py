@@ -42,10 +42,10 @@ CHANGING_COMMANDS = ("rollout", "stage", "rollback")
 _OUTCOMES = ("failed", "unreachable")
 
 
-def inventory_hosts(inventory: str, pattern: str) -> list[str]:
+def inventory_hosts(inventory: str, pattern: str, limit: str | None = None) -> list[str]:
     """The hosts ``pattern`` (a group or an Ansible host pattern, as a play's
     ``hosts:`` takes it) matches in ``inventory`` (a path or a host list), in
-    natural order.
+    natural order; with ``limit`` (``--limit``'s pattern), only those it also matches.
 
     Parsed by ansible-core's ``InventoryManager`` in this process: no
     connection, no variables loaded. Raises :class:`UsageError` when
@@ -66,7 +66,11 @@ def inventory_hosts(inventory: str, pattern: str) -> list[str]:
     if AnsibleCollectionConfig.collection_finder is None:
         init_plugin_loader()
     manager = InventoryManager(loader=DataLoader(), sources=[inventory])
+    if limit:
+        manager.subset(limit)
     hosts = [host.name for host in manager.get_hosts(pattern)]
+    if not hosts and limit:
+        raise UsageError(f"--limit {limit} leaves no host of the group '{pattern}' in {inventory}")
     if not hosts:
         raise UsageError(
             f"The inventory {inventory} has no hosts in the group '{pattern}' (cuda13_target_hosts): "

@@ -63,7 +63,8 @@ COMPONENTS = ("wheels", "venv", "toolkit", "apt_archives", "sglang_tree", "cache
 _STACK_OPTION = "nvidia_driver_check_space_stack"
 
 
-def _human(count: float) -> str:
+def human_bytes(count: float) -> str:
+    """``count`` bytes in binary units: ``"1.5 GiB"``, ``"105.0 KiB"``, ``"512 B"``."""
     for unit, size in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
         if abs(count) >= size:
             return f"{count / size:.1f} {unit}"
@@ -182,7 +183,7 @@ def _message(group: dict[str, Any]) -> str:
     listed = ", ".join(
         f"{p['what']} {p['path']}"
         + (f" ({p['option']})" if p["option"] else "")
-        + f" {_human(p['need_bytes'])}"
+        + f" {human_bytes(p['need_bytes'])}"
         for p in group["places"]
     )
     if "error" in group:
@@ -190,11 +191,13 @@ def _message(group: dict[str, Any]) -> str:
         group["remedy"] = "create the directory's parent, or point the option at a directory that exists"
         return f"{group['problem']}. Fix: {group['remedy']}"
     fs = f"the filesystem at {group['mount']}" + (f" ({group['fstype']})" if group.get("fstype") else "")
-    head = f"{fs} holds {listed}: needs {_human(group['need_bytes'])}, {_human(group['free_bytes'])} free"
+    need, free = human_bytes(group["need_bytes"]), human_bytes(group["free_bytes"])
+    head = f"{fs} holds {listed}: needs {need}, {free} free"
     if group["ok"]:
         return head
     options = [p["option"] for p in group["places"] if p["option"]]
     moves = f"point {' or '.join(options)} at a filesystem with room, or " if options else ""
     group["problem"] = f"not enough space: {head}"
-    group["remedy"] = f"{moves}free {_human(group['need_bytes'] - group['free_bytes'])} on {group['mount']}"
+    short = human_bytes(group["need_bytes"] - group["free_bytes"])
+    group["remedy"] = f"{moves}free {short} on {group['mount']}"
     return f"{group['problem']}. Fix: {group['remedy']}"

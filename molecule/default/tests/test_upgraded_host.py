@@ -1,6 +1,9 @@
 """After the upgrade: CUDA 13 serves, CUDA 12.8 and the old venv are intact."""
 
 import json
+import os
+import subprocess
+from pathlib import Path
 from statistics import median
 
 from probes import pip_freeze, stream_decode
@@ -107,3 +110,19 @@ def test_worker_was_drained_and_put_back_in_the_router(host):
         for line in host.file("/var/log/sglang-router-events.jsonl").content_string.splitlines()
     ]
     assert events == ["remove", "add"]
+
+
+def test_the_plan_of_the_kept_host_says_already_kept():
+    """cuda13-upgrade plan after the rollout: the host is already kept for this
+    target, nothing is planned for it (read-only: no batch, no restart)."""
+    project = Path(os.environ["MOLECULE_PROJECT_DIRECTORY"])
+    inventory = Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent
+    reports = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "reports"
+    argv = [str(project / ".venv/bin/cuda13-upgrade"), "plan", "--json", "-i", str(inventory)]
+    argv += ["--run-id", "molecule-default-plan-kept", "--reports-dir", str(reports)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (record,) = json.loads(done.stdout)["hosts"]
+    assert record["path"] == "already kept", record
+    assert record["batch"] is None
+    assert json.loads(done.stdout)["summary"]["changes"] == 0

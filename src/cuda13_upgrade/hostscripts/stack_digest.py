@@ -23,6 +23,7 @@ otherwise)::
      "state": {"result": <DIR/result.json> or null,
                "step": <DIR/step.json> or null,
                "lock": <DIR/run.lock/owner.json, {} without one> or null (no lock),
+               "staged": <DIR/staged.json> or null,
                "errors": {"result": "<why it could not be read>"}}}
 
 A file that is absent is null; one that cannot be read or parsed is null with
@@ -158,6 +159,7 @@ def state(directory: str) -> dict:
         "result": _read_json(os.path.join(directory, "result.json"), "result", errors),
         "step": _read_json(os.path.join(directory, "step.json"), "step", errors),
         "lock": lock,
+        "staged": _read_json(os.path.join(directory, "staged.json"), "staged", errors),
         "errors": errors,
     }
 

@@ -1,0 +1,348 @@
+"""What a rollout would do, host by host, before it changes anything (``cuda13-upgrade plan``).
+
+``playbooks/plan.yml`` runs the rollout's read-only passes (the run's batch
+plan, each host's state, the preflight with the toolkit's apt simulation and
+pip's resolution of the target) and hands what they found, per host, to
+:func:`host_plan`; :func:`rollout_plan` adds the batches and the fleet's
+summary, and :func:`render_text` prints it. The same decisions as the rollout
+make each part:
+
+- the path: ``already kept`` (:func:`cuda13_upgrade.rerun.host_verdict`, the
+  early pass of ``upgrade-cuda13.yml``), ``staged`` (``staged.json`` recorded
+  for this very target and resolved set, as ``roles/upgrade_host/tasks/staged.yml``
+  decides; the new venv's ``pip freeze`` is compared again at the window),
+  ``full``, or ``refused`` (a preflight check, the apt transaction or the
+  resolution refused the host, with the message the rollout would print);
+- the apt transaction: ``cuda13_upgrade.aptplan.check_transaction``'s record;
+- the wheels: the count of pip's resolution (``cuda13_upgrade.resolve.resolved_set``)
+  and the bytes recorded for the stack in ``stack-space.yml`` (pip's report has
+  no sizes: ``nvidia_driver_check_space_stack`` names the record);
+- the space: the preflight's one result per filesystem (:func:`cuda13_upgrade.space.plan`);
+- the restarts: :func:`cuda13_upgrade.restarts.plan_upgrade` with what the
+  service runs now unknown (the snapshot reads it), so the baseline restarts
+  into every profile: an upper bound;
+- the time out of service: the drain-to-undrain time the host's own last run
+  recorded (``result.json``'s ``out_of_service_s``), else the longest another
+  host of the plan recorded, else unknown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from cuda13_upgrade import batches, rerun, restarts
+from cuda13_upgrade.report import format_duration
+from cuda13_upgrade.space import human_bytes
+
+ALREADY_KEPT = "already kept"
+STAGED = "staged"
+FULL = "full"
+REFUSED = "refused"
+#: Every path, in the order the summary lists them.
+PATHS = (FULL, STAGED, ALREADY_KEPT, REFUSED)
+
+
+def _size(count: float | None) -> str:
+    return "unknown" if count is None else human_bytes(count)
+
+
+def _pins(resolved: Sequence[Mapping[str, Any]] | None) -> list[str]:
+    return [f"{d.get('name')}=={d.get('version')}" for d in resolved or [] if isinstance(d, Mapping)]
+
+
+def staged_for(staged: Mapping[str, Any] | None, target: Mapping[str, Any], pins: Sequence[str]) -> bool:
+    """Whether ``staged.json`` (``{"target", "resolved_target": ["name==version"], ...}``)
+    was recorded for this run's ``target`` and resolved set (``pins``), as
+    ``roles/upgrade_host/tasks/staged.yml`` decides before it compares the freeze."""
+    if not isinstance(staged, Mapping) or not staged:
+        return False
+    recorded_pins = list(staged.get("resolved_target") or [])
+    return rerun.same_target(staged.get("target"), target) and recorded_pins == list(pins)
+
+
+def host_plan(
+    host: str,
+    *,
+    verdict: Mapping[str, Any] | None,
+    state: Mapping[str, Any] | None = None,
+    target: Mapping[str, Any] | None = None,
+    refusals: Sequence[str] = (),
+    preflight: Mapping[str, Any] | None = None,
+    toolkit: Mapping[str, Any] | None = None,
+    resolved: Sequence[Mapping[str, Any]] | None = None,
+    wheels_bytes: int | None = None,
+    wheels_record: str = "",
+    profiles: Sequence[Mapping[str, Any]] = (),
+    rollback_verify: bool = True,
+    drain_tasks: str = "",
+    undrain_tasks: str = "",
+) -> dict[str, Any]:
+    """One host's plan.
+
+    Args:
+        host: the inventory name.
+        verdict: :func:`cuda13_upgrade.rerun.host_verdict`'s record for the host
+            (``already_kept``, ``reason``, ``previous``: its ``result.json``, ``notice``),
+            or None when the state could not be read (a refusal says why).
+        state: ``stack_digest.py --state``'s ``state`` (``staged``: ``staged.json`` or None).
+        target: the run's target (:func:`cuda13_upgrade.rerun.target`).
+        refusals: what refused the host, each the message the rollout prints.
+        preflight: the preflight's report (``{"ok", "passed", "failures"}``, each
+            ``{"check", "message", ...}``), or None where it did not run.
+        toolkit: ``{"package": "cuda-toolkit-13-0=13.0.2-1", "to_install": bool,
+            "transaction": aptplan.check_transaction record or None}``.
+        resolved: pip's resolved set (:func:`cuda13_upgrade.resolve.resolved_set`), or None.
+        wheels_bytes: the recorded download size of the stack's wheels, bytes, or None.
+        wheels_record: where ``wheels_bytes`` comes from.
+        profiles: the server profiles (``cuda13_profiles``).
+        rollback_verify: ``cuda13_rollback_verify``.
+        drain_tasks, undrain_tasks: ``cuda13_drain_tasks``, ``cuda13_undrain_tasks``.
+
+    Returns:
+        ``{"host", "path", "why", "refusals": [str], "notice": str,
+        "apt": {"package", "to_install", "install": [str]} | None,
+        "wheels": {"count", "bytes", "record", "distributions": [str]} | None,
+        "space": [str], "restarts": {"upgrade", "rollback", "lines": [str]} | None,
+        "drain": {"drain", "undrain"}, "warnings": [str],
+        "out_of_service_s": float | None, "estimate_from": str}``; ``batch`` is
+        added by :func:`rollout_plan`.
+    """
+    verdict = verdict or {}
+    previous = verdict.get("previous") if isinstance(verdict.get("previous"), Mapping) else {}
+    pins = _pins(resolved)
+    measured_out = _seconds(previous.get("out_of_service_s"))
+    record: dict[str, Any] = {
+        "host": host,
+        "path": FULL,
+        "why": "",
+        "refusals": [str(r).strip() for r in refusals if str(r).strip()],
+        "notice": str(verdict.get("notice") or ""),
+        "apt": None,
+        "wheels": None,
+        "space": [],
+        "restarts": None,
+        "drain": {"drain": drain_tasks or "", "undrain": undrain_tasks or ""},
+        "warnings": [],
+        "out_of_service_s": measured_out,
+        "estimate_from": f"{host}'s run {previous.get('run_id')}" if measured_out else "",
+    }
+    for failure in (preflight or {}).get("failures") or []:
+        message = str(failure.get("message") or "") if isinstance(failure, Mapping) else str(failure)
+        if message and not any(message in r for r in record["refusals"]):
+            record["refusals"].append(message)
+    record["space"] = [
+        str(p.get("message"))
+        for p in (preflight or {}).get("passed") or []
+        if isinstance(p, Mapping) and p.get("check") == "space"
+    ]
+    if verdict.get("already_kept"):
+        record["path"] = ALREADY_KEPT
+        verified = previous.get("verified_in_run") or previous.get("run_id")
+        record["why"] = str(
+            verdict.get("reason") or f"run {verified} verified this target and the stack it kept is unchanged"
+        )
+        return record
+    if record["refusals"]:
+        record["path"] = REFUSED
+        record["why"] = "the rollout's preflight refuses it; no host is changed while one is refused"
+        return record
+    staged = (state or {}).get("staged") if isinstance(state, Mapping) else None
+    if target is not None and resolved is not None and staged_for(staged, target, pins):
+        record["path"] = STAGED
+        record["why"] = (
+            f"staged by run {staged.get('run_id')} at {staged.get('staged_at')} for this target; "
+            "straight to the window if its new venv still freezes as recorded"
+        )
+    else:
+        reason = str(verdict.get("reason") or "not kept for this target")
+        record["why"] = reason if previous else "never upgraded"
+        toolkit = toolkit or {}
+        transaction = toolkit.get("transaction") if isinstance(toolkit.get("transaction"), Mapping) else None
+        record["apt"] = {
+            "package": str(toolkit.get("package") or ""),
+            "to_install": bool(toolkit.get("to_install")),
+            "install": list((transaction or {}).get("install") or []) if toolkit.get("to_install") else [],
+        }
+        if resolved is not None:
+            record["wheels"] = {
+                "count": len(pins),
+                "bytes": wheels_bytes,
+                "record": wheels_record,
+                "distributions": pins,
+            }
+    if profiles:
+        upgrade = restarts.plan_upgrade(profiles, running=None, rollback_verify=rollback_verify)
+        record["restarts"] = {
+            "upgrade": upgrade["restarts_upgrade"],
+            "rollback": upgrade["restarts_rollback"],
+            "lines": restarts.format_plan(upgrade),
+        }
+    if not drain_tasks:
+        record["warnings"].append(
+            "no drain hook (cuda13_drain_tasks): the host keeps taking traffic while its service restarts"
+        )
+    return record
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}{'es' if noun.endswith('ch') else 's'}"
+
+
+def _seconds(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        return None
+    return float(value)
+
+
+def rollout_plan(
+    hosts: Sequence[Mapping[str, Any]],
+    *,
+    serial: Any = None,
+    max_parallel: Any = None,
+    run_id: str = "",
+    allow_partial: bool = False,
+    fleet_lines: Sequence[str] = (),
+) -> dict[str, Any]:
+    """The whole plan: the hosts' plans (:func:`host_plan`) with their batch and the summary.
+
+    Args:
+        hosts: one :func:`host_plan` record per host of the run, in the inventory's order.
+        serial, max_parallel: ``cuda13_serial`` and ``cuda13_max_parallel``: the
+            batches of the hosts that change (:func:`cuda13_upgrade.batches.plan`,
+            over the hosts not already kept nor refused, as the rollout plans them
+            once the already-kept have left).
+        run_id: the plan's run identifier.
+        allow_partial: ``cuda13_preflight_allow_partial`` (a refused host does not stop the rollout).
+        fleet_lines: the window and the failure budget, as ``playbooks/start.yml`` prints them.
+
+    Returns:
+        ``{"run_id", "hosts": [record with "batch": int | None], "batches": [[host]],
+        "summary": {"hosts", "paths": {path: [host]}, "refused": [host], "stops": bool,
+        "changes": int, "restarts": int, "wheels_bytes": int | None,
+        "out_of_service_s": float | None, "lines": [str]}}``; ``stops``: the
+        rollout would stop at its preflight, changing no host.
+
+    Raises:
+        ValueError: a bad ``serial`` or ``max_parallel``, naming the option.
+    """
+    changing_hosts = [r["host"] for r in hosts if r["path"] in (FULL, STAGED)]
+    the_batches = batches.plan(changing_hosts, serial, max_parallel)
+    batch_lines = batches.format_plan(the_batches) if changing_hosts else []
+    batch_list = the_batches["batches"]
+    where = {host: k + 1 for k, batch in enumerate(batch_list) for host in batch}
+    records = []
+    for record in hosts:
+        records.append({**record, "batch": where.get(record["host"])})
+    known = [(r["out_of_service_s"], r["host"]) for r in records if r.get("out_of_service_s")]
+    if known:
+        longest, source = max(known)
+        for r in records:
+            if not r.get("out_of_service_s") and r["path"] in (FULL, STAGED):
+                r["out_of_service_s"] = longest
+                r["estimate_from"] = f"{source}'s last run (the longest recorded)"
+    paths: dict[str, list[str]] = {path: [] for path in PATHS}
+    for r in records:
+        paths.setdefault(r["path"], []).append(r["host"])
+    refused = paths[REFUSED]
+    changing = [r for r in records if r["path"] in (FULL, STAGED)]
+    stops = bool(refused) and not allow_partial
+    wheel_sizes = [r["wheels"]["bytes"] for r in changing if r.get("wheels")]
+    total_bytes = sum(wheel_sizes) if wheel_sizes and None not in wheel_sizes else None
+    restarts_total = sum((r.get("restarts") or {}).get("upgrade", 0) for r in changing)
+    outs = [r["out_of_service_s"] for r in changing]
+    lines = [
+        f"{_count(len(records), 'host')}: "
+        + ", ".join(f"{len(paths[p])} {p}" for p in PATHS if paths[p])
+        + ("" if records else "none"),
+    ]
+    if stops:
+        lines.append(
+            f"the rollout would stop at its preflight and change no host: {', '.join(refused)} refused "
+            "(fix them, leave them out with --limit, or set cuda13_preflight_allow_partial=true)"
+        )
+    elif refused:
+        lines.append(f"{', '.join(refused)} refused; cuda13_preflight_allow_partial=true upgrades the others")
+    if changing and not stops:
+        lines.append(
+            f"{_count(len(changing), 'host')} {'changes' if len(changing) == 1 else 'change'},"
+            f" in {_count(len(batch_list), 'batch')};"
+            f" {restarts_total} service restarts in all"
+            + (
+                f"; wheels to install: {_size(total_bytes)} per the stack's record"
+                if total_bytes is not None
+                else ""
+            )
+        )
+        if None not in outs:
+            longest = format_duration(max(outs))
+            lines.append(f"out of service per host: about {longest} (longest recorded run)")
+        else:
+            lines.append("out of service per host: not known (no host of the plan has a recorded run)")
+        undrained = [r["host"] for r in changing if not r["drain"]["drain"]]
+        if undrained:
+            lines.append(f"no drain hook for {', '.join(undrained)}: traffic reaches them while they restart")
+    lines += [str(line) for line in batch_lines] + [str(line) for line in fleet_lines]
+    return {
+        "run_id": run_id,
+        "hosts": records,
+        "batches": [list(b) for b in batch_list],
+        "summary": {
+            "hosts": len(records),
+            "paths": paths,
+            "refused": refused,
+            "stops": stops,
+            "changes": 0 if stops else len(changing),
+            "restarts": restarts_total,
+            "wheels_bytes": total_bytes,
+            "out_of_service_s": max(outs) if outs and None not in outs else None,
+            "lines": lines,
+        },
+    }
+
+
+def render_text(plan: Mapping[str, Any]) -> str:
+    """The plan as the terminal shows it: per host its batch, path and what the
+    rollout would do to it, then the fleet's summary."""
+    out: list[str] = []
+    for r in plan.get("hosts") or []:
+        batch = f"batch {r['batch']}" if r.get("batch") else "no batch"
+        out.append(f"{r['host']}: {r['path']} ({batch})" + (f": {r['why']}" if r.get("why") else ""))
+        for refusal in r.get("refusals") or []:
+            first, *rest = refusal.splitlines() or [""]
+            out.append(f"  refused: {first}")
+            out += [f"    {line}" for line in rest]
+        if r.get("notice"):
+            out += [f"  notice: {line}" for line in r["notice"].splitlines()]
+        apt = r.get("apt")
+        if apt:
+            if apt["to_install"]:
+                out.append(f"  apt: installs {apt['package']} ({len(apt['install'])} packages, simulated)")
+            else:
+                out.append(f"  apt: nothing to install ({apt['package']} is installed)")
+        wheels = r.get("wheels")
+        if wheels:
+            size = f", {_size(wheels['bytes'])}" if wheels.get("bytes") is not None else ""
+            out.append(f"  wheels: {wheels['count']} distributions resolved{size}")
+        out += [f"  space: {line}" for line in r.get("space") or []]
+        if r["path"] in (FULL, STAGED):
+            restarts_ = r.get("restarts") or {}
+            if restarts_:
+                out.append(
+                    f"  restarts: at most {restarts_['upgrade']} for the upgrade,"
+                    f" {restarts_['rollback']} more for a rollback"
+                )
+            if r.get("out_of_service_s"):
+                took = format_duration(r["out_of_service_s"])
+                out.append(f"  out of service: about {took} (from {r['estimate_from']})")
+            else:
+                out.append("  out of service: not known before a first run")
+            drain = r["drain"]
+            undrain = drain["undrain"] or "none"
+            hooks = f"{drain['drain']}, undrain: {undrain}" if drain["drain"] else "none"
+            out.append(f"  drain: {hooks}")
+        out += [f"  warning: {w}" for w in r.get("warnings") or [] if r["path"] in (FULL, STAGED)]
+    out.append("")
+    out.append("Summary:")
+    out += [f"  {line}" for line in (plan.get("summary") or {}).get("lines") or []]
+    return "\n".join(out) + "\n"
