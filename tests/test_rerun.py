@@ -418,6 +418,7 @@ def test_the_script_reads_the_state_and_digests_only_a_kept_host(tmp_path):
         "result": None,
         "step": None,
         "lock": None,
+        "staged": None,
         "errors": {},
     }
 
