@@ -193,11 +193,12 @@ def test_preflight_errors():
         "cuda13_preflight: input (facts) must be a dict of host facts, got list: ['not', 'facts']"
     )
     with pytest.raises(AnsibleFilterError) as info:
-        f("cuda13_preflight")({}, {"expected_gpu_count": -2})
+        f("cuda13_preflight")({}, {"expected_gpus": 8})
     assert str(info.value) == (
-        "cuda13_preflight: expected GPU count must be a positive integer or null: -2. Option: "
-        "nvidia_driver_check_expected_gpu_count. Fix: set the number of GPUs each host has "
-        "(e.g. 8), or null to accept any."
+        "cuda13_preflight: unknown preflight settings: ['expected_gpus']. Option: settings. "
+        "Fix: use only ['allow_busy_gpus', 'allow_mixed_gpu_models', 'allow_wsl', "
+        "'allowed_compute_capabilities', 'expected_gpu_count', 'jit', 'min_driver_version', "
+        "'min_python_version', 'required_disk_gib', 'toolkit_release'] and option_names."
     )
 
 

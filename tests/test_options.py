@@ -277,3 +277,62 @@ def test_rollout_shape_options_pass():
     }
     assert options.validate(given, {})["ok"]
     assert options.validate({"cuda13_window": {}, "cuda13_until": "06:00"}, {})["ok"]
+
+
+# --- the preflight's options: checked here once, the preflight checks the host ----------
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"nvidia_driver_check_toolkit_release": 13.0}, "nvidia_driver_check_toolkit_release is a float, not a quoted string: 13.0. Option: nvidia_driver_check_toolkit_release."),
+        ({"nvidia_driver_check_toolkit_release": "13"}, "nvidia_driver_check_toolkit_release is not a CUDA toolkit release: '13'. Option: nvidia_driver_check_toolkit_release."),
+        ({"nvidia_driver_check_allowed_compute_capabilities": ["sm_120"]}, "nvidia_driver_check_allowed_compute_capabilities holds 'sm_120', which is not a compute capability: ['sm_120']. Option: nvidia_driver_check_allowed_compute_capabilities."),
+        ({"nvidia_driver_check_allowed_compute_capabilities": {"cc": "12.0"}}, "nvidia_driver_check_allowed_compute_capabilities is not valid ("),
+        ({"nvidia_driver_check_expected_gpu_count": 0}, "nvidia_driver_check_expected_gpu_count is out of range: 0. Option: nvidia_driver_check_expected_gpu_count."),
+        ({"nvidia_driver_check_expected_gpu_count": True}, "nvidia_driver_check_expected_gpu_count is not a number: True. Option: nvidia_driver_check_expected_gpu_count."),
+        ({"nvidia_driver_check_expected_gpu_count": "eight"}, "nvidia_driver_check_expected_gpu_count is not valid ("),
+        ({"nvidia_driver_check_required_disk_gib": -1}, "nvidia_driver_check_required_disk_gib is out of range: -1. Option: nvidia_driver_check_required_disk_gib."),
+        ({"nvidia_driver_check_min_python_version": 3.1}, "nvidia_driver_check_min_python_version is a float, not a quoted string: 3.1. Option: nvidia_driver_check_min_python_version."),
+        ({"nvidia_driver_check_min_python_version": "three"}, "nvidia_driver_check_min_python_version is not a version: 'three'. Option: nvidia_driver_check_min_python_version."),
+        ({"nvidia_driver_check_min_driver_version": "N/A"}, "nvidia_driver_check_min_driver_version is not an NVIDIA driver version: 'N/A'. Option: nvidia_driver_check_min_driver_version."),
+        ({"nvidia_driver_check_require_jit": "maybe"}, "nvidia_driver_check_require_jit is not valid ("),
+        ({"nvidia_driver_check_allow_wsl": "maybe"}, "nvidia_driver_check_allow_wsl is not valid ("),
+        ({"nvidia_driver_check_allow_busy_gpus": "maybe"}, "nvidia_driver_check_allow_busy_gpus is not valid ("),
+        ({"nvidia_driver_check_allow_mixed_gpu_models": [True]}, "nvidia_driver_check_allow_mixed_gpu_models is not valid ("),
+    ],
+)  # fmt: skip
+def test_bad_preflight_options_are_refused_with_value_and_option(specs, given, message):
+    report = options.validate(given, specs)
+    (failure,) = report["failures"]
+    assert failure["option"] == next(iter(given))
+    assert failure["message"].startswith(message)
+
+
+def test_no_allowed_list_lifts_the_release_compute_capability_floor(specs):
+    report = options.validate({"nvidia_driver_check_allowed_compute_capabilities": ["7.0", "12.0"]}, specs)
+    (failure,) = report["failures"]
+    assert failure["message"] == (
+        "nvidia_driver_check_allowed_compute_capabilities holds ['7.0'], below 7.5, the oldest compute "
+        "capability CUDA 13.0 supports (CUDA 13 removed Maxwell, Pascal and Volta): ['7.0', '12.0']. "
+        "Option: nvidia_driver_check_allowed_compute_capabilities. Fix: give a list without ['7.0']; "
+        "hosts with such GPUs stay on CUDA 12."
+    )
+    # The floor is that of the release the driver check targets; CUDA 12 keeps Volta.
+    given = {"nvidia_driver_check_toolkit_release": "12.8", "nvidia_driver_check_allowed_compute_capabilities": ["7.0"]}
+    assert options.validate(given, specs)["ok"]
+
+
+def test_preflight_options_in_ansible_forms_are_converted(specs):
+    # -e key=value gives strings: Ansible's booleans and a comma-separated list are accepted.
+    given = {
+        "nvidia_driver_check_allow_wsl": "yes",
+        "nvidia_driver_check_allowed_compute_capabilities": "12.0,10.0",
+        "nvidia_driver_check_expected_gpu_count": "8",
+        "nvidia_driver_check_toolkit_release": "13.0.2",
+    }
+    report = options.validate(given, specs)
+    assert report["ok"], report["failures"]
+    assert report["values"]["nvidia_driver_check_allow_wsl"] is True
+    assert report["values"]["nvidia_driver_check_allowed_compute_capabilities"] == ["12.0", "10.0"]
+    assert report["values"]["nvidia_driver_check_expected_gpu_count"] == 8

@@ -39,7 +39,13 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
 from cuda13_upgrade.errors import format_message
-from cuda13_upgrade.versions import DRIVER_TABLE, parse_compute_capability, parse_driver_version
+from cuda13_upgrade.versions import (
+    DRIVER_TABLE,
+    min_compute_capability,
+    parse_compute_capability,
+    parse_driver_version,
+    parse_toolkit_version,
+)
 
 __all__ = ["PLAY_OPTIONS", "RULES", "host_failures", "packages_versions", "shipped_releases", "validate"]
 
@@ -83,6 +89,8 @@ def shipped_releases() -> list[str]:
 
 def _min(low: float) -> Callable[[Any], tuple[str, str] | None]:
     def rule(value: Any) -> tuple[str, str] | None:
+        if isinstance(value, bool):
+            return "is not a number", f"a number >= {low:g}"
         if value is not None and value < low:
             return "is out of range", f"a number >= {low:g}"
         return None
@@ -95,8 +103,10 @@ def _between(low: float, high: float, *, high_open: bool = False) -> Callable[[A
     def rule(value: Any) -> tuple[str, str] | None:
         if value is None:
             return None
+        upper = f"< {high:g}" if high_open else f"<= {high:g}"
+        if isinstance(value, bool):
+            return "is not a number", f"a number >= {low:g} and {upper}"
         if value < low or value > high or (high_open and value == high):
-            upper = f"< {high:g}" if high_open else f"<= {high:g}"
             return "is out of range", f"a number >= {low:g} and {upper}"
         return None
 
@@ -106,6 +116,8 @@ def _between(low: float, high: float, *, high_open: bool = False) -> Callable[[A
 
 def _positive(value: Any) -> tuple[str, str] | None:
     """a number > 0"""
+    if isinstance(value, bool):
+        return "is not a number", "a number > 0"
     if value is not None and value <= 0:
         return "is out of range", "a number > 0"
     return None
@@ -265,6 +277,18 @@ def _capabilities(value: Any) -> tuple[str, str] | None:
             parse_compute_capability(str(cc), option=None)
         except ValueError:
             return f"holds {cc!r}, which is not a compute capability", "MAJOR.MINOR strings such as '12.0'"
+    return None
+
+
+def _toolkit_version(value: Any) -> tuple[str, str] | None:
+    """MAJOR.MINOR or MAJOR.MINOR.UPDATE of a CUDA toolkit (versions.parse_toolkit_version)"""
+    try:
+        parse_toolkit_version(value, option=None)
+    except ValueError:
+        return (
+            "is not a CUDA toolkit release",
+            "MAJOR.MINOR or MAJOR.MINOR.UPDATE as a quoted string, e.g. '13.0' or '13.0.2'",
+        )
     return None
 
 
@@ -525,7 +549,7 @@ RULES: dict[str, Callable[[Any], tuple[str, str] | None]] = {
     "artifact_cache_python_version": _python_version,
     "artifact_cache_implementation": _nonempty,
     # nvidia_driver_check
-    "nvidia_driver_check_toolkit_release": _version,
+    "nvidia_driver_check_toolkit_release": _toolkit_version,
     "nvidia_driver_check_min_driver_version": _driver_version,
     "nvidia_driver_check_allowed_compute_capabilities": _capabilities,
     "nvidia_driver_check_expected_gpu_count": _min(1),
@@ -540,6 +564,10 @@ RULES: dict[str, Callable[[Any], tuple[str, str] | None]] = {
 #: Options whose rule looks at the value as given, before Ansible's conversion
 #: (which turns server_args "--a b" into ["--a b"] and 3 into "3").
 _RAW_RULES = ("cuda13_profiles", "verify_throughput_profiles")
+
+#: Options whose value must be given as a string: YAML reads an unquoted 3.10 as the
+#: number 3.1, which the spec's str type would turn into the string "3.1".
+_QUOTED = ("nvidia_driver_check_toolkit_release", "nvidia_driver_check_min_python_version")
 
 _ALIAS_RE = re.compile(r"^\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}$")
 
@@ -772,6 +800,25 @@ def _cross_checks(values: Mapping[str, Any], given: Mapping[str, Any]) -> list[d
                         f"names of cuda13_profiles ({sorted(names)})",
                     )
                 )
+    # No allowed list lifts the release's compute capability floor (CUDA 13: 7.5).
+    allowed = values.get("nvidia_driver_check_allowed_compute_capabilities")
+    target = values.get("nvidia_driver_check_toolkit_release") or release
+    try:
+        floor = min_compute_capability(target, option=None)
+        floor_cc = parse_compute_capability(floor, option=None) if floor else None
+        below = [cc for cc in allowed or [] if parse_compute_capability(str(cc), option=None) < floor_cc]
+    except (TypeError, ValueError):  # no floor, or a malformed release or list: its own rule says so
+        below = []
+    if below:
+        failures.append(
+            _failure(
+                "nvidia_driver_check_allowed_compute_capabilities",
+                allowed,
+                f"holds {below}, below {floor}, the oldest compute capability CUDA {target} supports "
+                "(CUDA 13 removed Maxwell, Pascal and Volta)",
+                f"a list without {below}; hosts with such GPUs stay on CUDA 12",
+            )
+        )
     return failures
 
 
@@ -808,6 +855,11 @@ def validate(
         if option in _RAW_RULES and isinstance(given[option], list):
             value = given[option]  # Ansible's list type splits a string; the rule sees what was given
         problem = rule(value) if rule else None
+        if option in _QUOTED and given[option] is not None and not isinstance(given[option], str):
+            problem = (
+                f"is a {type(given[option]).__name__}, not a quoted string",
+                "the value quoted, e.g. '3.10' (YAML reads an unquoted 3.10 as the number 3.1)",
+            )
         if problem:
             failures.append(_failure(option, given[option], *problem))
     if failures:

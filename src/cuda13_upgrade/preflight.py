@@ -34,7 +34,10 @@ Facts (what the host is), a dict::
     }
 
 Settings (what the inventory asks for), a dict; every key is optional and
-defaults to :data:`DEFAULT_SETTINGS`:
+defaults to :data:`DEFAULT_SETTINGS`. Their values are the options that
+:func:`cuda13_upgrade.options.validate` checked (types, formats, ranges, the
+release's compute capability floor; nvidia_driver_check's ``options.yml``, before
+the preflight): :func:`evaluate` does not check them again, it checks the host:
 
 ====================================  ==========================================
 key                                   meaning
@@ -74,7 +77,6 @@ from cuda13_upgrade.versions import (
     min_compute_capability,
     parse_compute_capability,
     parse_driver_version,
-    parse_toolkit_version,
     stack_driver_floor,
 )
 
@@ -178,93 +180,18 @@ def _settings(settings: Mapping[str, Any] | None) -> tuple[dict[str, Any], dict[
         )
     names.update({str(k): str(v) for k, v in extra.items()})
     merged = {**DEFAULT_SETTINGS, **{k: v for k, v in settings.items() if k != "option_names"}}
-
-    try:
-        parse_toolkit_version(merged["toolkit_release"], option=names["toolkit_release"])
-    except Cuda13Error as exc:
-        raise PreflightError(exc.problem, exc.value, option=exc.option, remedy=exc.remedy) from exc
-    if not isinstance(merged["jit"], bool):
-        raise PreflightError(
-            "jit must be true or false",
-            merged["jit"],
-            option=names["jit"],
-            remedy="set it to true when the stack JIT-compiles PTX (SGLang with flashinfer does)",
-        )
-    for key in ("allow_wsl", "allow_mixed_gpu_models", "allow_busy_gpus"):
-        if not isinstance(merged[key], bool):
-            raise PreflightError(
-                f"{key} must be true or false",
-                merged[key],
-                option=names[key],
-                remedy="set it to true to accept such hosts, false (the default) to refuse them",
-            )
+    # The values themselves were checked by cuda13_upgrade.options.validate (types,
+    # formats, ranges, the release's compute capability floor); here they are only
+    # brought to the form the checks compare with.
     allowed = merged["allowed_compute_capabilities"]
-    if allowed is None or (isinstance(allowed, list | tuple) and not allowed):
-        merged["allowed_compute_capabilities"] = None
-    elif isinstance(allowed, str) or not isinstance(allowed, list | tuple):
-        raise PreflightError(
-            "allowed compute capabilities must be a list",
-            allowed,
-            option=names["allowed_compute_capabilities"],
-            remedy="list them as strings, e.g. ['12.0'], or leave it empty for the platform's default",
-        )
-    else:
-        try:
-            merged["allowed_compute_capabilities"] = [
-                "{}.{}".format(*parse_compute_capability(cc, option=names["allowed_compute_capabilities"]))
-                for cc in allowed
-            ]
-        except Cuda13Error as exc:
-            raise PreflightError(exc.problem, exc.value, option=exc.option, remedy=exc.remedy) from exc
-        floor = min_compute_capability(merged["toolkit_release"], option=names["toolkit_release"])
-        if floor is not None:
-            below = [
-                cc
-                for cc in merged["allowed_compute_capabilities"]
-                if parse_compute_capability(cc, option=None) < parse_compute_capability(floor, option=None)
-            ]
-            if below:
-                raise PreflightError(
-                    f"CUDA {merged['toolkit_release']} does not support compute capability below "
-                    f"{floor} (CUDA 13 removed Maxwell, Pascal and Volta), yet the allowed list holds",
-                    below,
-                    option=names["allowed_compute_capabilities"],
-                    remedy=f"remove {below} from the list; hosts with such GPUs stay on CUDA 12",
-                )
-    count = merged["expected_gpu_count"]
-    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
-        raise PreflightError(
-            "expected GPU count must be a positive integer or null",
-            count,
-            option=names["expected_gpu_count"],
-            remedy="set the number of GPUs each host has (e.g. 8), or null to accept any",
-        )
-    disk = merged["required_disk_gib"]
-    if disk is not None and (isinstance(disk, bool) or not isinstance(disk, int | float) or disk < 0):
-        raise PreflightError(
-            "required disk space must be a non-negative number of GiB or null",
-            disk,
-            option=names["required_disk_gib"],
-            remedy="set it in GiB, e.g. 40",
-        )
-    minimum = merged["min_python_version"]
-    if minimum is not None:
-        try:
-            Version(str(minimum))
-        except InvalidVersion:
-            raise PreflightError(
-                "minimum Python version is not a version",
-                minimum,
-                option=names["min_python_version"],
-                remedy="write it as a quoted string such as '3.10'",
-            ) from None  # the message names the value already
-        if not isinstance(minimum, str):
-            raise PreflightError(
-                "minimum Python version must be a string",
-                minimum,
-                option=names["min_python_version"],
-                remedy="quote it ('3.10'); unquoted YAML 3.10 is the number 3.1",
-            )
+    merged["allowed_compute_capabilities"] = (
+        [
+            "{}.{}".format(*parse_compute_capability(cc, option=names["allowed_compute_capabilities"]))
+            for cc in allowed
+        ]
+        if allowed
+        else None
+    )
     return merged, names
 
 
@@ -709,9 +636,10 @@ def evaluate(facts: Mapping[str, Any], settings: Mapping[str, Any] | None = None
         GPUs always fails, whatever ``expected_gpu_count`` says.
 
     Raises:
-        PreflightError: malformed *settings* (wrong type, unknown key, bad
-            release): a configuration error rather than a host failure. The
-            message names the option. Malformed *facts* become failures.
+        PreflightError: *facts* or *settings* that are not a mapping, or
+            settings with unknown keys. The settings' values are not checked
+            here: :func:`cuda13_upgrade.options.validate` checks them first, and
+            its message names the option. Malformed *facts* become failures.
     """
     if not isinstance(facts, Mapping):
         raise PreflightError(
