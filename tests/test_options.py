@@ -319,7 +319,10 @@ def test_no_allowed_list_lifts_the_release_compute_capability_floor(specs):
         "hosts with such GPUs stay on CUDA 12."
     )
     # The floor is that of the release the driver check targets; CUDA 12 keeps Volta.
-    given = {"nvidia_driver_check_toolkit_release": "12.8", "nvidia_driver_check_allowed_compute_capabilities": ["7.0"]}
+    given = {
+        "nvidia_driver_check_toolkit_release": "12.8",
+        "nvidia_driver_check_allowed_compute_capabilities": ["7.0"],
+    }
     assert options.validate(given, specs)["ok"]
 
 
