@@ -32,16 +32,11 @@ DOCUMENTATION = r"""
         description: Facts that sharpen the remedy, e.g. C({"torch_version": "2.10.0+cu130"}).
         type: dict
         default: {}
-  - name: cuda13_diagnose_nvidia_smi
-    short_description: Diagnosis of a registered, failed nvidia-smi result.
-    positional: _input, module_version
   - name: cuda13_parse_compute_apps
     short_description: Rows of C(nvidia-smi --query-compute-apps=gpu_uuid,pid,process_name,used_memory).
     positional: _input, rc
   - name: cuda13_parse_proc_driver_version
     short_description: The loaded kernel module's version from C(/proc/driver/nvidia/version).
-  - name: cuda13_is_wsl_header
-    short_description: Whether nvidia-smi's table header is WSL's (split versions).
 """
 
 EXAMPLES = r"""
@@ -52,9 +47,8 @@ apps: "{{ query.stdout | cuda13_parse_compute_apps(query.rc) }}"
 RETURN = r"""
   _value:
     description: >-
-      cuda13_diagnose/_nvidia_smi - dict (kind, cause, remedy, evidence, source, known);
-      cuda13_parse_compute_apps - list of dicts; cuda13_parse_proc_driver_version - dict;
-      cuda13_is_wsl_header - bool.
+      cuda13_diagnose - dict (kind, cause, remedy, evidence, source, known);
+      cuda13_parse_compute_apps - list of dicts; cuda13_parse_proc_driver_version - dict.
 """
 
 
@@ -67,21 +61,6 @@ def cuda13_diagnose(text: Any, source: Any = "", context: Any = None) -> dict[st
     if context is not None and not isinstance(context, Mapping):
         raise AnsibleFilterError(f"cuda13_diagnose: context must be a mapping, got {context!r}")
     return diagnosis.diagnose(text, source=source, context=context).to_dict()
-
-
-def cuda13_diagnose_nvidia_smi(result: Any, module_version: Any = None) -> dict[str, Any]:
-    """Filter: :func:`cuda13_upgrade.diagnosis.diagnose_nvidia_smi` of a registered result."""
-    if not isinstance(result, Mapping) or not isinstance(result.get("rc"), int):
-        raise AnsibleFilterError(
-            "cuda13_diagnose_nvidia_smi: input must be a registered result with an integer rc, "
-            f"got {result!r}"
-        )
-    return diagnosis.diagnose_nvidia_smi(
-        result["rc"],
-        str(result.get("stdout") or ""),
-        str(result.get("stderr") or result.get("msg") or ""),
-        module_version=str(module_version) if module_version else None,
-    ).to_dict()
 
 
 def cuda13_parse_compute_apps(text: Any, rc: Any = None) -> list[dict[str, Any]]:
@@ -104,21 +83,12 @@ def cuda13_parse_proc_driver_version(text: Any) -> dict[str, Any]:
         raise AnsibleFilterError(f"cuda13_parse_proc_driver_version: {exc}") from exc
 
 
-def cuda13_is_wsl_header(header: Any) -> bool:
-    """Filter: :func:`cuda13_upgrade.nvidia_smi.is_wsl_header`."""
-    if not isinstance(header, Mapping):
-        raise AnsibleFilterError(f"cuda13_is_wsl_header: input must be a parsed header, got {header!r}")
-    return nvidia_smi.is_wsl_header(dict(header))
-
-
 class FilterModule:
     """Diagnosis and fleet host filters."""
 
     def filters(self) -> dict[str, Any]:
         return {
             "cuda13_diagnose": cuda13_diagnose,
-            "cuda13_diagnose_nvidia_smi": cuda13_diagnose_nvidia_smi,
             "cuda13_parse_compute_apps": cuda13_parse_compute_apps,
             "cuda13_parse_proc_driver_version": cuda13_parse_proc_driver_version,
-            "cuda13_is_wsl_header": cuda13_is_wsl_header,
         }

@@ -15,14 +15,6 @@ except ImportError:  # the package is not installed: use the checkout's copy
     from cuda13_upgrade import rerun, scriptout
 
 DOCUMENTATION = r"""
-  - name: cuda13_kept_rerun
-    short_description: Whether a host is already kept for this target, its stack unchanged.
-    positional: _input, target, digest, reverify
-    options:
-      _input: {description: the host's result.json, type: dict, required: true}
-      target: {description: this run's target, type: dict, required: true}
-      digest: {description: the stack digest read now (stack_digest.py), type: dict}
-      reverify: {description: measure again anyway (cuda13_reverify), type: bool, default: false}
   - name: cuda13_same_target
     short_description: Whether a recorded target (result.json, staged.json) is this run's.
     positional: _input, target
@@ -47,7 +39,6 @@ DOCUMENTATION = r"""
 """
 
 EXAMPLES = r"""
-verdict: "{{ previous | cuda13_kept_rerun(__cuda13_target, digest, false) }}"
 staged: "{{ staged.target | default(none) | cuda13_same_target(__cuda13_target) }}"
 target: "{{ nvidia_driver_check_options | cuda13_target }}"
 host: "{{ script_task | cuda13_host_verdict(__cuda13_target, cuda13_run_id, false, true) }}"
@@ -56,25 +47,9 @@ host: "{{ script_task | cuda13_host_verdict(__cuda13_target, cuda13_run_id, fals
 RETURN = r"""
   _value:
     description: >-
-      {already_kept: bool, differs: [part], reason: str} (cuda13_upgrade.rerun.kept_rerun);
-      a bool (cuda13_upgrade.rerun.same_target); the target (cuda13_upgrade.rerun.target);
+      A bool (cuda13_upgrade.rerun.same_target); the target (cuda13_upgrade.rerun.target);
       {already_kept, differs, reason, measure, previous, stopped} (cuda13_upgrade.rerun.host_verdict).
 """
-
-
-def cuda13_kept_rerun(previous, target, digest=None, reverify=False):
-    if not isinstance(previous, Mapping):
-        raise AnsibleFilterError(
-            f"cuda13_kept_rerun expects the host's result.json as a dict, got {previous!r}"
-        )
-    if not isinstance(target, Mapping):
-        raise AnsibleFilterError(f"cuda13_kept_rerun expects the run's target as a dict, got {target!r}")
-    return rerun.kept_rerun(
-        dict(previous),
-        dict(target),
-        dict(digest) if isinstance(digest, Mapping) else None,
-        reverify=bool(reverify),
-    )
 
 
 def cuda13_same_target(recorded, target):
@@ -129,7 +104,6 @@ def cuda13_host_verdict(result, target, run_id, reverify=False, locked=False, ho
 class FilterModule:
     def filters(self):
         return {
-            "cuda13_kept_rerun": cuda13_kept_rerun,
             "cuda13_same_target": cuda13_same_target,
             "cuda13_target": cuda13_target,
             "cuda13_host_verdict": cuda13_host_verdict,

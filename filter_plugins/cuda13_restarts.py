@@ -49,15 +49,6 @@ DOCUMENTATION = r"""
       running: {description: cuda13_running_args of the old stack's server, type: raw}
       baseline_recorded: {description: a recorded baseline is used, type: bool, default: false}
       rollback_verify: {description: a rollback measures the old stack again, type: bool, default: true}
-  - name: cuda13_restart_plan_phase
-    short_description: One phase's order and restarts.
-    positional: _input, phase, running, entered, end_on_own_command
-    options:
-      _input: {description: the profiles, type: list, required: true}
-      phase: {description: baseline, candidate or rollback, type: str, required: true}
-      running: {description: the arguments the service runs with now, or None, type: raw}
-      entered: {description: the step before started the first profile, type: bool, default: false}
-      end_on_own_command: {description: end on the service's own command, type: bool, default: true}
   - name: cuda13_recorded_baseline
     short_description: Whether the baseline recorded on the host stands for this run's, and the record.
     positional: _input, profiles, max_age_hours
@@ -157,20 +148,6 @@ def cuda13_restart_plan(profiles, running=None, baseline_recorded=False, rollbac
         raise AnsibleFilterError(f"cuda13_restart_plan: {exc}") from exc
 
 
-def cuda13_restart_plan_phase(profiles, phase, running=None, entered=False, end_on_own_command=True):
-    _check_profiles("cuda13_restart_plan_phase", profiles)
-    try:
-        return restarts.plan_phase(
-            profiles,
-            phase,
-            running=running,
-            entered=bool(entered),
-            end_on_own_command=bool(end_on_own_command),
-        )
-    except ValueError as exc:
-        raise AnsibleFilterError(f"cuda13_restart_plan_phase: {exc}") from exc
-
-
 def cuda13_recorded_baseline(content, profiles, max_age_hours):
     _check_profiles("cuda13_recorded_baseline", profiles)
     recorded = None
@@ -230,7 +207,6 @@ class FilterModule:
             "cuda13_running_venv": cuda13_running_venv,
             "cuda13_running_command": cuda13_running_command,
             "cuda13_restart_plan": cuda13_restart_plan,
-            "cuda13_restart_plan_phase": cuda13_restart_plan_phase,
             "cuda13_recorded_baseline": cuda13_recorded_baseline,
             "cuda13_restart_plan_lines": cuda13_restart_plan_lines,
             "cuda13_serve_outcome": cuda13_serve_outcome,

@@ -22,11 +22,6 @@ DOCUMENTATION = r"""
       _input: {description: sglang_build_method (source or wheel), type: str, required: true}
       repo: {description: sglang_build_repo, type: str, required: true}
       ref: {description: sglang_build_version, type: str, required: true}
-  - name: cuda13_sglang_release
-    short_description: The version a ref names (v0.5.9 -> 0.5.9), none for a commit.
-    positional: _input
-    options:
-      _input: {description: sglang_build_version, type: str, required: true}
   - name: cuda13_pip_show
     short_description: Name, version, location and editable location from C(pip show sglang).
     positional: _input
@@ -94,10 +89,6 @@ def cuda13_sglang_requirement(method, repo, ref):
     return sglang_build.requirement(method, str(repo), str(ref))
 
 
-def cuda13_sglang_release(ref):
-    return sglang_build.release_version(str(ref))
-
-
 def cuda13_pip_show(text):
     return sglang_build.parse_pip_show(str(text or ""))
 
@@ -131,7 +122,6 @@ class FilterModule:
             f.__name__: _wrap(f)
             for f in (
                 cuda13_sglang_requirement,
-                cuda13_sglang_release,
                 cuda13_pip_show,
                 cuda13_sglang_wheel_plan,
                 cuda13_sglang_resolved_wheel,

@@ -8,10 +8,10 @@ from pathlib import Path
 from ansible.errors import AnsibleFilterError
 
 try:
-    from cuda13_upgrade import components, nospace, nvidia_smi, stack, versions
+    from cuda13_upgrade import components, nospace, nvidia_smi, stack
 except ImportError:  # the package is not installed: use the checkout's copy
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from cuda13_upgrade import components, nospace, nvidia_smi, stack, versions
+    from cuda13_upgrade import components, nospace, nvidia_smi, stack
 
 DOCUMENTATION = r"""
   - name: cuda13_snapshot_manifest
@@ -47,8 +47,6 @@ DOCUMENTATION = r"""
     short_description: Lines removed from and added to a pip freeze.
   - name: cuda13_parse_dpkg_query
     short_description: Installed packages from dpkg-query output.
-  - name: cuda13_probe_problems
-    short_description: Problems of a venv from hostscripts/stack_probe.py's JSON.
   - name: cuda13_stack_verdict
     short_description: A venv's verdict (problems, remaining conditions, notes) from stack_probe.py's JSON.
     options:
@@ -62,10 +60,6 @@ DOCUMENTATION = r"""
       torch_cuda: {description: torch.version.cuda of the venv, type: str, required: true}
   - name: cuda13_parse_table_header
     short_description: Driver version and CUDA Version from nvidia-smi's table header.
-  - name: cuda13_spec_without_defaults
-    short_description: A role's argument spec options without their defaults (validate provided values only).
-  - name: cuda13_arch_list_missing
-    short_description: Compute capabilities a build's arch list (torch.cuda.get_arch_list()) does not cover.
 """
 
 EXAMPLES = r"""
@@ -105,17 +99,6 @@ def cuda13_freeze_difference(before, after):
     return stack.freeze_difference(before, after)
 
 
-def cuda13_arch_list_missing(arch_list, capabilities):
-    if not isinstance(arch_list, list) or not isinstance(capabilities, list):
-        raise AnsibleFilterError(
-            f"cuda13_arch_list_missing expects two lists, got {arch_list!r} and {capabilities!r}"
-        )
-    try:
-        return versions.arch_list_covers(arch_list, [str(c) for c in capabilities])
-    except ValueError as exc:
-        raise AnsibleFilterError(str(exc)) from exc
-
-
 def cuda13_stack_verdict(
     probe,
     expected_cuda_major,
@@ -146,22 +129,6 @@ def cuda13_stack_verdict(
         raise AnsibleFilterError(str(exc)) from exc
 
 
-def cuda13_spec_without_defaults(options):
-    """A role's argument spec options without their defaults (recursively), to
-    validate only the values an inventory provides."""
-    if not isinstance(options, dict):
-        raise AnsibleFilterError(
-            f"cuda13_spec_without_defaults expects a mapping of options, got {options!r}"
-        )
-    out = {}
-    for name, spec in options.items():
-        spec = {k: v for k, v in (spec or {}).items() if k != "default"}
-        if isinstance(spec.get("options"), dict):
-            spec["options"] = cuda13_spec_without_defaults(spec["options"])
-        out[name] = spec
-    return out
-
-
 class FilterModule:
     def filters(self):
         return {
@@ -175,10 +142,7 @@ class FilterModule:
             "cuda13_freeze_difference": cuda13_freeze_difference,
             "cuda13_parse_dpkg_query": _wrap(stack.parse_dpkg_query, str),
             "cuda13_pip_freeze_lines": _wrap(stack.parse_pip_freeze_lines, str),
-            "cuda13_probe_problems": _wrap(stack.probe_problems, dict),
             "cuda13_stack_verdict": cuda13_stack_verdict,
             "cuda13_toolkit_skew": _wrap(components.toolkit_skew, str),
             "cuda13_parse_table_header": _wrap(nvidia_smi.parse_table_header, str),
-            "cuda13_arch_list_missing": cuda13_arch_list_missing,
-            "cuda13_spec_without_defaults": cuda13_spec_without_defaults,
         }

@@ -42,10 +42,6 @@ DOCUMENTATION = r"""
     short_description: Normalize client and bench_serving trials to one shape.
   - name: cuda13_trials_summary
     short_description: Median, mean, min, max and spread of the trials' metric.
-  - name: cuda13_speculative_gain
-    short_description: Whether speculative decoding beats plain decode on one stack.
-  - name: cuda13_parse_bench_serving
-    short_description: Parse the result block sglang.bench_serving prints.
 """
 
 EXAMPLES = r"""
@@ -119,27 +115,6 @@ def cuda13_gate_verdict(candidate, baseline, settings=None):
         raise AnsibleFilterError(f"cuda13_gate_verdict: {exc}") from exc
 
 
-def cuda13_speculative_gain(speculative, plain, metric="output_tok_s"):
-    _check_list("cuda13_speculative_gain", speculative)
-    _check_list("cuda13_speculative_gain (plain)", plain)
-    try:
-        return throughput.speculative_gain(
-            throughput.trial_metric(throughput.normalize_trials(plain), metric),
-            throughput.trial_metric(throughput.normalize_trials(speculative), metric),
-        )
-    except ValueError as exc:
-        raise AnsibleFilterError(str(exc)) from exc
-
-
-def cuda13_parse_bench_serving(text):
-    if not isinstance(text, str):
-        raise AnsibleFilterError(f"cuda13_parse_bench_serving expects text, got {type(text).__name__}")
-    try:
-        return throughput.parse_bench_serving(text)
-    except ValueError as exc:
-        raise AnsibleFilterError(str(exc)) from exc
-
-
 class FilterModule:
     def filters(self):
         return {
@@ -147,6 +122,4 @@ class FilterModule:
             "cuda13_gate_verdict": cuda13_gate_verdict,
             "cuda13_trials": cuda13_trials,
             "cuda13_trials_summary": cuda13_trials_summary,
-            "cuda13_speculative_gain": cuda13_speculative_gain,
-            "cuda13_parse_bench_serving": cuda13_parse_bench_serving,
         }

@@ -43,20 +43,9 @@ def test_diagnose_refuses_other_types():
         FILTERS["cuda13_diagnose"](42)
 
 
-def test_diagnose_nvidia_smi_of_a_registered_result():
-    stdout = (SMI / "failure-nvml-mismatch-535.txt").read_text()
-    result = FILTERS["cuda13_diagnose_nvidia_smi"]({"rc": 18, "stdout": stdout}, "535.183.01")
-    assert result["kind"] == "nvidia_smi_driver_library_mismatch"
-    assert "535.183.01" in result["cause"]
-
-
-def test_proc_version_compute_apps_and_wsl_filters():
+def test_proc_version_and_compute_apps_filters():
     proc = (SMI / "proc-driver-version-580.95.05.txt").read_text()
     assert FILTERS["cuda13_parse_proc_driver_version"](proc)["module_version"] == "580.95.05"
     assert FILTERS["cuda13_parse_compute_apps"]("", 0) == []
     with pytest.raises(AnsibleFilterError, match="driver_library_mismatch"):
         FILTERS["cuda13_parse_compute_apps"]((SMI / "failure-nvml-mismatch-550.txt").read_text(), 18)
-    assert FILTERS["cuda13_is_wsl_header"]({"nvidia_smi_version": "570.124.06", "driver_version": "572.70"})
-    assert not FILTERS["cuda13_is_wsl_header"](
-        {"nvidia_smi_version": "590.48.01", "driver_version": "590.48.01"}
-    )

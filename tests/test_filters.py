@@ -29,15 +29,10 @@ def f(name):
 
 def test_the_filters_are_exposed():
     assert sorted(FILTERS) == [
-        "cuda13_driver_supports",
-        "cuda13_gpu_inventory",
-        "cuda13_local_label",
         "cuda13_nvidia_smi_failure",
         "cuda13_parse_nvcc_version",
-        "cuda13_parse_pip_freeze",
         "cuda13_parse_query_gpu",
         "cuda13_preflight",
-        "cuda13_stack_problems",
         "cuda13_torch_cuda_arch_list",
     ]
 
@@ -48,7 +43,7 @@ def test_every_filter_is_documented():
     documented = [entry["name"] for entry in yaml.safe_load(cuda13_filters.DOCUMENTATION)]
     assert sorted(documented) == sorted(FILTERS)
     assert yaml.safe_load(cuda13_filters.RETURN)["_value"]["description"]
-    assert set(yaml.safe_load(cuda13_filters.EXAMPLES)) >= {"rows", "report", "problems"}
+    assert set(yaml.safe_load(cuda13_filters.EXAMPLES)) >= {"rows", "report", "arch_list"}
 
 
 # --- cuda13_parse_query_gpu -------------------------------------------------------------
@@ -85,17 +80,7 @@ def test_parse_query_gpu_wraps_parse_errors():
     assert isinstance(info.value.__cause__, ValueError)
 
 
-# --- cuda13_gpu_inventory / cuda13_nvidia_smi_failure ------------------------------------
-
-
-def test_gpu_inventory():
-    text = (
-        "0, NVIDIA RTX PRO 6000 Blackwell Server Edition, GPU-0a1b2c3d-0000-4000-8000-000000000000, "
-        "590.48.01, 12.0, 97887, 00000000:16:00.0\n"
-    )
-    inventory = f("cuda13_gpu_inventory")(text)
-    assert (inventory["driver_version"], inventory["count"]) == ("590.48.01", 1)
-    assert inventory["compute_capabilities"] == ["12.0"]
+# --- cuda13_nvidia_smi_failure -----------------------------------------------------------
 
 
 def test_nvidia_smi_failure():
@@ -133,43 +118,6 @@ def test_parse_nvcc_version_errors():
         f("cuda13_parse_nvcc_version")("nvcc: command not found")
 
 
-# --- cuda13_driver_supports --------------------------------------------------------------
-
-
-def test_driver_supports():
-    result = f("cuda13_driver_supports")("590.48.01", "13.0")
-    assert (result["ok"], result["required"], result["rule"]) == (
-        True,
-        "580.65.06",
-        "toolkit-driver",
-    )
-    old = f("cuda13_driver_supports")("580.65.06", "13.1", jit=False)
-    assert (old["ok"], old["rule"]) == (True, "minor-version-compatibility")
-    override = f("cuda13_driver_supports")("590.48.01", "13.4", True, "590.44.01")
-    assert (override["ok"], override["rule"]) == (True, "override")
-
-
-def test_driver_supports_errors():
-    with pytest.raises(AnsibleFilterError) as info:
-        f("cuda13_driver_supports")("590.48.01", 13.0)
-    assert str(info.value) == (
-        "cuda13_driver_supports: toolkit_release must be a quoted string such as '13.0', got float: 13.0"
-    )
-    with pytest.raises(AnsibleFilterError) as info:
-        f("cuda13_driver_supports")("590.48.01", "13.0", "yes")
-    assert str(info.value) == "cuda13_driver_supports: jit must be true or false, got str: 'yes'"
-    with pytest.raises(AnsibleFilterError) as info:
-        f("cuda13_driver_supports")("N/A", "13.0")
-    assert str(info.value).startswith(
-        "cuda13_driver_supports: driver version is not of the form BRANCH.MINOR[.PATCH]: 'N/A'. "
-        "Option: driver_version."
-    )
-    with pytest.raises(AnsibleFilterError) as info:
-        f("cuda13_driver_supports")("590.48.01", "13.4")
-    assert str(info.value).startswith("cuda13_driver_supports: CUDA 13.4 GA is not in the driver table")
-    assert "nvidia_driver_check_min_driver_version" in str(info.value)
-
-
 # --- cuda13_preflight --------------------------------------------------------------------
 
 
@@ -202,52 +150,6 @@ def test_preflight_errors():
     )
 
 
-# --- wheels ------------------------------------------------------------------------------
-
-
-def test_local_label():
-    assert f("cuda13_local_label")("2.10.0+cu128") == "cu128"
-    assert f("cuda13_local_label")("0.5.3") is None
-    with pytest.raises(AnsibleFilterError) as info:
-        f("cuda13_local_label")("two")
-    assert str(info.value) == (
-        "cuda13_local_label: not a PEP 440 version: 'two'. Option: version. Fix: pass the "
-        "version as pip reports it, e.g. '2.10.0+cu128'."
-    )
-    with pytest.raises(AnsibleFilterError, match="got int: 2"):
-        f("cuda13_local_label")(2)
-
-
-def test_parse_pip_freeze_and_stack_problems():
-    dists = f("cuda13_parse_pip_freeze")("torch==2.10.0+cu130\nsgl-kernel==0.3.21+cu128\n")
-    assert dists == {"torch": "2.10.0+cu130", "sgl-kernel": "0.3.21+cu128"}
-    assert f("cuda13_stack_problems")(dists) == [
-        "sgl-kernel 0.3.21+cu128 is built for CUDA 12.8 (cu128) but torch 2.10.0+cu130 for CUDA "
-        "13.0 (cu130); install the +cu130 wheel of sgl-kernel"
-    ]
-    assert (
-        f("cuda13_stack_problems")({"torch": "2.10.0+cu128", "sgl-kernel": "0.3.21"}, {"sgl-kernel": "cu128"})
-        == []
-    )
-
-
-def test_wheel_filter_errors():
-    with pytest.raises(AnsibleFilterError) as info:
-        f("cuda13_parse_pip_freeze")("oops oops\n")
-    assert str(info.value) == (
-        "cuda13_parse_pip_freeze: pip freeze line is not NAME==VERSION, NAME @ URL or -e ...: "
-        "'oops oops'. Fix: pass the unmodified output of 'pip freeze'."
-    )
-    with pytest.raises(AnsibleFilterError) as info:
-        f("cuda13_stack_problems")("torch==2.10.0")
-    assert str(info.value) == (
-        "cuda13_stack_problems: input must be a dict of distribution name to version, "
-        "got str: 'torch==2.10.0'"
-    )
-    with pytest.raises(AnsibleFilterError, match="default_labels must be a dict"):
-        f("cuda13_stack_problems")({}, {"sgl-kernel": 128})
-
-
 # --- cuda13_torch_cuda_arch_list ---------------------------------------------------------
 
 
@@ -275,13 +177,15 @@ PLAYBOOK = """\
 - hosts: localhost
   gather_facts: false
   tasks:
-    - name: Driver check
+    - name: Preflight and arch list
       ansible.builtin.set_fact:
-        compat: "{{ '590.48.01' | cuda13_driver_supports('13.0') }}"
+        report: >-
+          {{ {'driver_version': '590.48.01', 'python_version': '3.11.2', 'disk_free_bytes': 107374182400,
+              'gpus': [{'index': 0, 'name': 'NVIDIA B200', 'compute_cap': '10.0'}]} | cuda13_preflight }}
         arch_list: "{{ ['12.0', '9.0', '12.0'] | cuda13_torch_cuda_arch_list }}"
-    - name: Unquoted release
+    - name: No compute capability
       ansible.builtin.debug:
-        msg: "{{ '590.48.01' | cuda13_driver_supports(13.0) }}"
+        msg: "{{ [] | cuda13_torch_cuda_arch_list }}"
 """
 
 
@@ -303,11 +207,11 @@ def test_filters_in_a_playbook_and_the_message_a_user_sees(tmp_path):
     assert result.returncode == 2, result.stdout + result.stderr
     tasks = json.loads(result.stdout)["plays"][0]["tasks"]
     facts = tasks[0]["hosts"]["localhost"]["ansible_facts"]
-    assert facts["compat"]["ok"] is True
-    assert facts["compat"]["required"] == "580.65.06"
+    assert facts["report"]["ok"] is True, facts["report"]
     assert facts["arch_list"] == "9.0;12.0"
     failed = tasks[1]["hosts"]["localhost"]
     assert failed["failed"] is True
     assert failed["msg"].endswith(
-        "cuda13_driver_supports: toolkit_release must be a quoted string such as '13.0', got float: 13.0"
+        "cuda13_torch_cuda_arch_list: no compute capability given: []. Option: capabilities. "
+        "Fix: pass the compute_cap of each GPU, e.g. ['12.0']."
     )

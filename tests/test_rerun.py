@@ -114,23 +114,6 @@ def test_a_change_of_sglang_method_is_another_target():
     assert rerun.kept_rerun(kept_before, wheel, now)["already_kept"] is False
 
 
-def test_the_filter_checks_its_input():
-    spec = importlib.util.spec_from_file_location("cuda13_rerun", ROOT / "filter_plugins" / "cuda13_rerun.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    kept_rerun = module.FilterModule().filters()["cuda13_kept_rerun"]
-    assert kept_rerun(KEPT, TARGET, {"parts": PARTS}, False)["already_kept"] is True
-    with pytest.raises(AnsibleFilterError, match="expects the host's result.json as a dict, got 'x'"):
-        kept_rerun("x", TARGET)
-    with pytest.raises(AnsibleFilterError, match="expects the run's target as a dict, got None"):
-        kept_rerun(KEPT, None)
-    same_target = module.FilterModule().filters()["cuda13_same_target"]
-    assert same_target(TARGET, {**TARGET, "sglang_method": "source"}) is True
-    assert same_target(None, TARGET) is False
-    with pytest.raises(AnsibleFilterError, match="cuda13_same_target expects the run's target as a dict"):
-        same_target(TARGET, "x")
-
-
 def _fake_tools(bin_dir: Path, dropin: Path, toolkit: str) -> None:
     """systemctl, update-alternatives and dpkg-query that print what the real
     tools print for a host with one drop-in, one CUDA group and the toolkit."""

@@ -200,7 +200,6 @@ def test_filters_wrap_the_package():
     plan = f["cuda13_restart_plan"]([PLAIN, EAGLE3], [], False, True)
     assert plan["restarts_upgrade"] == 3
     assert f["cuda13_restart_plan_lines"](plan)[-1] == "restarts: 3 per upgrade, 2 more for a rollback"
-    assert f["cuda13_restart_plan_phase"]([PLAIN], "rollback", None, True)["restarts"] == 1
     with pytest.raises(AnsibleFilterError, match="cuda13_restart_plan: profile names must be unique"):
         f["cuda13_restart_plan"]([PLAIN, PLAIN])
     with pytest.raises(AnsibleFilterError, match="expects the list of profiles"):

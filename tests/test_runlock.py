@@ -1,23 +1,11 @@
 """cuda13_upgrade.runlock: whether a lock's run is dead."""
 
-import importlib.util
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-
-import pytest
-from ansible.errors import AnsibleFilterError
 
 from cuda13_upgrade import runlock
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _filter_module(name):
-    """filter_plugins/<name>.py's FilterModule, loaded the way Ansible loads it."""
-    spec = importlib.util.spec_from_file_location(name, ROOT / "filter_plugins" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.FilterModule()
 
 
 NOW = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
@@ -129,12 +117,3 @@ def test_an_interrupted_run_is_found_with_the_status_it_recorded():
     # A result of another run says nothing of this one.
     other = {"run_id": "20261130T090000Z", "status": "kept"}
     assert runlock.stopped_run(STEP_SWITCH, other, "later")["recorded"] is None
-
-
-def test_the_stopped_run_filter_checks_its_input():
-    stopped = _filter_module("cuda13_lock").filters()["cuda13_stopped_run"]
-    assert stopped(STEP_SWITCH, {}, "later")["step"] == "switch"
-    with pytest.raises(AnsibleFilterError, match="expects the host's step.json as a dict, got 'x'"):
-        stopped("x", {}, "later")
-    with pytest.raises(AnsibleFilterError, match="expects this run's identifier, got ''"):
-        stopped(STEP_SWITCH, {}, "")

@@ -3,24 +3,15 @@ from step records of the shape roles/upgrade_host/tasks/*.yml append to __cuda13
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 import yaml
-from ansible.errors import AnsibleFilterError
 
 from cuda13_upgrade import timeline
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ROOT / "roles" / "upgrade_host" / "tasks"
-_spec = importlib.util.spec_from_file_location(
-    "cuda13_timeline", ROOT / "filter_plugins" / "cuda13_timeline.py"
-)
-assert _spec is not None and _spec.loader is not None
-_module = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_module)
-FilterModule = _module.FilterModule
 
 
 def _records(*steps: tuple[str, str]) -> list[dict[str, str]]:
@@ -94,18 +85,6 @@ def test_out_of_service_without_undrain_hooks_ends_before_the_result():
 def test_bad_records_are_named(records, message):
     with pytest.raises(ValueError, match=message):
         timeline.step_durations(records, FINISHED)
-
-
-def test_filters():
-    filters = FilterModule().filters()
-    steps = filters["cuda13_step_durations"](
-        _records(("drain", "12:00:00"), ("undrain", "12:59:00")), FINISHED
-    )
-    assert filters["cuda13_out_of_service"](steps) == 3600.0
-    with pytest.raises(AnsibleFilterError, match="expects a list of step records, got 'x'"):
-        filters["cuda13_step_durations"]("x", FINISHED)
-    with pytest.raises(AnsibleFilterError, match="cuda13_step_durations: step 'a' started_at: None"):
-        filters["cuda13_step_durations"]([{"step": "a"}], FINISHED)
 
 
 def test_every_step_the_play_names_passes_through_the_step_file():

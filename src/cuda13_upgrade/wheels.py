@@ -277,7 +277,7 @@ def check_stack_consistency(
             "distributions must be a mapping of name to version",
             dists,
             option="dists",
-            remedy="pass the result of parse_pip_freeze / cuda13_parse_pip_freeze",
+            remedy="pass the result of parse_pip_freeze",
         )
     d = {normalize_name(k): v for k, v in dists.items()}
     defaults = {normalize_name(k): v for k, v in (default_labels or {}).items()}
