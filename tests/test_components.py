@@ -45,10 +45,10 @@ def test_cu12_names_and_spelling_are_normalised():
 
 def test_probe_problems_name_the_skew_and_the_diagnosis_reads_it():
     from cuda13_upgrade.diagnosis import diagnose
-    from cuda13_upgrade.stack import probe_problems
+    from cuda13_upgrade.stack import stack_verdict
 
     probe = {"dists": MIXED, "torch": {"version": "2.10.0+cu130", "cuda": "13.0"}, "imports": {}}
-    problems = probe_problems(probe, 13)
+    problems = stack_verdict(probe, 13)["problems"]
     assert any("the CUDA component wheels are on 2 releases" in p for p in problems)
     assert diagnose(problems).kind == "cccl_headers_mismatch"
 

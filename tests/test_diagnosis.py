@@ -6,10 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from cuda13_upgrade.diagnosis import KINDS, cuda_version_from_int, diagnose, diagnose_nvidia_smi
+from cuda13_upgrade.diagnosis import KINDS, cuda_version_from_int, diagnose
 
 FAILURES = Path(__file__).parent / "fixtures" / "failures"
-SMI = Path(__file__).parent / "fixtures" / "nvidia-smi"
 
 
 def read(name: str) -> str:
@@ -124,19 +123,6 @@ def test_cuda_version_from_int(value: int | str, release: str) -> None:
 def test_cuda_version_from_int_refuses_negative() -> None:
     with pytest.raises(ValueError, match="-1"):
         cuda_version_from_int(-1)
-
-
-def test_nvidia_smi_mismatch_names_the_loaded_module() -> None:
-    text = (SMI / "failure-nvml-mismatch-550.txt").read_text(encoding="utf-8")
-    result = diagnose_nvidia_smi(18, text, "", module_version="550.127.05")
-    assert result.kind == "nvidia_smi_driver_library_mismatch"
-    assert "the loaded kernel module is 550.127.05" in result.cause
-    assert "reboot" in result.remedy
-
-
-def test_nvidia_smi_no_driver() -> None:
-    text = (SMI / "failure-no-driver.txt").read_text(encoding="utf-8")
-    assert diagnose_nvidia_smi(9, text).kind == "nvidia_smi_driver_not_loaded"
 
 
 def test_flashinfer_jit_cache_version_check():

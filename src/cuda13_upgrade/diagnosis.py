@@ -42,9 +42,6 @@ kind                        text it is recognised by
 ``no_kernel_image``         ``no kernel image is available for execution on the device``
 ``driver_too_old``          torch's ``The NVIDIA driver on your system is too old
                             (found version NNNNN)``
-``nvidia_smi_*``            a failed nvidia-smi, by
-                            :func:`cuda13_upgrade.nvidia_smi.classify_failure`
-                            (``nvidia_smi_driver_library_mismatch``, ...)
 ==========================  ====================================================
 """
 
@@ -54,11 +51,10 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 
-from cuda13_upgrade.nvidia_smi import classify_failure
 from cuda13_upgrade.versions import stack_driver_floor
 from cuda13_upgrade.wheels import MODULE_DISTRIBUTIONS, describe_package, failing_package, package_of_path
 
-__all__ = ["KINDS", "Diagnosis", "cuda_version_from_int", "diagnose", "diagnose_nvidia_smi"]
+__all__ = ["KINDS", "Diagnosis", "cuda_version_from_int", "diagnose"]
 
 
 @dataclass(frozen=True)
@@ -428,7 +424,7 @@ _RULES: tuple[_Rule, ...] = (
     ),
 )
 
-#: Every kind :func:`diagnose` can return besides ``"unknown"`` and ``"nvidia_smi_*"``.
+#: Every kind :func:`diagnose` can return besides ``"unknown"``.
 KINDS: tuple[str, ...] = tuple(kind for kind, _pattern, _build in _RULES)
 
 
@@ -500,34 +496,3 @@ def diagnose(
         "",
         source,
     )
-
-
-def diagnose_nvidia_smi(
-    rc: int,
-    stdout: str = "",
-    stderr: str = "",
-    *,
-    module_version: str | None = None,
-) -> Diagnosis:
-    """Diagnose a failed nvidia-smi run (kind ``nvidia_smi_<code>``).
-
-    Args:
-        rc: nvidia-smi's return code.
-        stdout, stderr: its output.
-        module_version: the loaded kernel module's version from
-            ``/proc/driver/nvidia/version`` (see
-            :func:`cuda13_upgrade.nvidia_smi.parse_proc_driver_version`), named
-            in the cause of a driver/library mismatch.
-
-    Returns:
-        A :class:`Diagnosis` built from
-        :func:`cuda13_upgrade.nvidia_smi.classify_failure`; ``kind`` is
-        ``"nvidia_smi_ok"`` when rc is 0 and no failure text is present.
-    """
-    failure = classify_failure(rc, stdout, stderr)
-    cause = "nvidia-smi ran"
-    if failure.code != "ok":
-        cause = f"nvidia-smi failed (rc {rc}, {failure.code}): {failure.detail}"
-    if failure.code == "driver_library_mismatch" and module_version:
-        cause += f"; the loaded kernel module is {module_version}"
-    return Diagnosis(f"nvidia_smi_{failure.code}", cause, failure.remedy, failure.detail, "nvidia-smi")

@@ -473,8 +473,3 @@ def _unreachable_gpus(
         f"{', '.join(sorted(set(capabilities)))}): torch.cuda.is_available() is False, "
         f"{torch.get('device_count', 0)} devices, under {driver}: {why}{needs}"
     )
-
-
-def probe_problems(probe: dict[str, Any], expected_cuda_major: int) -> list[str]:
-    """The problems of :func:`stack_verdict` (a serving host: the driver library is required)."""
-    return stack_verdict(probe, expected_cuda_major)["problems"]
