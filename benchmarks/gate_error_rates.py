@@ -398,8 +398,12 @@ def measure_host(args: argparse.Namespace) -> tuple[list[ProfileTiming], float, 
 
 def control_node_comparisons(timings: list[ProfileTiming], role: dict) -> tuple[float, dict]:
     """The decide step's filters on the measured outputs (probe, accept length, load), timed."""
-    from cuda13_probe import cuda13_accept_length_compare, cuda13_load_compare, cuda13_probe_compare
+    from cuda13_probe import FilterModule  # as Ansible calls them: the package's errors as Ansible's
 
+    filters = FilterModule().filters()
+    cuda13_probe_compare = filters["cuda13_probe_compare"]
+    cuda13_accept_length_compare = filters["cuda13_accept_length_compare"]
+    cuda13_load_compare = filters["cuda13_load_compare"]
     by_phase = {(t.phase, t.profile): t for t in timings}
     compared: dict = {}
     start = time.perf_counter()

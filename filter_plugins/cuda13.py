@@ -1,8 +1,9 @@
 """Ansible filters over the CUDA rules and tool parsers of the cuda13_upgrade package.
 
-Thin wrappers: each checks the types of its arguments, calls the package and turns
-its ``ValueError`` into an ``AnsibleFilterError`` that keeps the package's message
-(value, option and remedy) and chains the cause.
+Thin wrappers: each checks the types of its arguments and calls the package;
+:func:`cuda13_upgrade.filtering.ansible_filters` turns the package's ``ValueError``
+into an ``AnsibleFilterError`` that keeps its message (value, option and remedy)
+and chains the cause.
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 
 try:
-    from cuda13_upgrade import nvcc, nvidia_smi, preflight, versions
-except ImportError:  # the package is not installed: use the checkout's copy
+    import cuda13_upgrade  # noqa: F401
+except ImportError:  # not installed (an execution environment): the checkout's src/
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from cuda13_upgrade import nvcc, nvidia_smi, preflight, versions
+
+from cuda13_upgrade import nvcc, nvidia_smi, preflight, versions
+from cuda13_upgrade.filtering import ansible_filters
 
 DOCUMENTATION = r"""
   - name: cuda13_parse_query_gpu
@@ -96,10 +99,6 @@ def _type_error(name: str, what: str, expected: str, value: Any) -> AnsibleFilte
     return AnsibleFilterError(f"{name}: {what} must be {expected}, got {type(value).__name__}: {value!r}")
 
 
-def _fail(name: str, exc: ValueError) -> AnsibleFilterError:
-    return AnsibleFilterError(f"{name}: {exc}")
-
-
 def _is_str_list(value: Any) -> bool:
     return isinstance(value, list | tuple) and all(isinstance(v, str) for v in value)
 
@@ -113,10 +112,7 @@ def cuda13_parse_query_gpu(text: Any, fields: Any, fmt: Any = "csv,noheader,noun
         raise _type_error(name, "fields", "a list of field names or a comma-separated string", fields)
     if not isinstance(fmt, str):
         raise _type_error(name, "fmt", "a --format string such as 'csv,noheader'", fmt)
-    try:
-        return nvidia_smi.parse_query_gpu(text, fields, fmt)
-    except ValueError as exc:
-        raise _fail(name, exc) from exc
+    return nvidia_smi.parse_query_gpu(text, fields, fmt)
 
 
 def cuda13_nvidia_smi_failure(result: Any) -> dict[str, Any]:
@@ -134,10 +130,7 @@ def cuda13_parse_nvcc_version(text: Any) -> dict[str, Any]:
     name = "cuda13_parse_nvcc_version"
     if not isinstance(text, str):
         raise _type_error(name, "input", "the stdout text of nvcc --version", text)
-    try:
-        return nvcc.parse_nvcc_version(text)
-    except ValueError as exc:
-        raise _fail(name, exc) from exc
+    return nvcc.parse_nvcc_version(text)
 
 
 def cuda13_preflight(facts: Any, settings: Any = None) -> dict[str, Any]:
@@ -147,10 +140,7 @@ def cuda13_preflight(facts: Any, settings: Any = None) -> dict[str, Any]:
         raise _type_error(name, "input (facts)", "a dict of host facts", facts)
     if settings is not None and not isinstance(settings, Mapping):
         raise _type_error(name, "settings", "a dict of preflight settings", settings)
-    try:
-        return preflight.evaluate(facts, settings).to_dict()
-    except ValueError as exc:
-        raise _fail(name, exc) from exc
+    return preflight.evaluate(facts, settings).to_dict()
 
 
 def cuda13_torch_cuda_arch_list(capabilities: Any) -> str:
@@ -158,20 +148,19 @@ def cuda13_torch_cuda_arch_list(capabilities: Any) -> str:
     name = "cuda13_torch_cuda_arch_list"
     if not _is_str_list(capabilities):
         raise _type_error(name, "input", "a list of compute capabilities such as ['12.0']", capabilities)
-    try:
-        return versions.torch_cuda_arch_list(capabilities)
-    except ValueError as exc:
-        raise _fail(name, exc) from exc
+    return versions.torch_cuda_arch_list(capabilities)
 
 
 class FilterModule:
     """The cuda13_* filters of this module."""
 
     def filters(self) -> dict[str, Any]:
-        return {
-            "cuda13_parse_query_gpu": cuda13_parse_query_gpu,
-            "cuda13_nvidia_smi_failure": cuda13_nvidia_smi_failure,
-            "cuda13_parse_nvcc_version": cuda13_parse_nvcc_version,
-            "cuda13_preflight": cuda13_preflight,
-            "cuda13_torch_cuda_arch_list": cuda13_torch_cuda_arch_list,
-        }
+        return ansible_filters(
+            {
+                "cuda13_parse_query_gpu": cuda13_parse_query_gpu,
+                "cuda13_nvidia_smi_failure": cuda13_nvidia_smi_failure,
+                "cuda13_parse_nvcc_version": cuda13_parse_nvcc_version,
+                "cuda13_preflight": cuda13_preflight,
+                "cuda13_torch_cuda_arch_list": cuda13_torch_cuda_arch_list,
+            }
+        )

@@ -9,10 +9,12 @@ from pathlib import Path
 from ansible.errors import AnsibleFilterError
 
 try:
-    from cuda13_upgrade import aptplan
-except ImportError:  # the package is not installed: use the checkout's copy
+    import cuda13_upgrade  # noqa: F401
+except ImportError:  # not installed (an execution environment): the checkout's src/
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from cuda13_upgrade import aptplan
+
+from cuda13_upgrade import aptplan
+from cuda13_upgrade.filtering import ansible_filters
 
 DOCUMENTATION = r"""
   - name: cuda13_apt_transaction
@@ -104,9 +106,11 @@ def cuda13_apt_repository(entries, repo_url, keyring, own_file):
 
 class FilterModule:
     def filters(self):
-        return {
-            "cuda13_apt_transaction": cuda13_apt_transaction,
-            "cuda13_apt_driver_packages": cuda13_apt_driver_packages,
-            "cuda13_apt_sources": cuda13_apt_sources,
-            "cuda13_apt_repository": cuda13_apt_repository,
-        }
+        return ansible_filters(
+            {
+                "cuda13_apt_transaction": cuda13_apt_transaction,
+                "cuda13_apt_driver_packages": cuda13_apt_driver_packages,
+                "cuda13_apt_sources": cuda13_apt_sources,
+                "cuda13_apt_repository": cuda13_apt_repository,
+            }
+        )

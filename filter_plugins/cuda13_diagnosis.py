@@ -10,10 +10,12 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 
 try:
-    from cuda13_upgrade import diagnosis, nvidia_smi
-except ImportError:  # the package is not installed: use the checkout's copy
+    import cuda13_upgrade  # noqa: F401
+except ImportError:  # not installed (an execution environment): the checkout's src/
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from cuda13_upgrade import diagnosis, nvidia_smi
+
+from cuda13_upgrade import diagnosis, nvidia_smi
+from cuda13_upgrade.filtering import ansible_filters
 
 DOCUMENTATION = r"""
   - name: cuda13_diagnose
@@ -67,28 +69,24 @@ def cuda13_parse_compute_apps(text: Any, rc: Any = None) -> list[dict[str, Any]]
     """Filter: :func:`cuda13_upgrade.nvidia_smi.parse_compute_apps`."""
     if not isinstance(text, str):
         raise AnsibleFilterError(f"cuda13_parse_compute_apps: input must be text, got {text!r}")
-    try:
-        return nvidia_smi.parse_compute_apps(text, rc=int(rc) if rc is not None else None)
-    except ValueError as exc:
-        raise AnsibleFilterError(f"cuda13_parse_compute_apps: {exc}") from exc
+    return nvidia_smi.parse_compute_apps(text, rc=int(rc) if rc is not None else None)
 
 
 def cuda13_parse_proc_driver_version(text: Any) -> dict[str, Any]:
     """Filter: :func:`cuda13_upgrade.nvidia_smi.parse_proc_driver_version`."""
     if not isinstance(text, str):
         raise AnsibleFilterError(f"cuda13_parse_proc_driver_version: input must be text, got {text!r}")
-    try:
-        return nvidia_smi.parse_proc_driver_version(text)
-    except ValueError as exc:
-        raise AnsibleFilterError(f"cuda13_parse_proc_driver_version: {exc}") from exc
+    return nvidia_smi.parse_proc_driver_version(text)
 
 
 class FilterModule:
     """Diagnosis and fleet host filters."""
 
     def filters(self) -> dict[str, Any]:
-        return {
-            "cuda13_diagnose": cuda13_diagnose,
-            "cuda13_parse_compute_apps": cuda13_parse_compute_apps,
-            "cuda13_parse_proc_driver_version": cuda13_parse_proc_driver_version,
-        }
+        return ansible_filters(
+            {
+                "cuda13_diagnose": cuda13_diagnose,
+                "cuda13_parse_compute_apps": cuda13_parse_compute_apps,
+                "cuda13_parse_proc_driver_version": cuda13_parse_proc_driver_version,
+            }
+        )

@@ -13,10 +13,12 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 
 try:
-    from cuda13_upgrade import batches, budget, window
-except ImportError:  # the package is not installed: use the checkout's copy
+    import cuda13_upgrade  # noqa: F401
+except ImportError:  # not installed (an execution environment): the checkout's src/
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from cuda13_upgrade import batches, budget, window
+
+from cuda13_upgrade import batches, budget, window
+from cuda13_upgrade.filtering import ansible_filters
 
 DOCUMENTATION = r"""
   - name: cuda13_fleet_options
@@ -195,10 +197,7 @@ def cuda13_window_decide(fleet: Any, now: Any = None) -> dict[str, Any]:
     """Filter: cuda13_upgrade.window.decide for the plan's window and until at ``now``."""
     if not isinstance(fleet, Mapping):
         raise AnsibleFilterError(f"cuda13_window_decide takes cuda13_fleet_plan's result, got {fleet!r}")
-    try:
-        parsed = window.parse_window(fleet.get("window") or None)
-    except ValueError as exc:
-        raise AnsibleFilterError(str(exc)) from exc
+    parsed = window.parse_window(fleet.get("window") or None)
     until = _instant(fleet["until_at"], "until_at") if fleet.get("until_at") else None
     return window.decide(parsed, until, _instant(now, "cuda13_window_decide's now"))
 
@@ -221,19 +220,18 @@ def cuda13_budget_decide(fleet: Any, hostvars: Any, hosts: Any, batch: Any, acti
         result = host_vars["cuda13_result"] if "cuda13_result" in host_vars else None
         statuses[host] = result.get("status") if isinstance(result, Mapping) else None
     options = fleet.get("options") or {}
-    try:
-        return budget.decide(hosts, batch, active, statuses, options.get("cuda13_max_failed_hosts"))
-    except ValueError as exc:
-        raise AnsibleFilterError(str(exc)) from exc
+    return budget.decide(hosts, batch, active, statuses, options.get("cuda13_max_failed_hosts"))
 
 
 class FilterModule:
     """The rollout shape's filters."""
 
     def filters(self) -> dict[str, Any]:
-        return {
-            "cuda13_fleet_options": cuda13_fleet_options,
-            "cuda13_fleet_plan": cuda13_fleet_plan,
-            "cuda13_window_decide": cuda13_window_decide,
-            "cuda13_budget_decide": cuda13_budget_decide,
-        }
+        return ansible_filters(
+            {
+                "cuda13_fleet_options": cuda13_fleet_options,
+                "cuda13_fleet_plan": cuda13_fleet_plan,
+                "cuda13_window_decide": cuda13_window_decide,
+                "cuda13_budget_decide": cuda13_budget_decide,
+            }
+        )

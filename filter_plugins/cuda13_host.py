@@ -10,12 +10,12 @@ from pathlib import Path
 from ansible.errors import AnsibleFilterError
 
 try:
-    from cuda13_upgrade import service, space
-    from cuda13_upgrade.errors import Cuda13Error
-except ImportError:  # the package is not installed: use the checkout's copy
+    import cuda13_upgrade  # noqa: F401
+except ImportError:  # not installed (an execution environment): the checkout's src/
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from cuda13_upgrade import service, space
-    from cuda13_upgrade.errors import Cuda13Error
+
+from cuda13_upgrade import service, space
+from cuda13_upgrade.filtering import ansible_filters
 
 DOCUMENTATION = r"""
   - name: cuda13_space_plan
@@ -68,10 +68,7 @@ def cuda13_space_plan(probe, places, figures_file, stack):
             raise AnsibleFilterError(f"{name} expects {label} as a dict, got {value!r}")
     if not isinstance(stack, str):
         raise AnsibleFilterError(f"{name} expects the stack's name as a string, got {stack!r}")
-    try:
-        return space.plan(probe, dict(places), space.stack_figures(figures_file, stack))
-    except Cuda13Error as exc:
-        raise AnsibleFilterError(f"{name}: {exc}") from exc
+    return space.plan(probe, dict(places), space.stack_figures(figures_file, stack))
 
 
 def cuda13_service_identity(show, passwd="", environ=""):
@@ -79,12 +76,11 @@ def cuda13_service_identity(show, passwd="", environ=""):
     for label, value in (("input (systemctl show output)", show), ("passwd", passwd), ("environ", environ)):
         if not isinstance(value, str):
             raise AnsibleFilterError(f"{name} expects {label} as text, got {value!r}")
-    try:
-        return service.service_identity(show, passwd, environ)
-    except Cuda13Error as exc:
-        raise AnsibleFilterError(f"{name}: {exc}") from exc
+    return service.service_identity(show, passwd, environ)
 
 
 class FilterModule:
     def filters(self):
-        return {"cuda13_space_plan": cuda13_space_plan, "cuda13_service_identity": cuda13_service_identity}
+        return ansible_filters(
+            {"cuda13_space_plan": cuda13_space_plan, "cuda13_service_identity": cuda13_service_identity}
+        )

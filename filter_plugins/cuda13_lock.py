@@ -9,10 +9,12 @@ from pathlib import Path
 from ansible.errors import AnsibleFilterError
 
 try:
-    from cuda13_upgrade import runlock
-except ImportError:  # the package is not installed: use the checkout's copy
+    import cuda13_upgrade  # noqa: F401
+except ImportError:  # not installed (an execution environment): the checkout's src/
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from cuda13_upgrade import runlock
+
+from cuda13_upgrade import runlock
+from cuda13_upgrade.filtering import ansible_filters
 
 DOCUMENTATION = r"""
   - name: cuda13_lock_verdict
@@ -49,4 +51,4 @@ def cuda13_lock_verdict(owner, control_node, result=None):
 
 class FilterModule:
     def filters(self):
-        return {"cuda13_lock_verdict": cuda13_lock_verdict}
+        return ansible_filters({"cuda13_lock_verdict": cuda13_lock_verdict})

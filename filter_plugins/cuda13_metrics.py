@@ -8,10 +8,12 @@ from pathlib import Path
 from ansible.errors import AnsibleFilterError
 
 try:
-    from cuda13_upgrade import metrics
-except ImportError:  # the package is not installed: use the checkout's copy
+    import cuda13_upgrade  # noqa: F401
+except ImportError:  # not installed (an execution environment): the checkout's src/
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from cuda13_upgrade import metrics
+
+from cuda13_upgrade import metrics
+from cuda13_upgrade.filtering import ansible_filters
 
 DOCUMENTATION = r"""
   - name: cuda13_host_metrics
@@ -41,4 +43,4 @@ def cuda13_host_metrics(result):
 
 class FilterModule:
     def filters(self):
-        return {"cuda13_host_metrics": cuda13_host_metrics}
+        return ansible_filters({"cuda13_host_metrics": cuda13_host_metrics})

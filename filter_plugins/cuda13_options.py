@@ -11,10 +11,12 @@ import yaml
 from ansible.errors import AnsibleFilterError
 
 try:
-    from cuda13_upgrade import options
-except ImportError:  # the package is not installed: use the checkout's copy
+    import cuda13_upgrade  # noqa: F401
+except ImportError:  # not installed (an execution environment): the checkout's src/
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from cuda13_upgrade import options
+
+from cuda13_upgrade import options
+from cuda13_upgrade.filtering import ansible_filters
 
 DOCUMENTATION = r"""
   - name: cuda13_validate_options
@@ -138,9 +140,11 @@ class FilterModule:
     """The option filters."""
 
     def filters(self) -> dict[str, Any]:
-        return {
-            "cuda13_validate_options": cuda13_validate_options,
-            "cuda13_read_specs": cuda13_read_specs,
-            "cuda13_option_host_failures": cuda13_option_host_failures,
-            "cuda13_option_names": cuda13_option_names,
-        }
+        return ansible_filters(
+            {
+                "cuda13_validate_options": cuda13_validate_options,
+                "cuda13_read_specs": cuda13_read_specs,
+                "cuda13_option_host_failures": cuda13_option_host_failures,
+                "cuda13_option_names": cuda13_option_names,
+            }
+        )

@@ -8,10 +8,12 @@ from pathlib import Path
 from ansible.errors import AnsibleFilterError
 
 try:
-    from cuda13_upgrade import load, probe
-except ImportError:  # the package is not installed: use the checkout's copy
+    import cuda13_upgrade  # noqa: F401
+except ImportError:  # not installed (an execution environment): the checkout's src/
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from cuda13_upgrade import load, probe
+
+from cuda13_upgrade import load, probe
+from cuda13_upgrade.filtering import ansible_filters
 
 DOCUMENTATION = r"""
   - name: cuda13_probe_compare
@@ -68,16 +70,13 @@ def cuda13_probe_compare(
                 f"cuda13_probe_compare: the {name} stack's probe outputs must be a list, "
                 f"got {type(value).__name__}"
             )
-    try:
-        return probe.compare_outputs(
-            old,
-            new,
-            min_prefix_tokens=min_prefix_tokens,
-            min_agreeing_share=min_agreeing_share,
-            profile=profile,
-        )
-    except ValueError as exc:
-        raise AnsibleFilterError(f"cuda13_probe_compare: {exc}") from exc
+    return probe.compare_outputs(
+        old,
+        new,
+        min_prefix_tokens=min_prefix_tokens,
+        min_agreeing_share=min_agreeing_share,
+        profile=profile,
+    )
 
 
 def cuda13_accept_length_compare(
@@ -89,10 +88,7 @@ def cuda13_accept_length_compare(
                 f"cuda13_accept_length_compare: the {name} stack's probe outputs must be a list, "
                 f"got {type(value).__name__}"
             )
-    try:
-        return probe.compare_accept_length(old, new, max_drop_pct=max_drop_pct, profile=profile)
-    except ValueError as exc:
-        raise AnsibleFilterError(f"cuda13_accept_length_compare: {exc}") from exc
+    return probe.compare_accept_length(old, new, max_drop_pct=max_drop_pct, profile=profile)
 
 
 def cuda13_load_compare(
@@ -108,22 +104,21 @@ def cuda13_load_compare(
                 f"cuda13_load_compare: the {name} stack's load metrics must be a dict, "
                 f"got {type(value).__name__}"
             )
-    try:
-        return load.compare_load(
-            old,
-            new,
-            ttft_tolerance_pct=ttft_tolerance_pct,
-            concurrency_tolerance_pct=concurrency_tolerance_pct,
-            profile=profile,
-        )
-    except ValueError as exc:
-        raise AnsibleFilterError(f"cuda13_load_compare: {exc}") from exc
+    return load.compare_load(
+        old,
+        new,
+        ttft_tolerance_pct=ttft_tolerance_pct,
+        concurrency_tolerance_pct=concurrency_tolerance_pct,
+        profile=profile,
+    )
 
 
 class FilterModule:
     def filters(self):
-        return {
-            "cuda13_probe_compare": cuda13_probe_compare,
-            "cuda13_accept_length_compare": cuda13_accept_length_compare,
-            "cuda13_load_compare": cuda13_load_compare,
-        }
+        return ansible_filters(
+            {
+                "cuda13_probe_compare": cuda13_probe_compare,
+                "cuda13_accept_length_compare": cuda13_accept_length_compare,
+                "cuda13_load_compare": cuda13_load_compare,
+            }
+        )

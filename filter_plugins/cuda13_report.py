@@ -8,10 +8,12 @@ from pathlib import Path
 from ansible.errors import AnsibleFilterError
 
 try:
-    from cuda13_upgrade import report
-except ImportError:  # the package is not installed: use the checkout's copy
+    import cuda13_upgrade  # noqa: F401
+except ImportError:  # not installed (an execution environment): the checkout's src/
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from cuda13_upgrade import report
+
+from cuda13_upgrade import report
+from cuda13_upgrade.filtering import ansible_filters
 
 DOCUMENTATION = r"""
   - name: cuda13_fleet_summary
@@ -54,10 +56,12 @@ def cuda13_host_result(facts):
         raise AnsibleFilterError(f"cuda13_host_result expects a dict of the host's facts, got {facts!r}")
     try:
         return report.host_result(facts)
-    except (TypeError, ValueError, KeyError) as exc:
+    except (TypeError, KeyError) as exc:  # a ValueError: ansible_filters
         raise AnsibleFilterError(f"cuda13_host_result: {exc}") from exc
 
 
 class FilterModule:
     def filters(self):
-        return {"cuda13_fleet_summary": cuda13_fleet_summary, "cuda13_host_result": cuda13_host_result}
+        return ansible_filters(
+            {"cuda13_fleet_summary": cuda13_fleet_summary, "cuda13_host_result": cuda13_host_result}
+        )

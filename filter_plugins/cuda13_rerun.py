@@ -9,10 +9,12 @@ from pathlib import Path
 from ansible.errors import AnsibleFilterError
 
 try:
-    from cuda13_upgrade import rerun, scriptout
-except ImportError:  # the package is not installed: use the checkout's copy
+    import cuda13_upgrade  # noqa: F401
+except ImportError:  # not installed (an execution environment): the checkout's src/
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from cuda13_upgrade import rerun, scriptout
+
+from cuda13_upgrade import rerun, scriptout
+from cuda13_upgrade.filtering import ansible_filters
 
 DOCUMENTATION = r"""
   - name: cuda13_same_target
@@ -93,18 +95,17 @@ def cuda13_host_verdict(result, target, run_id, reverify=False, locked=False, ho
         except scriptout.NoResultError:
             state = None
     found = _found("cuda13_host_verdict", state, target)
-    try:
-        return rerun.host_verdict(
-            found, dict(target), str(run_id), reverify=bool(reverify), locked=bool(locked), host=str(host)
-        )
-    except ValueError as exc:
-        raise AnsibleFilterError(f"cuda13_host_verdict: {exc}") from exc
+    return rerun.host_verdict(
+        found, dict(target), str(run_id), reverify=bool(reverify), locked=bool(locked), host=str(host)
+    )
 
 
 class FilterModule:
     def filters(self):
-        return {
-            "cuda13_same_target": cuda13_same_target,
-            "cuda13_target": cuda13_target,
-            "cuda13_host_verdict": cuda13_host_verdict,
-        }
+        return ansible_filters(
+            {
+                "cuda13_same_target": cuda13_same_target,
+                "cuda13_target": cuda13_target,
+                "cuda13_host_verdict": cuda13_host_verdict,
+            }
+        )

@@ -8,10 +8,12 @@ from pathlib import Path
 from ansible.errors import AnsibleFilterError
 
 try:
-    from cuda13_upgrade import resolve
-except ImportError:  # the package is not installed: use the checkout's copy
+    import cuda13_upgrade  # noqa: F401
+except ImportError:  # not installed (an execution environment): the checkout's src/
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from cuda13_upgrade import resolve
+
+from cuda13_upgrade import resolve
+from cuda13_upgrade.filtering import ansible_filters
 
 DOCUMENTATION = r"""
   - name: cuda13_resolution_refusal
@@ -59,10 +61,7 @@ def _typed(func, kind):
             raise AnsibleFilterError(
                 f"{func.__name__} expects a {kind.__name__}, got {type(value).__name__}: {value!r}"
             )
-        try:
-            return func(value, *args)
-        except ValueError as exc:
-            raise AnsibleFilterError(str(exc)) from exc
+        return func(value, *args)
 
     filter_.__name__ = func.__name__
     return filter_
@@ -70,9 +69,11 @@ def _typed(func, kind):
 
 class FilterModule:
     def filters(self):
-        return {
-            "cuda13_resolution_refusal": _typed(resolve.refusal_message, str),
-            "cuda13_resolved_set": _typed(resolve.resolved_set, dict),
-            "cuda13_resolved_requirements": _typed(resolve.resolved_requirements, list),
-            "cuda13_resolution_leaders": _typed(resolve.resolution_leaders, dict),
-        }
+        return ansible_filters(
+            {
+                "cuda13_resolution_refusal": _typed(resolve.refusal_message, str),
+                "cuda13_resolved_set": _typed(resolve.resolved_set, dict),
+                "cuda13_resolved_requirements": _typed(resolve.resolved_requirements, list),
+                "cuda13_resolution_leaders": _typed(resolve.resolution_leaders, dict),
+            }
+        )

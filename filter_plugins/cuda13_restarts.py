@@ -12,10 +12,12 @@ from pathlib import Path
 from ansible.errors import AnsibleFilterError
 
 try:
-    from cuda13_upgrade import restarts, scriptout
-except ImportError:  # the package is not installed: use the checkout's copy
+    import cuda13_upgrade  # noqa: F401
+except ImportError:  # not installed (an execution environment): the checkout's src/
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from cuda13_upgrade import restarts, scriptout
+
+from cuda13_upgrade import restarts, scriptout
+from cuda13_upgrade.filtering import ansible_filters
 
 DOCUMENTATION = r"""
   - name: cuda13_running_args
@@ -137,15 +139,12 @@ def _check_profiles(name, profiles):
 
 def cuda13_restart_plan(profiles, running=None, baseline_recorded=False, rollback_verify=True):
     _check_profiles("cuda13_restart_plan", profiles)
-    try:
-        return restarts.plan_upgrade(
-            profiles,
-            running=running,
-            baseline_recorded=bool(baseline_recorded),
-            rollback_verify=bool(rollback_verify),
-        )
-    except ValueError as exc:
-        raise AnsibleFilterError(f"cuda13_restart_plan: {exc}") from exc
+    return restarts.plan_upgrade(
+        profiles,
+        running=running,
+        baseline_recorded=bool(baseline_recorded),
+        rollback_verify=bool(rollback_verify),
+    )
 
 
 def cuda13_recorded_baseline(content, profiles, max_age_hours):
@@ -175,7 +174,7 @@ def cuda13_measure_plan(profiles, phase, given):
         raise AnsibleFilterError(f"cuda13_measure_plan expects a dict of the phase's inputs, got {given!r}")
     try:
         return restarts.measure_plan(profiles, phase, **given)
-    except (TypeError, ValueError) as exc:
+    except TypeError as exc:  # a ValueError: ansible_filters
         raise AnsibleFilterError(f"cuda13_measure_plan: {exc}") from exc
 
 
@@ -202,13 +201,15 @@ def cuda13_serve_outcome(result, expected):
 
 class FilterModule:
     def filters(self):
-        return {
-            "cuda13_running_args": cuda13_running_args,
-            "cuda13_running_venv": cuda13_running_venv,
-            "cuda13_running_command": cuda13_running_command,
-            "cuda13_restart_plan": cuda13_restart_plan,
-            "cuda13_recorded_baseline": cuda13_recorded_baseline,
-            "cuda13_restart_plan_lines": cuda13_restart_plan_lines,
-            "cuda13_serve_outcome": cuda13_serve_outcome,
-            "cuda13_measure_plan": cuda13_measure_plan,
-        }
+        return ansible_filters(
+            {
+                "cuda13_running_args": cuda13_running_args,
+                "cuda13_running_venv": cuda13_running_venv,
+                "cuda13_running_command": cuda13_running_command,
+                "cuda13_restart_plan": cuda13_restart_plan,
+                "cuda13_recorded_baseline": cuda13_recorded_baseline,
+                "cuda13_restart_plan_lines": cuda13_restart_plan_lines,
+                "cuda13_serve_outcome": cuda13_serve_outcome,
+                "cuda13_measure_plan": cuda13_measure_plan,
+            }
+        )

@@ -9,10 +9,12 @@ from pathlib import Path
 from ansible.errors import AnsibleFilterError
 
 try:
-    from cuda13_upgrade import sglang_build
-except ImportError:  # the package is not installed: use the checkout's copy
+    import cuda13_upgrade  # noqa: F401
+except ImportError:  # not installed (an execution environment): the checkout's src/
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from cuda13_upgrade import sglang_build
+
+from cuda13_upgrade import sglang_build
+from cuda13_upgrade.filtering import ansible_filters
 
 DOCUMENTATION = r"""
   - name: cuda13_sglang_requirement
@@ -74,17 +76,6 @@ RETURN = r"""
 """
 
 
-def _wrap(func):
-    def filter_(*args):
-        try:
-            return func(*args)
-        except ValueError as exc:
-            raise AnsibleFilterError(str(exc)) from exc
-
-    filter_.__name__ = func.__name__
-    return filter_
-
-
 def cuda13_sglang_requirement(method, repo, ref):
     return sglang_build.requirement(method, str(repo), str(ref))
 
@@ -118,14 +109,16 @@ def cuda13_sglang_record(previous, method, ref, repo, src, venv):
 
 class FilterModule:
     def filters(self):
-        return {
-            f.__name__: _wrap(f)
-            for f in (
-                cuda13_sglang_requirement,
-                cuda13_pip_show,
-                cuda13_sglang_wheel_plan,
-                cuda13_sglang_resolved_wheel,
-                cuda13_sglang_import_problems,
-                cuda13_sglang_record,
-            )
-        }
+        return ansible_filters(
+            {
+                f.__name__: f
+                for f in (
+                    cuda13_sglang_requirement,
+                    cuda13_pip_show,
+                    cuda13_sglang_wheel_plan,
+                    cuda13_sglang_resolved_wheel,
+                    cuda13_sglang_import_problems,
+                    cuda13_sglang_record,
+                )
+            }
+        )

@@ -8,10 +8,12 @@ from pathlib import Path
 from ansible.errors import AnsibleFilterError
 
 try:
-    from cuda13_upgrade import components, nospace, nvidia_smi, stack
-except ImportError:  # the package is not installed: use the checkout's copy
+    import cuda13_upgrade  # noqa: F401
+except ImportError:  # not installed (an execution environment): the checkout's src/
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from cuda13_upgrade import components, nospace, nvidia_smi, stack
+
+from cuda13_upgrade import components, nospace, nvidia_smi, stack
+from cuda13_upgrade.filtering import ansible_filters
 
 DOCUMENTATION = r"""
   - name: cuda13_snapshot_manifest
@@ -81,10 +83,7 @@ def _wrap(func, kind):
             raise AnsibleFilterError(
                 f"{func.__name__} expects a {kind.__name__}, got {type(value).__name__}: {value!r}"
             )
-        try:
-            return func(value, *args)
-        except ValueError as exc:
-            raise AnsibleFilterError(str(exc)) from exc
+        return func(value, *args)
 
     filter_.__name__ = func.__name__
     return filter_
@@ -117,32 +116,31 @@ def cuda13_stack_verdict(
         raise AnsibleFilterError(
             f"cuda13_stack_verdict: compute_capabilities must be a list, got {compute_capabilities!r}"
         )
-    try:
-        return stack.stack_verdict(
-            probe,
-            int(expected_cuda_major),
-            driver_library_optional=driver_library_optional,
-            compute_capabilities=compute_capabilities,
-            driver_version=str(driver_version) if driver_version else None,
-        )
-    except ValueError as exc:
-        raise AnsibleFilterError(str(exc)) from exc
+    return stack.stack_verdict(
+        probe,
+        int(expected_cuda_major),
+        driver_library_optional=driver_library_optional,
+        compute_capabilities=compute_capabilities,
+        driver_version=str(driver_version) if driver_version else None,
+    )
 
 
 class FilterModule:
     def filters(self):
-        return {
-            "cuda13_snapshot_manifest": _wrap(stack.build_manifest, dict),
-            "cuda13_parse_alternatives": _wrap(stack.parse_alternatives_query, str),
-            "cuda13_cuda_alternatives_groups": _wrap(stack.cuda_alternatives_groups, str),
-            "cuda13_parse_df_avail": _wrap(nospace.parse_df_avail, str),
-            "cuda13_diagnose_no_space": _wrap(nospace.diagnose_no_space, str),
-            "cuda13_service_exec_start": _wrap(stack.service_exec_start, str),
-            "cuda13_rewrite_exec_start": _wrap(stack.rewrite_exec_start, str),
-            "cuda13_freeze_difference": cuda13_freeze_difference,
-            "cuda13_parse_dpkg_query": _wrap(stack.parse_dpkg_query, str),
-            "cuda13_pip_freeze_lines": _wrap(stack.parse_pip_freeze_lines, str),
-            "cuda13_stack_verdict": cuda13_stack_verdict,
-            "cuda13_toolkit_skew": _wrap(components.toolkit_skew, str),
-            "cuda13_parse_table_header": _wrap(nvidia_smi.parse_table_header, str),
-        }
+        return ansible_filters(
+            {
+                "cuda13_snapshot_manifest": _wrap(stack.build_manifest, dict),
+                "cuda13_parse_alternatives": _wrap(stack.parse_alternatives_query, str),
+                "cuda13_cuda_alternatives_groups": _wrap(stack.cuda_alternatives_groups, str),
+                "cuda13_parse_df_avail": _wrap(nospace.parse_df_avail, str),
+                "cuda13_diagnose_no_space": _wrap(nospace.diagnose_no_space, str),
+                "cuda13_service_exec_start": _wrap(stack.service_exec_start, str),
+                "cuda13_rewrite_exec_start": _wrap(stack.rewrite_exec_start, str),
+                "cuda13_freeze_difference": cuda13_freeze_difference,
+                "cuda13_parse_dpkg_query": _wrap(stack.parse_dpkg_query, str),
+                "cuda13_pip_freeze_lines": _wrap(stack.parse_pip_freeze_lines, str),
+                "cuda13_stack_verdict": cuda13_stack_verdict,
+                "cuda13_toolkit_skew": _wrap(components.toolkit_skew, str),
+                "cuda13_parse_table_header": _wrap(nvidia_smi.parse_table_header, str),
+            }
+        )

@@ -8,10 +8,12 @@ from pathlib import Path
 from ansible.errors import AnsibleFilterError
 
 try:
-    from cuda13_upgrade import throughput
-except ImportError:  # the package is not installed: use the checkout's copy
+    import cuda13_upgrade  # noqa: F401
+except ImportError:  # not installed (an execution environment): the checkout's src/
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from cuda13_upgrade import throughput
+
+from cuda13_upgrade import throughput
+from cuda13_upgrade.filtering import ansible_filters
 
 DOCUMENTATION = r"""
   - name: cuda13_throughput_decide
@@ -64,19 +66,13 @@ def _check_list(name, value):
 
 def cuda13_trials(trials):
     _check_list("cuda13_trials", trials)
-    try:
-        return throughput.normalize_trials(trials)
-    except ValueError as exc:
-        raise AnsibleFilterError(str(exc)) from exc
+    return throughput.normalize_trials(trials)
 
 
 def cuda13_trials_summary(trials, metric="output_tok_s"):
     _check_list("cuda13_trials_summary", trials)
-    try:
-        values = throughput.trial_metric(throughput.normalize_trials(trials), metric)
-        return throughput.summarize(values).__dict__
-    except ValueError as exc:
-        raise AnsibleFilterError(str(exc)) from exc
+    values = throughput.trial_metric(throughput.normalize_trials(trials), metric)
+    return throughput.summarize(values).__dict__
 
 
 def cuda13_throughput_decide(
@@ -111,15 +107,17 @@ def cuda13_gate_verdict(candidate, baseline, settings=None):
             )
     try:
         return throughput.gate_verdict(candidate, baseline, **(settings or {}))
-    except (ValueError, TypeError, KeyError) as exc:
+    except (TypeError, KeyError) as exc:  # a ValueError: ansible_filters
         raise AnsibleFilterError(f"cuda13_gate_verdict: {exc}") from exc
 
 
 class FilterModule:
     def filters(self):
-        return {
-            "cuda13_throughput_decide": cuda13_throughput_decide,
-            "cuda13_gate_verdict": cuda13_gate_verdict,
-            "cuda13_trials": cuda13_trials,
-            "cuda13_trials_summary": cuda13_trials_summary,
-        }
+        return ansible_filters(
+            {
+                "cuda13_throughput_decide": cuda13_throughput_decide,
+                "cuda13_gate_verdict": cuda13_gate_verdict,
+                "cuda13_trials": cuda13_trials,
+                "cuda13_trials_summary": cuda13_trials_summary,
+            }
+        )
