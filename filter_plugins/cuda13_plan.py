@@ -9,12 +9,12 @@ from pathlib import Path
 from ansible.errors import AnsibleFilterError
 
 try:
-    from cuda13_upgrade import plan, space
-    from cuda13_upgrade.errors import Cuda13Error
-except ImportError:  # the package is not installed: use the checkout's copy
+    import cuda13_upgrade  # noqa: F401
+except ImportError:  # not installed (an execution environment): the checkout's src/
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from cuda13_upgrade import plan, space
-    from cuda13_upgrade.errors import Cuda13Error
+
+from cuda13_upgrade import plan, space
+from cuda13_upgrade.filtering import ansible_filters
 
 DOCUMENTATION = r"""
   - name: cuda13_host_plan
@@ -60,16 +60,10 @@ def cuda13_host_plan(host, given):
     record, stack = inputs.pop("space_record", None), inputs.pop("space_stack", "")
     wheels_bytes, wheels_record = None, ""
     if stack and isinstance(record, Mapping):
-        try:
-            wheels_bytes = space.stack_figures(record, stack)["bytes"]["wheels"]
-        except Cuda13Error as exc:
-            raise AnsibleFilterError(f"cuda13_host_plan: {exc}") from exc
+        wheels_bytes = space.stack_figures(record, stack)["bytes"]["wheels"]
         measured = ((record.get("stacks") or {}).get(stack) or {}).get("measured") or {}
         wheels_record = f"stack-space.yml, stack {stack}: {str(measured.get('wheels') or '').strip()}"
-    try:
-        return plan.host_plan(str(host), wheels_bytes=wheels_bytes, wheels_record=wheels_record, **inputs)
-    except (TypeError, ValueError) as exc:
-        raise AnsibleFilterError(f"cuda13_host_plan: {exc}") from exc
+    return plan.host_plan(str(host), wheels_bytes=wheels_bytes, wheels_record=wheels_record, **inputs)
 
 
 def cuda13_rollout_plan(records, fleet, run_id, allow_partial=False):
@@ -86,17 +80,14 @@ def cuda13_rollout_plan(records, fleet, run_id, allow_partial=False):
             f"no batch starts once more than {fleet['max_failed_hosts']} host(s) of the fleet failed"
             " or rolled back (cuda13_max_failed_hosts)"
         )
-    try:
-        return plan.rollout_plan(
-            records,
-            serial=options.get("cuda13_serial"),
-            max_parallel=options.get("cuda13_max_parallel"),
-            run_id=str(run_id),
-            allow_partial=bool(allow_partial),
-            fleet_lines=lines,
-        )
-    except ValueError as exc:
-        raise AnsibleFilterError(f"cuda13_rollout_plan: {exc}") from exc
+    return plan.rollout_plan(
+        records,
+        serial=options.get("cuda13_serial"),
+        max_parallel=options.get("cuda13_max_parallel"),
+        run_id=str(run_id),
+        allow_partial=bool(allow_partial),
+        fleet_lines=lines,
+    )
 
 
 def cuda13_plan_text(the_plan):
@@ -106,9 +97,13 @@ def cuda13_plan_text(the_plan):
 
 
 class FilterModule:
+    """The rollout plan's filters."""
+
     def filters(self):
-        return {
-            "cuda13_host_plan": cuda13_host_plan,
-            "cuda13_rollout_plan": cuda13_rollout_plan,
-            "cuda13_plan_text": cuda13_plan_text,
-        }
+        return ansible_filters(
+            {
+                "cuda13_host_plan": cuda13_host_plan,
+                "cuda13_rollout_plan": cuda13_rollout_plan,
+                "cuda13_plan_text": cuda13_plan_text,
+            }
+        )
