@@ -98,10 +98,33 @@ def _action(event_data: Mapping[str, Any]) -> str:
     return str(event_data.get("task_action") or "").rsplit(".", 1)[-1]
 
 
+#: The prefix ansible-core 2.19 puts before every task error ("Task failed: Failed to
+#: connect to the host via ssh: ..."); the message after it is the one that says what failed.
+_TASK_FAILED = "Task failed: "
+
+
 def _message(res: Any) -> str:
+    """A failed or unreachable task's message, on one line.
+
+    A looped task's own ``msg`` says only "All items completed" (an item
+    unreachable; ansible-core's ``TaskExecutor._run_loop``) or "One or more
+    items failed": the message is then the first such item's, which for an
+    unreachable host is the connection's own error, e.g. "Failed to connect
+    to the host via ssh: ssh: connect to host 10.0.0.5 port 22: Connection
+    refused" (ansible/ansible#32859; tests/fixtures/runner-events/unreachable.jsonl)."""
     if not isinstance(res, Mapping):
         return str(res or "")
-    parts = [str(res.get("msg") or "")]
+    items = [i for i in res.get("results") or [] if isinstance(i, Mapping)]
+    for key in ("unreachable", "failed"):
+        if res.get(key):
+            item = next((i for i in items if i.get(key) and i.get("msg")), None)
+            if item is not None:
+                res = item
+                break
+    msg = str(res.get("msg") or "").strip()
+    if msg.startswith(_TASK_FAILED):
+        msg = msg[len(_TASK_FAILED) :]
+    parts = [msg]
     stderr = str(res.get("stderr") or res.get("module_stderr") or "").strip()
     if stderr:
         parts.append(stderr.splitlines()[-1])
