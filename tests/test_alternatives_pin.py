@@ -7,6 +7,7 @@ cuda-12 in auto mode on 12.8. After the pin, a package script's
 cuda-toolkit-13-0 does) must leave /usr/local/cuda where it was.
 """
 
+import json
 import os
 import shutil
 import subprocess
@@ -94,3 +95,53 @@ def test_without_the_pin_the_install_moves_the_link(alternatives):
     install("13.0", 130, "cuda")
     assert os.path.realpath(root / "usr/local/cuda") == str(root / "usr/local/cuda-13.0")
     assert "link group cuda updated to point to" in (root / "log/alternatives.log").read_text()
+
+
+ROLLBACK = """
+- hosts: all
+  gather_facts: false
+  tasks:
+    - name: Shared settings
+      ansible.builtin.import_role:
+        name: cuda13
+    - name: Start the list
+      ansible.builtin.set_fact:
+        rollback_alternatives_manual: []
+    - name: Restore the group as the rollback does
+      ansible.builtin.include_role:
+        name: rollback
+        tasks_from: alternatives.yml
+      vars:
+        __rollback_group:
+          key: cuda
+          value: {status: auto, value: "{root}/usr/local/cuda-12.8", link: "{root}/usr/local/cuda"}
+    - name: Write what stays manual
+      ansible.builtin.copy:
+        content: "{{ rollback_alternatives_manual | to_json }}"
+        dest: "{out}"
+        mode: "0644"
+"""
+
+
+def test_the_rollback_leaves_a_group_manual_while_auto_would_pick_the_new_toolkit(tmp_path, alternatives):
+    """After the pin and the 13.0 install, the snapshot's auto group cannot go back to auto:
+    the rollback keeps 12.8 selected (manual) and records what --auto would select."""
+    root, bin_dir, ua, install = alternatives
+    assert _pin(tmp_path, bin_dir).returncode == 0
+    install("13.0", 130, "cuda")
+    play = tmp_path / "rollback.yml"
+    play.write_text(ROLLBACK.replace("{root}", str(root)).replace("{out}", str(tmp_path / "left.json")))
+    proc = run_playbook(
+        play, roles=True, filters=True, env={"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    )
+    assert proc.returncode == 0, proc.stdout
+    query = ua("--query", "cuda")
+    assert "Status: manual" in query and f"Value: {root}/usr/local/cuda-12.8" in query
+    left = json.loads((tmp_path / "left.json").read_text())
+    assert left == [
+        {
+            "group": "cuda",
+            "selected": f"{root}/usr/local/cuda-12.8",
+            "auto_would_select": f"{root}/usr/local/cuda-13.0",
+        }
+    ]

@@ -87,7 +87,13 @@ def _result(host: str, **over: Any) -> dict[str, Any]:
         "accept_length": {},
         "load": {},
         "reason": None,
-        "rollback": {"performed": False, "seconds": None, "checks": {}, "confirmed": None},
+        "rollback": {
+            "performed": False,
+            "seconds": None,
+            "checks": {},
+            "confirmed": None,
+            "alternatives_manual": [],
+        },
         "steps": [],
         "out_of_service_s": None,
         "resolved_target": [],
@@ -179,6 +185,7 @@ def rolled_back_regressed(host: str) -> dict[str, Any]:
                 ).to_dict(),
             },
             "confirmed": True,
+            "alternatives_manual": [],
         },
         **_timed(
             [*KEPT_STEPS[:8], ("rollback", "12:45:00"), ("undrain", "12:55:00"), ("result", "12:55:30")],
@@ -203,7 +210,13 @@ def rolled_back_at_switch(host: str) -> dict[str, Any]:
             "baseline": _phase({"plain": PLAIN_BEFORE, "eagle3": EAGLE_BEFORE}, ARGS),
         },
         reason=error,
-        rollback={"performed": True, "seconds": 12.5, "checks": {}, "confirmed": None},
+        rollback={
+            "performed": True,
+            "seconds": 12.5,
+            "checks": {},
+            "confirmed": None,
+            "alternatives_manual": [],
+        },
     )
 
 
@@ -306,7 +319,12 @@ def test_rows(run_dir):
     assert k["profiles"]["eagle3"]["before"] == 54.1
     assert k["profiles"]["eagle3"]["after"] == 96.1
     assert k["duration_s"] == 2530.0
-    assert k["rollback"] == {"performed": False, "seconds": None, "confirmed": None}
+    assert k["rollback"] == {
+        "performed": False,
+        "seconds": None,
+        "confirmed": None,
+        "alternatives_manual": [],
+    }
     assert k["stack_after"] == {
         "venv": "/opt/ml-env-cu130",
         "torch": "2.10.0+cu130",
@@ -316,7 +334,12 @@ def test_rows(run_dir):
     assert regressed["profiles"]["plain"]["verdict"] == "regressed"
     assert regressed["profiles"]["plain"]["after"] == 80.2
     assert regressed["profiles"]["plain"]["after_rollback"] == 89.3
-    assert regressed["rollback"] == {"performed": True, "seconds": 41.27, "confirmed": True}
+    assert regressed["rollback"] == {
+        "performed": True,
+        "seconds": 41.27,
+        "confirmed": True,
+        "alternatives_manual": [],
+    }
 
     assert switch["profiles"]["plain"] == {
         "before": 89.5,
@@ -735,7 +758,13 @@ def test_a_kept_host_s_record_holds_the_new_stack_its_digest_and_its_time_out_of
     # drain at 01:10 to the end of undrain at 01:20:30
     assert record["out_of_service_s"] == 630.0
     assert [s["step"] for s in record["steps"]] == ["snapshot", "drain", "verify", "undrain", "result"]
-    assert record["rollback"] == {"performed": False, "seconds": None, "checks": {}, "confirmed": None}
+    assert record["rollback"] == {
+        "performed": False,
+        "seconds": None,
+        "checks": {},
+        "confirmed": None,
+        "alternatives_manual": [],
+    }
 
 
 def test_a_rolled_back_host_says_whether_the_old_stack_is_confirmed_and_why():
@@ -750,7 +779,13 @@ def test_a_rolled_back_host_says_whether_the_old_stack_is_confirmed_and_why():
         )
     )
     assert record["stack_after"]["venv"] == "/opt/ml-env"
-    assert record["rollback"] == {"performed": True, "seconds": 41.5, "checks": checks, "confirmed": False}
+    assert record["rollback"] == {
+        "performed": True,
+        "seconds": 41.5,
+        "checks": checks,
+        "confirmed": False,
+        "alternatives_manual": [],
+    }
     assert record["reason"] == "the new stack is slower"
     assert record["stack_digest"] is None
 

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from cuda13_upgrade import report
+from cuda13_upgrade import ondemand, report
 from cuda13_upgrade.errors import UsageError
 from cuda13_upgrade.progress import natural_key
 
@@ -123,7 +123,8 @@ def _records(run: Path, hosts: Iterable[str]) -> dict[str, tuple[float, dict[str
                 raise ValueError(f"{path} is not a JSON result: {exc}") from exc
             if not isinstance(result, dict):
                 raise ValueError(f"{path} is not a JSON result: not an object")
-            if result.get("check_mode"):
+            # A check run, or a rollback that found no snapshot, changed nothing on the host.
+            if result.get("check_mode") or result.get("status") == ondemand.NOTHING_TO_ROLL_BACK:
                 continue
             when = _epoch(result.get("finished_at")) or path.stat().st_mtime
             found[host] = (when, {**result, "host": host}, str(path))

@@ -170,6 +170,7 @@ TUNE: tuple[str, ...] = (
     "cuda13_health_timeout",
     "cuda13_router_url",
     "cuda13_drain_wait_seconds",
+    "cuda13_allow_undrained",
     "cuda13_reverify",
     "cuda13_rollback_verify",
     "cuda13_baseline_max_age_hours",

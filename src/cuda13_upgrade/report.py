@@ -37,7 +37,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from cuda13_upgrade import scriptout, timeline
+from cuda13_upgrade import ondemand, scriptout, timeline
 
 NOT_REACHED = "not reached"
 #: The status run.json gives a host kept by an earlier run, its stack unchanged (no role ran).
@@ -50,7 +50,7 @@ PHASES = ("baseline", "candidate", "rollback")
 #: Pixels per inch of the chart; its size in pixels is :func:`chart_size_px`.
 CHART_DPI = 100
 
-_STATUS_TEXT = {"rolled_back": "rolled back"}
+_STATUS_TEXT = {"rolled_back": "rolled back", ondemand.NOTHING_TO_ROLL_BACK: "nothing to roll back"}
 
 
 def load_results(run_dir: str | Path, hosts: list[str] | None = None) -> list[dict[str, Any]]:
@@ -235,7 +235,8 @@ def summary_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
                              "change_pct": percent | None, "verdict": str | None}},
          "failed_step", "failed_task", "reason",
          "diagnosis": {"kind", "cause", "remedy", ...} | None,
-         "rollback": {"performed": bool, "seconds": float | None, "confirmed": bool | None},
+         "rollback": {"performed": bool, "seconds": float | None, "confirmed": bool | None,
+                      "alternatives_manual": [{"group", "selected", "auto_would_select"}]},
          "started_at", "finished_at", "duration_s": float | None,
          "steps": {step: seconds}, "out_of_service_s": float | None,
          "resolved_target": ["name==version", ...], "staged_in": run id | None}
@@ -274,6 +275,11 @@ def summary_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "performed": bool(rollback.get("performed")),
                 "seconds": _number(rollback.get("seconds")),
                 "confirmed": rollback.get("confirmed"),
+                "alternatives_manual": [
+                    g
+                    for g in rollback.get("alternatives_manual") or []
+                    if isinstance(g, dict) and g.get("group")
+                ],
             },
             "started_at": r.get("started_at"),
             "finished_at": r.get("finished_at"),
@@ -550,10 +556,23 @@ def render_markdown(run_id: str, rows: list[dict[str, Any]]) -> str:
     if any(profiles):
         lines += ["", "Medians in tok/s, with [min–max, n=trials] of each stack's trials."]
     lines += _durations_table(rows)
+    lines += _alternatives_lines(rows)
     lines += _probe_lines(rows)
     lines += _command_lines(rows)
     lines += _resolved_lines(rows)
     return "\n".join(lines) + "\n"
+
+
+def _alternatives_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The alternatives groups a rollback left in manual mode on the old toolkit, because
+    auto mode would pick the newer one still installed, with what a later
+    ``update-alternatives --auto`` would do (:func:`cuda13_upgrade.ondemand.alternatives_note`)."""
+    lines = [
+        f"- {row['host']}: {ondemand.alternatives_note([group])}"
+        for row in rows
+        for group in (row.get("rollback") or {}).get("alternatives_manual") or []
+    ]
+    return ["", "## Alternatives left in manual mode", "", *lines] if lines else []
 
 
 def _resolved_lines(rows: list[dict[str, Any]]) -> list[str]:
@@ -992,7 +1011,9 @@ def host_result(facts: dict[str, Any]) -> dict[str, Any]:
     - ``throughput`` (verify_throughput_results), ``baseline`` (the recorded
       baseline used, ``{"profiles": ...}``), ``restart_plan``, ``restarts``,
       ``leftover_processes``, ``decisions``, ``speculative``, ``probe``,
-      ``accept_length``, ``load``, ``reason``, ``rollback_seconds``, ``rollback_checks``.
+      ``accept_length``, ``load``, ``reason``, ``rollback_seconds``, ``rollback_checks``,
+      ``rollback_alternatives_manual`` (the alternatives groups the rollback left in
+      manual mode, :func:`cuda13_upgrade.ondemand.alternatives_restore`).
 
     Returns the record (plain data). A host already kept keeps the stacks
     before and after of the run that verified it. Raises ``ValueError`` for
@@ -1083,6 +1104,7 @@ def host_result(facts: dict[str, Any]) -> dict[str, Any]:
             "seconds": facts.get("rollback_seconds"),
             "checks": checks,
             "confirmed": (all(c.get("verdict") != "regressed" for c in checks.values()) if checks else None),
+            "alternatives_manual": list(facts.get("rollback_alternatives_manual") or []),
         },
     }
     if already_kept:
