@@ -96,14 +96,17 @@ COMMANDS: dict[str, Command] = {
         "upgrade-cuda13.yml",
         "kept",
         report.NOT_REACHED,
-        "upgrade hosts to the CUDA 13 stack, keep it where it is not slower, roll back elsewhere",
+        "upgrade hosts to the CUDA 13 stack, keep it where it is not slower, roll back elsewhere; "
+        "restarts the service into each profile on both stacks and sends load (drained with "
+        "cuda13_drain_tasks when set)",
     ),
     "stage": Command(
         "stage",
         "playbooks/stage.yml",
         "staged",
         report.NOT_REACHED,
-        "build and check the new stack beside the serving one on every host, outside the service window",
+        "build and check the new stack beside the serving one on every host, outside the service window; "
+        "no restart, no load",
     ),
     "plan": Command(
         "plan",
@@ -118,28 +121,31 @@ COMMANDS: dict[str, Command] = {
         "playbooks/preflight.yml",
         "passed",
         "passed",
-        "read-only checks of every host (driver, GPUs, disk, Python)",
+        "read-only checks of every host (driver, GPUs, disk, Python); no restart, no load",
     ),
     "verify": Command(
         "verify",
         "playbooks/verify.yml",
         "measured",
         "measured",
-        "measure the decode throughput each host serves now, per profile",
+        "measure the decode throughput each host serves now, per profile; restarts the service into "
+        "each profile and sends load (drained with cuda13_drain_tasks; without, refused unless "
+        "-e cuda13_allow_undrained=true)",
     ),
     "rollback": Command(
         "rollback",
         "playbooks/rollback.yml",
         "rolled_back",
         report.NOT_REACHED,
-        "put hosts back on the stack of their pre-upgrade snapshot",
+        "put hosts back on the stack of their pre-upgrade snapshot; restarts the service once, sends no "
+        "load (drained with cuda13_drain_tasks; without, refused unless -e cuda13_allow_undrained=true)",
     ),
     "report": Command(
         "report",
         None,
         "kept",
         report.NOT_REACHED,
-        "print (and rewrite) the fleet report of a run",
+        "print (and rewrite) the fleet report of a run; no connection to the hosts",
     ),
 }
 
