@@ -8,10 +8,12 @@ from pathlib import Path
 from ansible.errors import AnsibleFilterError
 
 try:
-    from cuda13_upgrade import ondemand
-except ImportError:  # the package is not installed: use the checkout's copy
+    import cuda13_upgrade  # noqa: F401
+except ImportError:  # not installed (an execution environment): the checkout's src/
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from cuda13_upgrade import ondemand
+
+from cuda13_upgrade import ondemand
+from cuda13_upgrade.filtering import ansible_filters
 
 DOCUMENTATION = r"""
   - name: cuda13_drain_plan
@@ -66,21 +68,12 @@ RETURN = r"""
 """
 
 
-def _call(name, func, *args):
-    try:
-        return func(*args)
-    except (TypeError, ValueError, KeyError) as exc:
-        raise AnsibleFilterError(f"{name}: {exc}") from exc
-
-
 def cuda13_drain_plan(command, host, service, drain_tasks="", undrain_tasks="", allow_undrained=False):
     if not isinstance(allow_undrained, bool):
         raise AnsibleFilterError(
             f"cuda13_drain_plan: cuda13_allow_undrained must be a boolean, got {allow_undrained!r}"
         )
-    return _call(
-        "cuda13_drain_plan",
-        ondemand.drain_plan,
+    return ondemand.drain_plan(
         str(command),
         str(host),
         str(service),
@@ -91,9 +84,7 @@ def cuda13_drain_plan(command, host, service, drain_tasks="", undrain_tasks="", 
 
 
 def cuda13_nothing_to_roll_back(host, run_id, snapshot_file, finished_at):
-    return _call(
-        "cuda13_nothing_to_roll_back",
-        ondemand.nothing_to_roll_back,
+    return ondemand.nothing_to_roll_back(
         str(host),
         str(run_id),
         str(snapshot_file),
@@ -102,9 +93,7 @@ def cuda13_nothing_to_roll_back(host, run_id, snapshot_file, finished_at):
 
 
 def cuda13_rolled_back(host, run_id, seconds, alternatives_manual, finished_at):
-    return _call(
-        "cuda13_rolled_back",
-        ondemand.rolled_back,
+    return ondemand.rolled_back(
         str(host),
         str(run_id),
         seconds,
@@ -118,23 +107,25 @@ def cuda13_alternatives_restore(group, recorded, query=None):
         raise AnsibleFilterError(
             f"cuda13_alternatives_restore expects the snapshot's entry as a dict, got {recorded!r}"
         )
-    return _call(
-        "cuda13_alternatives_restore", ondemand.alternatives_restore, str(group), recorded, query or None
-    )
+    return ondemand.alternatives_restore(str(group), recorded, query or None)
 
 
 def cuda13_alternatives_note(left_manual):
     if not isinstance(left_manual, list):
         raise AnsibleFilterError(f"cuda13_alternatives_note expects a list, got {left_manual!r}")
-    return _call("cuda13_alternatives_note", ondemand.alternatives_note, left_manual)
+    return ondemand.alternatives_note(left_manual)
 
 
 class FilterModule:
+    """The on-demand commands' filters."""
+
     def filters(self):
-        return {
-            "cuda13_drain_plan": cuda13_drain_plan,
-            "cuda13_nothing_to_roll_back": cuda13_nothing_to_roll_back,
-            "cuda13_rolled_back": cuda13_rolled_back,
-            "cuda13_alternatives_restore": cuda13_alternatives_restore,
-            "cuda13_alternatives_note": cuda13_alternatives_note,
-        }
+        return ansible_filters(
+            {
+                "cuda13_drain_plan": cuda13_drain_plan,
+                "cuda13_nothing_to_roll_back": cuda13_nothing_to_roll_back,
+                "cuda13_rolled_back": cuda13_rolled_back,
+                "cuda13_alternatives_restore": cuda13_alternatives_restore,
+                "cuda13_alternatives_note": cuda13_alternatives_note,
+            }
+        )
