@@ -84,7 +84,7 @@ def test_run_json_and_the_report_name_the_step_and_the_error(tmp_path, monkeypat
     monkeypatch.setattr(ansible_runner, "run", replay)
     inventory = tmp_path / "hosts.ini"
     inventory.write_text("[blackwell]\ngpu-node-03\n")
-    argv = ["rollout", "-i", str(inventory), "--reports-dir", str(tmp_path / "r"), "--run-id", "u1"]
+    argv = ["rollout", "--yes", "-i", str(inventory), "--reports-dir", str(tmp_path / "r"), "--run-id", "u1"]
     assert cli.main(argv) == 1
     run_dir = tmp_path / "r" / "u1"
     outcome = report.load_run_record(run_dir)["outcomes"]["gpu-node-03"]
