@@ -10,6 +10,9 @@ default to torch, sgl_kernel, flashinfer and sglang. Prints one JSON object::
      "shadowed": {"sglang-kernel": ["0.4.10"]}, # later copies of a distribution on sys.path
      "requires": {"sglang-kernel": ["torch==2.14.1", ...], ...},   # Requires-Dist
      "needed": {"sglang-kernel": ["libcuda.so.1", "libcudart.so.13", ...], ...},
+     "objects": {"torch-memory-saver": {                  # every distribution with such objects
+         "torch_memory_saver_hook_mode_preload_cu12.abi3.so":
+             {"needed": ["libcuda.so.1", "libcudart.so.12"], "mapped": false}, ...}, ...},
      "marker_environment": {...},               # PEP 508 marker values of this interpreter
      "torch": {"version": "2.14.1+cu130", "cuda": "13.0", "cuda_available": false,
                "device_count": 0, "cuda_warning": null | "CUDA initialization: ...",
@@ -23,7 +26,13 @@ default to torch, sgl_kernel, flashinfer and sglang. Prints one JSON object::
 traceback text (exception chain included) when it does not. ``needed`` lists,
 for each CUDA-carrying distribution, the union of the ELF ``DT_NEEDED``
 entries of the shared objects it installed (read from the files' dynamic
-sections; System V ABI, "Dynamic Section"). ``driver_library`` is null when
+sections; System V ABI, "Dynamic Section"). ``objects`` is per shared object
+and covers every distribution on ``sys.path``: for each object (its path
+relative to the distribution's location, site-packages, as in its RECORD) that
+needs at least one CUDA library (:func:`cuda_libraries`), those ``NEEDED``
+entries, and ``mapped``: whether the object is mapped into this process after
+the modules' imports (``/proc/self/maps``, proc(5)), null where that file
+cannot be read. ``driver_library`` is null when
 ``libcuda.so.1`` (the NVIDIA driver's CUDA library) loads, else the loader's
 error. Exit status 0 whenever the probe itself ran; the caller decides what the
 findings mean.
@@ -54,7 +63,20 @@ CUDA_DISTRIBUTIONS = (
     "flashinfer-cubin",
     "flashinfer-jit-cache",
 )
-_SHARED_OBJECT = re.compile(r"\.so(\.\d+)*$")
+#: File names of shared objects: ``x.so``, ``libcudart.so.13``, ``libnvrtc-builtins.so.13.0``.
+SHARED_OBJECT = re.compile(r"\.so(\.\d+)*$")
+#: CUDA libraries, by soname: the driver's (libcuda, libnvidia-ml), the CUDA
+#: toolkit's (cudart, cuBLAS/cuBLASLt/nvblas, cuFFT, cuRAND, cuSOLVER,
+#: cuSPARSE, NVRTC, nvJitLink, CUPTI and its nvperf libraries, NPP, nvJPEG,
+#: cuFile, NVTX, NVVM) and NVIDIA's libraries that come as nvidia-* wheels
+#: beside them (cuDNN, NCCL, cuSPARSELt, NVSHMEM). Which of their soname
+#: majors is the CUDA major is decided by the verdict
+#: (``cuda13_upgrade.wheels.cuda_majors_of_needed``), not here.
+_CUDA_LIBRARY = re.compile(
+    r"^lib(?:cuda|nvidia-ml|cudart|cublas|cublasLt|nvblas|cufftw?|curand|cusolver(?:Mg)?"
+    r"|cusparse(?:Lt)?|nvrtc(?:-builtins)?|nvJitLink|cupti|nvperf_(?:host|target)|npp\w*|nvjpeg"
+    r"|cufile(?:_rdma)?|nvToolsExt|nvtx3interop|nvvm|cudnn\w*|nccl|nvshmem_host)\.so(?:\.\d+)*$"
+)
 _PT_LOAD, _PT_DYNAMIC = 1, 2
 _DT_NULL, _DT_NEEDED, _DT_STRTAB = 0, 1, 5
 
@@ -126,6 +148,52 @@ def elf_needed(path: str) -> list[str]:
         return names
 
 
+def cuda_libraries(needed) -> list[str]:
+    """The entries of ``needed`` (``DT_NEEDED`` sonames) that name a CUDA library.
+
+    ``cuda_libraries(["libtorch.so", "libcuda.so.1", "libcudart.so.12", "libc.so.6"])
+    == ["libcuda.so.1", "libcudart.so.12"]``; order kept.
+    """
+    return [name for name in needed if _CUDA_LIBRARY.match(name)]
+
+
+def mapped_files(maps: str = "/proc/self/maps") -> set[str] | None:
+    """The files mapped into this process: the path column of ``/proc/self/maps``
+    (proc(5): ``address perms offset dev inode pathname``), as the kernel prints
+    them (symlinks resolved, `` (deleted)`` dropped). None when the file cannot
+    be read (not Linux)."""
+    try:
+        with open(maps, encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    found = set()
+    for line in lines:
+        fields = line.split(None, 5)
+        if len(fields) == 6 and fields[5].startswith("/"):
+            found.add(fields[5].removesuffix(" (deleted)"))
+    return found
+
+
+def _objects(dist, mapped: set[str] | None) -> dict[str, dict]:
+    # Each shared object of the distribution that needs a CUDA library.
+    found: dict[str, dict] = {}
+    for file in dist.files or ():
+        if not SHARED_OBJECT.search(file.name):
+            continue
+        path = str(file.locate())
+        try:
+            libs = cuda_libraries(elf_needed(path))
+        except (OSError, struct.error):
+            continue
+        if libs:
+            found[file.as_posix()] = {
+                "needed": libs,
+                "mapped": None if mapped is None else os.path.realpath(path) in mapped,
+            }
+    return found
+
+
 def _marker_environment() -> dict[str, str]:
     # The values of PEP 508's environment markers, as packaging.markers computes them.
     impl = sys.implementation
@@ -164,7 +232,7 @@ def _distributions():
 def _needed(dist) -> list[str]:
     found: set[str] = set()
     for file in dist.files or ():
-        if not _SHARED_OBJECT.search(file.name):
+        if not SHARED_OBJECT.search(file.name):
             continue
         path = str(file.locate())
         try:
@@ -229,6 +297,8 @@ def main() -> int:
             imports[module] = None
         except BaseException:  # noqa: BLE001 - a failed import may exit; the text is reported
             imports[module] = traceback.format_exc().strip()
+    mapped = mapped_files()
+    objects = {k: _objects(dists[k], mapped) for k in sorted(dists)}
     json.dump(
         {
             "python": platform.python_version(),
@@ -237,6 +307,7 @@ def main() -> int:
             "shadowed": shadowed,
             "requires": {k: list(dists[k].requires or []) for k in CUDA_DISTRIBUTIONS if k in dists},
             "needed": {k: _needed(dists[k]) for k in CUDA_DISTRIBUTIONS if k in dists},
+            "objects": {k: v for k, v in objects.items() if v},
             "marker_environment": _marker_environment(),
             "torch": _torch_info() if imports.get("torch", "absent") is None else None,
             "imports": imports,
