@@ -277,7 +277,7 @@ def stack_verdict(
 
     Args:
         probe: the probe's output (``dists``, ``requires``, ``needed``,
-            ``torch``, ``imports``, ``driver_library``, ``pip_check``).
+            ``objects``, ``torch``, ``imports``, ``driver_library``, ``pip_check``).
         expected_cuda_major: the CUDA major ``torch.version.cuda`` must report
             (13 for the cu130 stack).
         driver_library_optional: a host without the NVIDIA driver's
@@ -303,7 +303,11 @@ def stack_verdict(
     accepted): ``torch.version.cuda`` against ``expected_cuda_major``; the
     labels, or else the CUDA major of the libraries each wheel's shared objects
     load (ELF NEEDED), of torch, the kernel and flashinfer-jit-cache
-    (:func:`cuda13_upgrade.wheels.check_stack_consistency`); the kernel wheel's
+    (:func:`cuda13_upgrade.wheels.check_stack_consistency`); each shared object
+    of every distribution, label-blind, by the CUDA major of the libraries it
+    needs, per-major variants that the imports did not map let pass
+    (:func:`cuda13_upgrade.wheels.check_shared_objects`; a probe without
+    ``objects`` skips this); the kernel wheel's
     torch pin (sglang-kernel 0.4.10 declares ``torch==2.14.1``); ``pip check``;
     each import, classified (:func:`cuda13_upgrade.wheels.classify_import_failure`);
     torch's arch list against ``compute_capabilities`` whenever torch reports
@@ -322,6 +326,7 @@ def stack_verdict(
     from cuda13_upgrade.versions import arch_list_covers
     from cuda13_upgrade.wheels import (
         KERNEL_DISTRIBUTIONS,
+        check_shared_objects,
         check_stack_consistency,
         classify_import_failure,
         cuda_majors_of_needed,
@@ -363,6 +368,15 @@ def stack_verdict(
             target_cuda_major=expected_cuda_major,
         )
     )
+    if probe.get("objects"):
+        found = check_shared_objects(
+            probe["objects"],
+            expected_cuda_major,
+            dists=dists,
+            imported=[module for module, text in (probe.get("imports") or {}).items() if not text],
+        )
+        problems.extend(found["problems"])
+        notes.extend(found["notes"])
     problems.extend(_kernel_torch_pin(probe))
     problems.extend(cuda_component_skew(dists, torch_cuda=cuda or None))
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 from packaging.utils import (
@@ -35,6 +36,8 @@ __all__ = [
     "KERNEL_DISTRIBUTIONS",
     "check_stack_consistency",
     "classify_import_failure",
+    "DRIVER_LIBRARIES",
+    "check_shared_objects",
     "cuda_majors_of_needed",
     "cuda_label",
     "cuda_tag_of_label",
@@ -43,6 +46,7 @@ __all__ = [
     "local_label",
     "MODULE_DISTRIBUTIONS",
     "package_of_path",
+    "variant_key",
     "normalize_name",
     "parse_pip_freeze",
 ]
@@ -57,11 +61,32 @@ FLASHINFER_DISTRIBUTIONS: tuple[str, ...] = (
 )
 
 _LABEL_RE = re.compile(r"^cu(\d{2,3})$")
-#: CUDA libraries whose soname major is the CUDA major (libcudart.so.12 in CUDA
-#: 12.x, .so.13 in 13.x; CUDA Toolkit release notes, "CUDA Toolkit Major
-#: Component Versions"). cuFFT, cuSPARSE, cuRAND and cuSOLVER number theirs
-#: apart from the toolkit, so they say nothing about the CUDA major.
-_CUDA_LIBRARY_RE = re.compile(r"^lib(?:cudart|cublas|cublasLt|nvrtc|nvJitLink|cupti)\.so\.(\d+)$")
+#: CUDA libraries whose soname major is the CUDA major: libcudart.so.12 in CUDA
+#: 12.x, .so.13 in 13.x (CUDA Toolkit release notes, "CUDA Toolkit Major
+#: Component Versions"). Seen in the real wheels: nvidia-cuda-runtime 13.0.96
+#: ships libcudart.so.13, nvidia-cublas 13.1.1.3 libcublas.so.13,
+#: libcublasLt.so.13 and libnvblas.so.13, nvidia-cuda-nvrtc 13.0.88
+#: libnvrtc.so.13, nvidia-nvjitlink 13.5.37 libnvJitLink.so.13,
+#: nvidia-cuda-cupti 13.0.85 libcupti.so.13; torch 2.10.0 (CUDA 12.8) needs
+#: libcudart/cublas/cublasLt/cupti/nvrtc .so.12 (tests/fixtures/elf/REAL_STACK.md).
+#: The others number theirs apart from the toolkit and say nothing about the
+#: CUDA major: cuFFT (libcufft.so.11 in CUDA 12.8's torch, .so.12 in 13.0's,
+#: nvidia-cufft 12.0.0.61), cuSOLVER (.so.11, then .so.12), cuSPARSE (.so.12 in
+#: both), cuRAND (.so.10 in both); NCCL (libnccl.so.2), cuDNN (.so.9),
+#: cuSPARSELt (.so.0) and NVSHMEM (.so.3) carry their own majors, the same in
+#: their -cu12 and -cu13 wheels; the driver's libcuda.so.1 and
+#: libnvidia-ml.so.1 (:data:`DRIVER_LIBRARIES`) come with the driver.
+_CUDA_LIBRARY_RE = re.compile(r"^lib(?:cudart|cublas|cublasLt|nvblas|nvrtc|nvJitLink|cupti)\.so\.(\d+)$")
+#: The NVIDIA driver's own libraries: installed by the driver, not by the
+#: CUDA toolkit or a wheel, so a stack's objects are not judged by them.
+DRIVER_LIBRARIES: tuple[str, ...] = ("libcuda.so.1", "libnvidia-ml.so.1")
+#: A CUDA-major marker in a shared object's file name, as packages that ship
+#: one build per CUDA major name them: ``..._cu12.abi3.so`` beside
+#: ``..._cu13.abi3.so`` (torch-memory-saver 0.0.10),
+#: ``_cutlass_ir.cu13.cpython-311-x86_64-linux-gnu.so`` (nvidia-cutlass-dsl-libs-cu13 4.8.0).
+#: ``nvidia_cutlass_dsl/cu12/lib/libcute_dsl_runtime.so`` beside ``.../cu13/lib/...``
+#: (nvidia-cutlass-dsl-libs-cu12 / -cu13 4.8.0) puts it in a directory's name.
+_VARIANT_MARKER_RE = re.compile(r"[._-]cu(\d{2,3})(?=[._-])|(?:^|(?<=/))cu(\d{2,3})(?=/)")
 _RELEASE_RE = re.compile(r"^(\d+)\.(\d)$")
 _NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
 _PINNED_RE = re.compile(rf"^(?P<name>{_NAME})(?:\[[^\]]*\])?\s*===?\s*(?P<version>\S+)$")
@@ -421,9 +446,9 @@ def cuda_majors_of_needed(needed: Iterable[str]) -> set[int]:
 
     ``cuda_majors_of_needed(["libcuda.so.1", "libcudart.so.13", "libc.so.6"]) ==
     {13}``. Only libraries whose soname major is the CUDA major count (cudart,
-    cuBLAS, cuBLASLt, NVRTC, nvJitLink, CUPTI); ``libcuda.so.1``, the driver's
-    library, has carried soname major 1 in every release. Returns an empty set
-    when none is named.
+    cuBLAS, cuBLASLt, nvblas, NVRTC, nvJitLink, CUPTI); ``libcuda.so.1``, the
+    driver's library, has carried soname major 1 in every release. Returns an
+    empty set when none is named.
     """
     majors: set[int] = set()
     for lib in needed:
@@ -431,6 +456,135 @@ def cuda_majors_of_needed(needed: Iterable[str]) -> set[int]:
         if match:
             majors.add(int(match.group(1)))
     return majors
+
+
+def variant_key(path: str) -> tuple[str, int | None]:
+    """A shared object's path without its CUDA-major marker, and that marker's major.
+
+    ``variant_key("torch_memory_saver_hook_mode_preload_cu12.abi3.so") ==
+    ("torch_memory_saver_hook_mode_preload.abi3.so", 12)``;
+    ``variant_key("nvidia_cutlass_dsl/cu13/lib/libcute_dsl_runtime.so") ==
+    ("nvidia_cutlass_dsl//lib/libcute_dsl_runtime.so", 13)``; a path without a
+    marker is its own key, with None. Markers are ``cuNN`` (the major) or
+    ``cuNNN`` (major and one-digit minor, the wheel-label form: ``cu128`` ->
+    12), after ``_``, ``-`` or ``.`` in a file name, or a whole directory name.
+    Objects whose keys are equal are builds of one object for different CUDA
+    majors (:func:`check_shared_objects`).
+    """
+    path = str(path)
+    match = _VARIANT_MARKER_RE.search(path)
+    if match is None:
+        return path, None
+    digits = match.group(1) or match.group(2)
+    major = int(digits) if len(digits) == 2 else int(digits[:-1])
+    return path[: match.start()] + path[match.end() :], major
+
+
+def check_shared_objects(
+    objects: Mapping[str, Mapping[str, Mapping[str, Any]]],
+    target_cuda_major: int,
+    *,
+    dists: Mapping[str, str | None] | None = None,
+    imported: Iterable[str] = (),
+) -> dict[str, list[str]]:
+    """Judge each shared object of a venv by the CUDA libraries it needs, not by labels.
+
+    Args:
+        objects: ``{distribution: {path: {"needed": [soname, ...], "mapped":
+            bool | None}}}``, the ``objects`` of ``hostscripts/stack_probe.py``:
+            every shared object of the venv whose ELF ``NEEDED`` entries name a
+            CUDA library, by its path relative to site-packages; ``mapped``
+            says whether it was mapped into the probe's process after the
+            stack's modules were imported (None: not known).
+        target_cuda_major: the CUDA major of the new stack (13).
+        dists: ``{distribution: version}`` (the probe's ``dists``), to name versions.
+        imported: the modules the probe imported, named in the notes.
+
+    The rule. An object *mismatches* when a library it needs fixes a CUDA
+    major (:func:`cuda_majors_of_needed`: cudart, cuBLAS, cuBLASLt, nvblas,
+    NVRTC, nvJitLink, CUPTI) other than ``target_cuda_major``; the driver's
+    libraries (:data:`DRIVER_LIBRARIES`) and the libraries numbered apart from
+    CUDA (cuFFT, cuRAND, cuSOLVER, cuSPARSE, NCCL, cuDNN, ...) are not judged.
+    A mismatched object is refused, whatever the distribution's local version
+    label says (a ``+cu130`` wheel may carry one object linked against
+    ``libcudart.so.12``, which loads while the old toolkit stays installed and
+    fails the day it is removed), unless it is a per-major variant that is not
+    in use:
+
+    * a *per-major variant*: another shared object of the venv has the same
+      path once a CUDA-major marker is taken out of either
+      (:func:`variant_key`: ``x_cu12.abi3.so``, ``x_cu13.abi3.so`` and
+      ``x.abi3.so`` in one directory; ``pkg/cu12/lib/y.so`` and
+      ``pkg/cu13/lib/y.so``), at least one of them carries a marker, and one
+      of them needs the target major's libraries and no other major's (the
+      build the package picks at run time: torch-memory-saver 0.0.10 loads
+      ``<stem>_cu<torch.version.cuda major>.*.so``);
+    * *not in use*: it was not mapped into the probe's process after the
+      stack's modules were imported (``mapped`` false, or None where the
+      probe could not read ``/proc/self/maps``). A mapped object is in use,
+      variant or not.
+
+    Returns:
+        ``{"problems": [str], "notes": [str]}``: a problem per distribution
+        with refused objects, naming each object, the libraries of the other
+        major and the distribution, and the remedy (the build of that
+        distribution for the target CUDA major); a note per distribution whose
+        mismatched objects were let pass, naming them and why.
+    """
+    versions = {normalize_name(k): v for k, v in (dists or {}).items()}
+    flat: list[tuple[str, str, list[str], Any]] = []
+    for dist, files in (objects or {}).items():
+        for path, record in (files or {}).items():
+            record = record or {}
+            flat.append(
+                (normalize_name(dist), str(path), list(record.get("needed") or []), record.get("mapped"))
+            )
+    groups: dict[str, list[tuple[str, set[int], int | None]]] = {}
+    for _dist, path, needed, _mapped in flat:
+        key, marker = variant_key(path)
+        groups.setdefault(key, []).append((path, cuda_majors_of_needed(needed), marker))
+
+    def target_sibling(path: str) -> str | None:
+        members = groups[variant_key(path)[0]]
+        if len(members) < 2 or all(marker is None for _p, _m, marker in members):
+            return None
+        for other, majors, _marker in members:
+            if other != path and majors == {target_cuda_major}:
+                return other
+        return None
+
+    refused: dict[str, list[str]] = {}
+    excused: dict[str, list[str]] = {}
+    for dist, path, needed, mapped in flat:
+        other = [
+            lib
+            for lib in needed
+            if (m := _CUDA_LIBRARY_RE.match(lib)) and int(m.group(1)) != target_cuda_major
+        ]
+        if not other:
+            continue
+        sibling = target_sibling(path)
+        if mapped is True or sibling is None:
+            why = " (mapped by the import of the stack)" if mapped is True else ""
+            refused.setdefault(dist, []).append(f"{path} needs {', '.join(other)}{why}")
+        else:
+            excused.setdefault(dist, []).append(f"{path} needs {', '.join(other)} beside {sibling}")
+
+    modules = ", ".join(imported) or "the stack's modules"
+    problems = [
+        f"{_describe(dist, versions.get(dist))} ships shared objects built for another CUDA major than "
+        f"the target CUDA {target_cuda_major}, whatever its version label says: {'; '.join(found)}; "
+        f"install the build of {dist} made for CUDA {target_cuda_major} (one whose objects need "
+        f"libcudart.so.{target_cuda_major} and its libraries)"
+        for dist, found in sorted(refused.items())
+    ]
+    notes = [
+        f"{_describe(dist, versions.get(dist))} ships per-CUDA-major variants of its objects; "
+        f"{'; '.join(found)}; not refused: not mapped after importing {modules}, and the package "
+        f"picks the CUDA {target_cuda_major} build"
+        for dist, found in sorted(excused.items())
+    ]
+    return {"problems": problems, "notes": notes}
 
 
 #: Causes of a failed import, in the order they are looked for in its text.
