@@ -380,3 +380,14 @@ def test_real_stack_md_records_the_cached_torch_memory_saver():
         "| `torch_memory_saver_hook_mode_preload_cu13.abi3.so` | 13 | yes | libcuda.so.1 libcudart.so.13 |"
         in text
     )
+
+
+def test_the_sandbox_stand_in_objects_are_not_elf_so_labels_judge_the_sandbox(tmp_path):
+    # The sandbox's stand-in wheels carry text placeholders for their shared
+    # objects (sandbox_mirror.standins): the per-object check finds nothing
+    # there, and the sandbox's stacks are judged by their labels as before.
+    from sandbox_mirror import standins
+
+    path = tmp_path / "common_ops.abi3.so"
+    path.write_bytes(standins._placeholder({"needed": ["libcudart.so.12"]}))
+    assert stack_probe.elf_needed(str(path)) == []
