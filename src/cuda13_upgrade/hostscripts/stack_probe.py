@@ -13,6 +13,8 @@ default to torch, sgl_kernel, flashinfer and sglang. Prints one JSON object::
      "objects": {"torch-memory-saver": {                  # every distribution with such objects
          "torch_memory_saver_hook_mode_preload_cu12.abi3.so":
              {"needed": ["libcuda.so.1", "libcudart.so.12"], "mapped": false}, ...}, ...},
+     "libraries": {"libcudart.so.13": {"venv": ["nvidia/cu13/lib/libcudart.so.13"],
+                                       "system": null | "/usr/local/cuda-13.0/lib/libcudart.so.13"}, ...},
      "marker_environment": {...},               # PEP 508 marker values of this interpreter
      "torch": {"version": "2.14.1+cu130", "cuda": "13.0", "cuda_available": false,
                "device_count": 0, "cuda_warning": null | "CUDA initialization: ...",
@@ -32,7 +34,11 @@ relative to the distribution's location, site-packages, as in its RECORD) that
 needs at least one CUDA library (:func:`cuda_libraries`), those ``NEEDED``
 entries, and ``mapped``: whether the object is mapped into this process after
 the modules' imports (``/proc/self/maps``, proc(5)), null where that file
-cannot be read. ``driver_library`` is null when
+cannot be read. ``libraries`` says, for each CUDA library that an object of
+``objects`` needs, where the loader can find it: ``venv``, the files of that
+name that the venv's distributions installed (``nvidia/cu13/lib/libcudart.so.13``),
+and ``system``, the path the loader's cache gives it (``ldconfig -p``, symlinks
+resolved), null when it has none or ldconfig cannot run. ``driver_library`` is null when
 ``libcuda.so.1`` (the NVIDIA driver's CUDA library) loads, else the loader's
 error. Exit status 0 whenever the probe itself ran; the caller decides what the
 findings mean.
@@ -194,6 +200,49 @@ def _objects(dist, mapped: set[str] | None) -> dict[str, dict]:
     return found
 
 
+def loader_cache(text: str) -> dict[str, str]:
+    """``{soname: path}`` from ``ldconfig -p`` output (the dynamic loader's cache,
+    ``/etc/ld.so.cache``; ldconfig(8)): lines ``\tlibcudart.so.13 (libc6,x86-64)
+    => /usr/local/cuda-13.0/lib/libcudart.so.13``, the first path of each soname
+    (the cache lists them in the order the loader tries them)."""
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        soname, sep, path = line.strip().partition(" => ")
+        if sep and path:
+            found.setdefault(soname.split(" (", 1)[0], path.strip())
+    return found
+
+
+def _ldconfig() -> dict[str, str] | None:
+    for tool in ("ldconfig", "/sbin/ldconfig", "/usr/sbin/ldconfig"):
+        try:
+            done = subprocess.run([tool, "-p"], capture_output=True, text=True, timeout=60, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if done.returncode == 0:
+            return loader_cache(done.stdout)
+    return None
+
+
+def _libraries(dists: dict, objects: dict[str, dict[str, dict]]) -> dict[str, dict]:
+    # Where each CUDA library that an object needs can come from: files of that
+    # name in the venv's distributions, and the loader's cache (symlinks resolved).
+    names = sorted(
+        {lib for files in objects.values() for record in files.values() for lib in record["needed"]}
+    )
+    venv: dict[str, list[str]] = {name: [] for name in names}
+    for dist in dists.values():
+        for file in dist.files or ():
+            if file.name in venv:
+                venv[file.name].append(file.as_posix())
+    cache = _ldconfig()
+    found = {}
+    for name in names:
+        system = None if cache is None else cache.get(name)
+        found[name] = {"venv": sorted(venv[name]), "system": system and os.path.realpath(system)}
+    return found
+
+
 def _marker_environment() -> dict[str, str]:
     # The values of PEP 508's environment markers, as packaging.markers computes them.
     impl = sys.implementation
@@ -308,6 +357,7 @@ def main() -> int:
             "requires": {k: list(dists[k].requires or []) for k in CUDA_DISTRIBUTIONS if k in dists},
             "needed": {k: _needed(dists[k]) for k in CUDA_DISTRIBUTIONS if k in dists},
             "objects": {k: v for k, v in objects.items() if v},
+            "libraries": _libraries(dists, objects),
             "marker_environment": _marker_environment(),
             "torch": _torch_info() if imports.get("torch", "absent") is None else None,
             "imports": imports,
