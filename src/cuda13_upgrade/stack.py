@@ -307,7 +307,8 @@ def stack_verdict(
     of every distribution, label-blind, by the CUDA major of the libraries it
     needs, per-major variants that the imports did not map let pass
     (:func:`cuda13_upgrade.wheels.check_shared_objects`; a probe without
-    ``objects`` skips this); the kernel wheel's
+    ``objects`` skips this), and each CUDA library they need found in the venv
+    or outside another major's toolkit (the probe's ``libraries``); the kernel wheel's
     torch pin (sglang-kernel 0.4.10 declares ``torch==2.14.1``); ``pip check``;
     each import, classified (:func:`cuda13_upgrade.wheels.classify_import_failure`);
     torch's arch list against ``compute_capabilities`` whenever torch reports
@@ -374,6 +375,7 @@ def stack_verdict(
             expected_cuda_major,
             dists=dists,
             imported=[module for module, text in (probe.get("imports") or {}).items() if not text],
+            libraries=probe.get("libraries"),
         )
         problems.extend(found["problems"])
         notes.extend(found["notes"])

@@ -86,6 +86,10 @@ DRIVER_LIBRARIES: tuple[str, ...] = ("libcuda.so.1", "libnvidia-ml.so.1")
 #: ``_cutlass_ir.cu13.cpython-311-x86_64-linux-gnu.so`` (nvidia-cutlass-dsl-libs-cu13 4.8.0).
 #: ``nvidia_cutlass_dsl/cu12/lib/libcute_dsl_runtime.so`` beside ``.../cu13/lib/...``
 #: (nvidia-cutlass-dsl-libs-cu12 / -cu13 4.8.0) puts it in a directory's name.
+#: A CUDA toolkit's own directory: NVIDIA's packages install CUDA X.Y under
+#: ``/usr/local/cuda-X.Y`` (CUDA Installation Guide for Linux, "Post-installation
+#: Actions"); ``/usr/local/cuda`` is a link to one of them.
+_TOOLKIT_DIR_RE = re.compile(r"/cuda-(\d+)\.\d+/")
 _VARIANT_MARKER_RE = re.compile(r"[._-]cu(\d{2,3})(?=[._-])|(?:^|(?<=/))cu(\d{2,3})(?=/)")
 _RELEASE_RE = re.compile(r"^(\d+)\.(\d)$")
 _NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
@@ -486,6 +490,7 @@ def check_shared_objects(
     *,
     dists: Mapping[str, str | None] | None = None,
     imported: Iterable[str] = (),
+    libraries: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, list[str]]:
     """Judge each shared object of a venv by the CUDA libraries it needs, not by labels.
 
@@ -499,6 +504,10 @@ def check_shared_objects(
         target_cuda_major: the CUDA major of the new stack (13).
         dists: ``{distribution: version}`` (the probe's ``dists``), to name versions.
         imported: the modules the probe imported, named in the notes.
+        libraries: ``{soname: {"venv": [path, ...], "system": path | None}}``,
+            the probe's ``libraries``: where each needed CUDA library can be
+            found (files of that name in the venv; the loader's cache,
+            ``ldconfig -p``, symlinks resolved). None skips the second check.
 
     The rule. An object *mismatches* when a library it needs fixes a CUDA
     major (:func:`cuda_majors_of_needed`: cudart, cuBLAS, cuBLASLt, nvblas,
@@ -524,12 +533,26 @@ def check_shared_objects(
       probe could not read ``/proc/self/maps``). A mapped object is in use,
       variant or not.
 
+    Then, where ``libraries`` is given, each CUDA library that an object
+    needs, the driver's aside, must be found without the
+    old toolkit: in the venv (a file of that name that one of its
+    distributions installed: torch loads the nvidia-* wheels' libraries by
+    path, and a later object's ``NEEDED`` is met by the soname already
+    loaded), or else through the loader's cache at a path that is not in a
+    CUDA toolkit of another major (``/usr/local/cuda-12.8/...``: it goes when
+    that toolkit is removed). The object's own ``RUNPATH`` and the service's
+    ``LD_LIBRARY_PATH`` are not read. Objects that need another major are
+    refused, or let pass, by the first rule alone.
+
     Returns:
         ``{"problems": [str], "notes": [str]}``: a problem per distribution
         with refused objects, naming each object, the libraries of the other
         major and the distribution, and the remedy (the build of that
-        distribution for the target CUDA major); a note per distribution whose
-        mismatched objects were let pass, naming them and why.
+        distribution for the target CUDA major); a problem per distribution
+        whose objects need a library found only in another major's toolkit or
+        nowhere, naming object, library and where it was found; a note per
+        distribution whose mismatched objects were let pass, naming them and
+        why.
     """
     versions = {normalize_name(k): v for k, v in (dists or {}).items()}
     flat: list[tuple[str, str, list[str], Any]] = []
@@ -555,6 +578,7 @@ def check_shared_objects(
 
     refused: dict[str, list[str]] = {}
     excused: dict[str, list[str]] = {}
+    unresolved: dict[str, list[str]] = {}
     for dist, path, needed, mapped in flat:
         other = [
             lib
@@ -562,6 +586,20 @@ def check_shared_objects(
             if (m := _CUDA_LIBRARY_RE.match(lib)) and int(m.group(1)) != target_cuda_major
         ]
         if not other:
+            for lib in needed:
+                where = (libraries or {}).get(lib)
+                if lib in DRIVER_LIBRARIES or where is None or where.get("venv"):
+                    continue
+                system = where.get("system")
+                toolkit = _TOOLKIT_DIR_RE.search(str(system or ""))
+                if system and (toolkit is None or int(toolkit.group(1)) == target_cuda_major):
+                    continue
+                found = (
+                    f"only in {system}, a CUDA {toolkit.group(1)} toolkit's directory"
+                    if system
+                    else "nowhere (not in the venv, not in the loader's cache)"
+                )
+                unresolved.setdefault(dist, []).append(f"{path} needs {lib}, found {found}")
             continue
         sibling = target_sibling(path)
         if mapped is True or sibling is None:
@@ -577,6 +615,13 @@ def check_shared_objects(
         f"install the build of {dist} made for CUDA {target_cuda_major} (one whose objects need "
         f"libcudart.so.{target_cuda_major} and its libraries)"
         for dist, found in sorted(refused.items())
+    ]
+    problems += [
+        f"{_describe(dist, versions.get(dist))} needs CUDA libraries that the new venv does not "
+        f"provide: {'; '.join(found)}; install the nvidia-* wheels of CUDA {target_cuda_major} that "
+        f"provide them into the new venv (the CUDA {target_cuda_major} build of {dist} requires them; "
+        "pip check names what is missing)"
+        for dist, found in sorted(unresolved.items())
     ]
     notes = [
         f"{_describe(dist, versions.get(dist))} ships per-CUDA-major variants of its objects; "
