@@ -391,3 +391,73 @@ def test_the_sandbox_stand_in_objects_are_not_elf_so_labels_judge_the_sandbox(tm
     path = tmp_path / "common_ops.abi3.so"
     path.write_bytes(standins._placeholder({"needed": ["libcudart.so.12"]}))
     assert stack_probe.elf_needed(str(path)) == []
+
+
+def test_loader_cache_reads_ldconfig_p():
+    # `ldconfig -p` on a Debian 12 build machine with part of a CUDA 13.0 toolkit.
+    text = (
+        "542 libs found in cache `/etc/ld.so.cache'\n"
+        "\tlibz3.so.4 (libc6,x86-64) => /lib/x86_64-linux-gnu/libz3.so.4\n"
+        "\tlibcudart.so.13 (libc6,x86-64) => /usr/local/cuda-13.0/lib/libcudart.so.13\n"
+        "\tlibcudart.so (libc6,x86-64) => /usr/local/cuda-13.0/lib/libcudart.so\n"
+        "\tlibcupti.so.13 (libc6,x86-64) => /usr/local/cuda-13.0/lib/libcupti.so.13\n"
+    )
+    assert stack_probe.loader_cache(text) == {
+        "libz3.so.4": "/lib/x86_64-linux-gnu/libz3.so.4",
+        "libcudart.so.13": "/usr/local/cuda-13.0/lib/libcudart.so.13",
+        "libcudart.so": "/usr/local/cuda-13.0/lib/libcudart.so",
+        "libcupti.so.13": "/usr/local/cuda-13.0/lib/libcupti.so.13",
+    }
+
+
+def test_the_real_stack_finds_every_library_it_needs_in_the_venv():
+    probe = _probe("real-stack-pinned")
+    libraries = probe["libraries"]
+    assert libraries["libcudart.so.13"]["venv"] == ["nvidia/cu13/lib/libcudart.so.13"]
+    assert libraries["libcufft.so.12"] == {"venv": ["nvidia/cu13/lib/libcufft.so.12"], "system": None}
+    # only torch-memory-saver's CUDA 12 variants need it, and the venv has none
+    assert libraries["libcudart.so.12"] == {"venv": [], "system": None}
+    found = wheels.check_shared_objects(probe["objects"], 13, dists=probe["dists"], libraries=libraries)
+    assert found["problems"] == []
+
+
+def _with_linalg_needing(lib, where):
+    probe = _probe("real-stack-pinned")
+    record = probe["objects"]["torch"]["torch/lib/libtorch_cuda_linalg.so"]
+    record["needed"] = [lib if n == "libcusolver.so.12" else n for n in record["needed"]]
+    probe["libraries"][lib] = where
+    return probe
+
+
+def test_a_library_found_only_in_the_old_toolkit_is_refused():
+    # libcusolver.so.11 is CUDA 12's cuSOLVER (torch 2.10.0 needs it): its soname
+    # says nothing of the CUDA major, where the loader finds it does.
+    probe = _with_linalg_needing(
+        "libcusolver.so.11",
+        {"venv": [], "system": "/usr/local/cuda-12.8/targets/x86_64-linux/lib/libcusolver.so.11"},
+    )
+    verdict = stack.stack_verdict(probe, 13, driver_library_optional=True, compute_capabilities=["12.0"])
+    assert verdict["problems"] == [
+        "torch 2.14.1 needs CUDA libraries that the new venv does not provide: "
+        "torch/lib/libtorch_cuda_linalg.so needs libcusolver.so.11, found only in "
+        "/usr/local/cuda-12.8/targets/x86_64-linux/lib/libcusolver.so.11, a CUDA 12 toolkit's directory; "
+        "install the nvidia-* wheels of CUDA 13 that provide them into the new venv (the CUDA 13 build of "
+        "torch requires them; pip check names what is missing)"
+    ]
+
+
+def test_a_library_found_nowhere_is_refused_and_the_targets_toolkit_is_accepted():
+    probe = _with_linalg_needing("libcusolver.so.11", {"venv": [], "system": None})
+    found = wheels.check_shared_objects(
+        probe["objects"], 13, dists=probe["dists"], libraries=probe["libraries"]
+    )
+    (problem,) = found["problems"]
+    assert "libcusolver.so.11, found nowhere (not in the venv, not in the loader's cache)" in problem
+    probe = _with_linalg_needing(
+        "libcusolver.so.12",
+        {"venv": [], "system": "/usr/local/cuda-13.0/targets/x86_64-linux/lib/libcusolver.so.12"},
+    )
+    found = wheels.check_shared_objects(
+        probe["objects"], 13, dists=probe["dists"], libraries=probe["libraries"]
+    )
+    assert found["problems"] == []
