@@ -461,3 +461,30 @@ def test_a_library_found_nowhere_is_refused_and_the_targets_toolkit_is_accepted(
         probe["objects"], 13, dists=probe["dists"], libraries=probe["libraries"]
     )
     assert found["problems"] == []
+
+
+@pytest.mark.parametrize(
+    ("variant", "dist", "found"),
+    [
+        (
+            "sglang-kernel-0.4.0-pinned",
+            "sglang-kernel 0.4.0",
+            "sgl_kernel/sm100/common_ops.abi3.so needs libnvrtc.so.12, libcublas.so.12, libcublasLt.so.12, "
+            "libcudart.so.12",
+        ),
+        (
+            "torch-2.10.0-pinned",
+            "torch 2.10.0",
+            "torch/lib/libtorch_cuda.so needs libcudart.so.12, libcublas.so.12, libcublasLt.so.12",
+        ),
+    ],
+)
+def test_each_real_cuda_12_variant_is_refused_per_object(variant, dist, found):
+    verdict = stack.stack_verdict(
+        _probe(variant), 13, driver_library_optional=True, compute_capabilities=["12.0"]
+    )
+    (problem,) = [p for p in verdict["problems"] if "ships shared objects built for another CUDA major" in p]
+    assert problem.startswith(f"{dist} ships shared objects")
+    assert found in problem
+    # what the CUDA 12 objects need is theirs to answer for, not a missing library
+    assert not [p for p in verdict["problems"] if "does not provide" in p]
