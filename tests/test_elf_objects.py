@@ -488,3 +488,18 @@ def test_each_real_cuda_12_variant_is_refused_per_object(variant, dist, found):
     assert found in problem
     # what the CUDA 12 objects need is theirs to answer for, not a missing library
     assert not [p for p in verdict["problems"] if "does not provide" in p]
+
+
+def test_a_target_build_that_needs_only_the_driver_counts_by_its_marker():
+    objects = {
+        "pkg": {
+            "pkg/cu12/lib/libx.so": {"needed": ["libcuda.so.1", "libcudart.so.12"], "mapped": False},
+            "pkg/cu13/lib/libx.so": {"needed": ["libcuda.so.1"], "mapped": False},
+        }
+    }
+    found = wheels.check_shared_objects(objects, 13)
+    assert found["problems"] == []
+    assert "pkg/cu12/lib/libx.so needs libcudart.so.12 beside pkg/cu13/lib/libx.so" in found["notes"][0]
+    objects["pkg"]["pkg/cu13/lib/libx.so"] = {"needed": ["libcuda.so.1"], "mapped": False}
+    objects["pkg"] = {k.replace("cu13", "cu11"): v for k, v in objects["pkg"].items()}
+    assert len(wheels.check_shared_objects(objects, 13)["problems"]) == 1

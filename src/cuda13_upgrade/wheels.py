@@ -525,9 +525,11 @@ def check_shared_objects(
       (:func:`variant_key`: ``x_cu12.abi3.so``, ``x_cu13.abi3.so`` and
       ``x.abi3.so`` in one directory; ``pkg/cu12/lib/y.so`` and
       ``pkg/cu13/lib/y.so``), at least one of them carries a marker, and one
-      of them needs the target major's libraries and no other major's (the
-      build the package picks at run time: torch-memory-saver 0.0.10 loads
-      ``<stem>_cu<torch.version.cuda major>.*.so``);
+      of them is the target's build: it needs the target major's libraries
+      and no other major's, or, needing none that fix a major (only
+      ``libcuda.so.1``, say), carries the target's marker. That is the build
+      the package picks at run time: torch-memory-saver 0.0.10 loads
+      ``<stem>_cu<torch.version.cuda major>.*.so``;
     * *not in use*: it was not mapped into the probe's process after the
       stack's modules were imported (``mapped`` false, or None where the
       probe could not read ``/proc/self/maps``). A mapped object is in use,
@@ -571,8 +573,10 @@ def check_shared_objects(
         members = groups[variant_key(path)[0]]
         if len(members) < 2 or all(marker is None for _p, _m, marker in members):
             return None
-        for other, majors, _marker in members:
-            if other != path and majors == {target_cuda_major}:
+        for other, majors, marker in members:
+            if other != path and (
+                majors == {target_cuda_major} or (not majors and marker == target_cuda_major)
+            ):
                 return other
         return None
 
