@@ -500,6 +500,6 @@ def test_a_target_build_that_needs_only_the_driver_counts_by_its_marker():
     found = wheels.check_shared_objects(objects, 13)
     assert found["problems"] == []
     assert "pkg/cu12/lib/libx.so needs libcudart.so.12 beside pkg/cu13/lib/libx.so" in found["notes"][0]
-    objects["pkg"]["pkg/cu13/lib/libx.so"] = {"needed": ["libcuda.so.1"], "mapped": False}
+    # a build marked for another major is no target build
     objects["pkg"] = {k.replace("cu13", "cu11"): v for k, v in objects["pkg"].items()}
     assert len(wheels.check_shared_objects(objects, 13)["problems"]) == 1
