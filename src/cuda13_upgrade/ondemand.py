@@ -29,6 +29,9 @@ COMMANDS = {
 #: The status of a rollback of a host without a snapshot (nothing changed).
 NOTHING_TO_ROLL_BACK = "nothing_to_roll_back"
 
+#: How the reason of an on-demand rollback's ``result.json`` begins (:func:`rolled_back`).
+ON_DEMAND_REASON = "rolled back on demand (playbooks/rollback.yml)"
+
 
 def drain_plan(
     command: str,
@@ -96,7 +99,7 @@ def rolled_back(
         "status": "rolled_back",
         "measured": False,
         "finished_at": finished_at,
-        "reason": "rolled back on demand (playbooks/rollback.yml)" + (f"; {note}" if note else ""),
+        "reason": ON_DEMAND_REASON + (f"; {note}" if note else ""),
         "rollback": {
             "performed": True,
             "seconds": seconds,
