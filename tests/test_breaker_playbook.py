@@ -1,0 +1,222 @@
+"""The breaker as playbooks/start.yml enforces it for a rollout, on local hosts
+(ansible_connection local; nothing outside this machine).
+
+The test play imports the real playbooks/start.yml with the switches
+playbooks/upgrade.yml gives it, then the upgrade play's own ``serial``,
+``pre_tasks`` and ``vars``; a stand-in for roles/upgrade_host records each host's
+result where the role does, ``<reports>/<run id>/<host>/result.json``: kept, or
+rolled back with a reason. The earlier runs are result files in a temporary
+reports directory (``CUDA13_REPORTS_DIR``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import yaml
+from playbook import run_playbook
+
+REPO = Path(__file__).resolve().parents[1]
+HOSTS = ["gpu-node-01", "gpu-node-02"]
+
+
+def _plays() -> list[dict]:
+    return yaml.safe_load((REPO / "playbooks" / "upgrade.yml").read_text())
+
+
+def _upgrade_play() -> dict:
+    return next(p for p in _plays() if p.get("name") == "Upgrade, verify, keep or roll back")
+
+
+STAND_IN = [
+    {
+        "name": "Record the batch",
+        "ansible.builtin.debug": {"msg": "BATCH {{ ansible_play_batch | to_json }}"},
+        "run_once": True,
+    },
+    {
+        "name": "Make the host's report directory",
+        "ansible.builtin.file": {
+            "path": "{{ lookup('ansible.builtin.env', 'CUDA13_REPORTS_DIR') }}/{{ cuda13_run_id }}/"
+            "{{ inventory_hostname }}",
+            "state": "directory",
+            "mode": "0755",
+        },
+        "delegate_to": "localhost",
+    },
+    {
+        "name": "Write the result on the control node as the role does",
+        "ansible.builtin.copy": {
+            "content": (
+                "{{ {'host': inventory_hostname, 'run_id': cuda13_run_id, 'status': stand_in,"
+                " 'reason': 'stand-in ' ~ stand_in, 'finished_at': now(utc=true).isoformat()} | to_json }}"
+            ),
+            "dest": "{{ lookup('ansible.builtin.env', 'CUDA13_REPORTS_DIR') }}/{{ cuda13_run_id }}/"
+            "{{ inventory_hostname }}/result.json",
+            "mode": "0644",
+        },
+        "delegate_to": "localhost",
+    },
+]
+
+
+def _earlier(reports: Path, run: str, host: str, hours_ago: float, status: str = "rolled_back") -> None:
+    at = datetime.now(UTC) - timedelta(hours=hours_ago)
+    path = reports / run / host / "result.json"
+    path.parent.mkdir(parents=True)
+    record = {
+        "host": host,
+        "run_id": run,
+        "status": status,
+        "reason": "slower by 4.1 %",
+        "finished_at": at.isoformat(),
+    }
+    path.write_text(json.dumps(record))
+
+
+def _run(tmp_path: Path, run_id: str, *extra: str, stand_in: str = "kept"):
+    inventory = tmp_path / "inventory"
+    if not inventory.exists():
+        inventory.mkdir()
+        (inventory / "hosts.yml").write_text(
+            yaml.safe_dump(
+                {
+                    "all": {
+                        "hosts": {"localhost": {"ansible_connection": "local"}},
+                        "children": {
+                            "blackwell": {"hosts": {h: {"ansible_connection": "local"} for h in HOSTS}}
+                        },
+                    }
+                }
+            )
+        )
+        (tmp_path / "playbooks").mkdir()
+        (tmp_path / "playbooks" / "start.yml").symlink_to(REPO / "playbooks" / "start.yml")
+        start = next(p for p in _plays() if p.get("ansible.builtin.import_playbook") == "start.yml")
+        upgrade = _upgrade_play()
+        (tmp_path / "playbooks" / "book.yml").write_text(
+            yaml.safe_dump(
+                [
+                    start,
+                    {
+                        "name": "Upgrade, verify, keep or roll back",
+                        "hosts": "blackwell",
+                        "gather_facts": False,
+                        "serial": upgrade["serial"],
+                        "max_fail_percentage": upgrade["max_fail_percentage"],
+                        "vars": upgrade["vars"],
+                        "pre_tasks": upgrade["pre_tasks"],
+                        "tasks": STAND_IN,
+                    },
+                ],
+                sort_keys=False,
+            )
+        )
+    reports = tmp_path / "reports"
+    done = run_playbook(
+        tmp_path / "playbooks" / "book.yml",
+        "-e",
+        json.dumps({"cuda13_serial": "100%", "stand_in": stand_in}),
+        *extra,
+        inventory=inventory,
+        env={"CUDA13_REPORTS_DIR": str(reports), "CUDA13_RUN_ID": run_id},
+        timeout=120,
+    )
+    out = " ".join((done.stdout + done.stderr).split())  # messages wrap in the yaml callback
+    played = [json.loads(m) for m in re.findall(r"BATCH (\[.*?\])", out)]
+    return done, out, played, reports / run_id
+
+
+def test_the_rollout_starts_the_breaker_and_only_the_rollout():
+    start = next(p for p in _plays() if p.get("ansible.builtin.import_playbook") == "start.yml")
+    assert start["vars"] == {"start_batch_plan": True, "start_breaker": True}
+    for name in ("plan", "preflight", "verify", "rollback", "stage"):
+        assert "start_breaker" not in (REPO / "playbooks" / f"{name}.yml").read_text(), name
+
+
+def test_two_rollbacks_refuse_the_third_run_until_acknowledged(tmp_path):
+    reports = tmp_path / "reports"
+    _earlier(reports, "20261206T020000Z", "gpu-node-01", 30)
+    _earlier(reports, "20261207T020000Z", "gpu-node-02", 6)
+    _earlier(reports, "20261101T020000Z", "gpu-node-02", 24 * 8)  # older than the period
+
+    done, out, played, run_dir = _run(tmp_path, "20261207T120000Z")
+    assert done.returncode != 0, out
+    assert played == [], out  # refused before any batch: no change
+    assert "The breaker is tripped: 2 rollbacks or failures of rollouts within the last 7 days" in out
+    assert "- gpu-node-01 rolled back in run 20261206T020000Z at " in out
+    assert "- gpu-node-02 rolled back in run 20261207T020000Z at " in out
+    assert "20261101T020000Z" not in out
+    assert (
+        "cuda13-upgrade rollout --ack-breaker 20261207T020000Z (or -e cuda13_breaker_ack=20261207T020000Z)"
+        in out
+    )
+    assert not list(run_dir.glob("*/result.json"))
+    not_started = json.loads((run_dir / "not_started.json").read_text())
+    assert not_started["said"] == "not started"
+    assert not_started["hosts"] == HOSTS
+    assert not_started["reason"].startswith("breaker tripped (2 rollbacks or failures of rollouts")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert {r["decision"] for r in summary["rows"]} == {f"not started: {not_started['reason']}"}
+
+    # acknowledged: the run goes on
+    done, out, played, run_dir = _run(
+        tmp_path, "20261207T130000Z", "-e", "cuda13_breaker_ack=20261207T020000Z"
+    )
+    assert done.returncode == 0, out
+    assert played == [HOSTS], out
+    assert "2 acknowledged by cuda13_breaker_ack 20261207T020000Z" in out
+    assert not (run_dir / "not_started.json").exists()
+
+
+def test_a_rollback_after_the_acked_run_counts_again(tmp_path):
+    reports = tmp_path / "reports"
+    _earlier(reports, "20261206T020000Z", "gpu-node-01", 30)
+    _earlier(reports, "20261207T020000Z", "gpu-node-02", 6)
+    ack = ("-e", "cuda13_breaker_ack=20261207T020000Z")
+
+    # acknowledged, and this run rolls both hosts back
+    done, out, played, _ = _run(tmp_path, "20261208T020000Z", *ack, stand_in="rolled_back")
+    assert played == [HOSTS], out
+
+    # the same ack no longer covers them
+    done, out, played, _ = _run(tmp_path, "20261209T020000Z", *ack)
+    assert done.returncode != 0 and played == [], out
+    assert "- gpu-node-01 rolled back in run 20261208T020000Z at " in out
+    assert "- gpu-node-02 rolled back in run 20261208T020000Z at " in out
+    assert "in run 20261207T020000Z" not in out
+    assert "--ack-breaker 20261208T020000Z" in out
+
+    # below a raised threshold it runs, and says how many it counted
+    done, out, played, _ = _run(tmp_path, "20261209T030000Z", *ack, "-e", "cuda13_breaker_rollbacks=3")
+    assert played == [HOSTS], out
+    assert "breaker: 2 rollbacks or failures of rollouts within the last 7 days" in out
+
+
+def test_bad_breaker_values_stop_before_any_batch(tmp_path):
+    done, out, played, _ = _run(
+        tmp_path, "20261207T120000Z", "-e", "cuda13_breaker_rollbacks=-1", "-e", "cuda13_breaker_days=0"
+    )
+    assert done.returncode != 0 and played == [], out
+    assert (
+        "The rollout's batches, window, failure budget or breaker have bad values; no host was changed."
+        in out
+    )
+    assert "cuda13_breaker_rollbacks is not a whole number: '-1'. Option: cuda13_breaker_rollbacks." in out
+    assert "cuda13_breaker_days is out of range: '0'. Option: cuda13_breaker_days." in out
+
+
+def test_a_malformed_result_stops_before_any_batch_naming_the_file(tmp_path):
+    path = tmp_path / "reports" / "20261206T020000Z" / "gpu-node-01" / "result.json"
+    path.parent.mkdir(parents=True)
+    path.write_text("{not json")
+    done, out, played, _ = _run(tmp_path, "20261207T120000Z")
+    assert done.returncode != 0 and played == [], out
+    assert f"the breaker cannot read the reports: {path} is not a JSON result" in out
+    # off, it reads nothing
+    done, out, played, _ = _run(tmp_path, "20261207T130000Z", "-e", "cuda13_breaker_rollbacks=0")
+    assert played == [HOSTS], out
+    assert "the breaker is off (cuda13_breaker_rollbacks 0)" in out
