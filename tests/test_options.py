@@ -255,6 +255,21 @@ def test_the_example_inventory_passes_the_option_check(specs):
             "cuda13_max_failed_hosts is not a failure budget: '-1'. Option: cuda13_max_failed_hosts.",
         ),
         ("cuda13_max_failed_hosts", "12.5%", "cuda13_max_failed_hosts is not a failure budget: '12.5%'."),
+        (
+            "cuda13_breaker_rollbacks",
+            "-1",
+            "cuda13_breaker_rollbacks is not a count of rollbacks: '-1'. Option: cuda13_breaker_rollbacks.",
+        ),
+        (
+            "cuda13_breaker_days",
+            "0",
+            "cuda13_breaker_days is not a number of days: '0'. Option: cuda13_breaker_days.",
+        ),
+        (
+            "cuda13_breaker_ack",
+            "a/b",
+            "cuda13_breaker_ack is not a run id: 'a/b'. Option: cuda13_breaker_ack.",
+        ),
     ],
 )
 def test_rollout_shape_options_are_refused_by_name(option, value, message):
@@ -274,6 +289,9 @@ def test_rollout_shape_options_pass():
         },
         "cuda13_until": "2026-12-01T06:00+01:00",
         "cuda13_max_failed_hosts": "10%",
+        "cuda13_breaker_rollbacks": "0",
+        "cuda13_breaker_days": 14,
+        "cuda13_breaker_ack": "20261202T020000Z",
     }
     assert options.validate(given, {})["ok"]
     assert options.validate({"cuda13_window": {}, "cuda13_until": "06:00"}, {})["ok"]

@@ -57,6 +57,9 @@ PLAY_OPTIONS: dict[str, dict[str, Any]] = {
     "cuda13_window": {"type": "raw"},
     "cuda13_until": {"type": "raw"},
     "cuda13_max_failed_hosts": {"type": "raw"},
+    "cuda13_breaker_rollbacks": {"type": "raw"},
+    "cuda13_breaker_days": {"type": "raw"},
+    "cuda13_breaker_ack": {"type": "raw"},
     "cuda13_max_fail_percentage": {"type": "int"},
     "cuda13_preflight_allow_partial": {"type": "bool"},
     "cuda13_break_lock": {"type": "bool"},
@@ -348,6 +351,39 @@ def _max_failed_hosts(value: Any) -> tuple[str, str] | None:
     return None
 
 
+def _breaker_rollbacks(value: Any) -> tuple[str, str] | None:
+    """the breaker's threshold: an int >= 0, 0 turns it off (cuda13_upgrade.breaker)"""
+    from cuda13_upgrade.breaker import threshold_of
+
+    try:
+        threshold_of(value)
+    except ValueError:
+        return "is not a count of rollbacks", "an int >= 0 (0 turns the breaker off)"
+    return None
+
+
+def _breaker_days(value: Any) -> tuple[str, str] | None:
+    """the breaker's period: an int >= 1 of days (cuda13_upgrade.breaker)"""
+    from cuda13_upgrade.breaker import days_of
+
+    try:
+        days_of(value)
+    except ValueError:
+        return "is not a number of days", "an int >= 1"
+    return None
+
+
+def _breaker_ack(value: Any) -> tuple[str, str] | None:
+    """'' or a run id, as --run-id takes it (cuda13_upgrade.breaker)"""
+    from cuda13_upgrade.breaker import ack_of
+
+    try:
+        ack_of(value)
+    except ValueError:
+        return "is not a run id", "the run id the breaker's refusal names, e.g. 20261202T020000Z"
+    return None
+
+
 def _window(value: Any) -> tuple[str, str] | None:
     """{} or {start: 'HH:MM', end: 'HH:MM', timezone: IANA name, days: [mon, ...]} (cuda13_upgrade.window)"""
     from cuda13_upgrade.errors import Cuda13Error
@@ -455,6 +491,9 @@ RULES: dict[str, Callable[[Any], tuple[str, str] | None]] = {
     "cuda13_window": _window,
     "cuda13_until": _until,
     "cuda13_max_failed_hosts": _max_failed_hosts,
+    "cuda13_breaker_rollbacks": _breaker_rollbacks,
+    "cuda13_breaker_days": _breaker_days,
+    "cuda13_breaker_ack": _breaker_ack,
     "cuda13_max_fail_percentage": _between(0, 100),
     "cuda13_target_hosts": _nonempty,
     # stack_snapshot
@@ -1034,4 +1073,7 @@ RELATIONS: dict[str, str] = {
     "cuda13_window": "one value for every host of the rollout",
     "cuda13_until": "one value for every host; after the run's start",
     "cuda13_max_failed_hosts": "one value for every host of the rollout",
+    "cuda13_breaker_rollbacks": "one value for every host of the rollout",
+    "cuda13_breaker_days": "one value for every host of the rollout",
+    "cuda13_breaker_ack": "one value for every host of the rollout",
 }

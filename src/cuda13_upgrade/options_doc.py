@@ -99,6 +99,26 @@ PLAY_OPTION_DOCS: dict[str, dict[str, Any]] = {
         "batch; once more hosts have failed, no new batch starts and the hosts left are reported "
         '"not reached: failure budget spent". 0 stops at the first (cuda13_upgrade.budget).',
     },
+    "cuda13_breaker_rollbacks": {
+        "default": 2,
+        "description": "The breaker across runs: a rollout is refused before any change once the "
+        "rollbacks and failures of earlier rollouts within cuda13_breaker_days reach this many, until "
+        "cuda13_breaker_ack acknowledges them; 0 turns it off. 2: one rollback can be the host's own "
+        "trouble and the gate already put it back; a second within the period says the target is "
+        "slower on this fleet, and a third scheduled run would only restart serving hosts again "
+        "(cuda13_upgrade.breaker).",
+    },
+    "cuda13_breaker_days": {
+        "default": 7,
+        "description": "The breaker's period in days: the rollbacks and failures of rollouts that "
+        "finished this long ago or later count (a week of nightly runs, or one weekly window).",
+    },
+    "cuda13_breaker_ack": {
+        "default": None,
+        "description": "Acknowledge a tripped breaker: the run id its refusal names (the newest run "
+        "counted; `cuda13-upgrade rollout --ack-breaker RUN_ID`). The rollbacks of that run and of "
+        "earlier ones no longer count; those of later runs count again.",
+    },
     "cuda13_max_fail_percentage": {
         "default": 0,
         "description": "The rollback playbook's max_fail_percentage: the share of a batch's hosts, in "
@@ -164,6 +184,9 @@ TUNE: tuple[str, ...] = (
     "cuda13_window",
     "cuda13_until",
     "cuda13_max_failed_hosts",
+    "cuda13_breaker_rollbacks",
+    "cuda13_breaker_days",
+    "cuda13_breaker_ack",
     "cuda13_max_fail_percentage",
     "cuda13_preflight_allow_partial",
     "cuda13_break_lock",
