@@ -198,6 +198,31 @@ def test_no_flags_pass_nothing_more(tmp_path, fleet_inventory, calls):
     assert calls[0]["cmdline"] == ""
 
 
+def test_ack_breaker_reaches_ansible_runner_as_an_extra_var(tmp_path, fleet_inventory, calls):
+    _main(
+        ["rollout", "-i", str(fleet_inventory), "-e", "cuda13_serial=1", "--ack-breaker", "20261207T020000Z"],
+        tmp_path,
+    )
+    assert shlex.split(calls[-1]["cmdline"]) == [
+        "-e",
+        "cuda13_serial=1",
+        "-e",
+        "cuda13_breaker_ack=20261207T020000Z",
+    ]
+
+
+def test_ack_breaker_must_be_a_run_id(tmp_path, fleet_inventory):
+    with pytest.raises(UsageError, match="--ack-breaker '../r1' is not a run id"):
+        cli.parse_args(["rollout", "-i", str(fleet_inventory), "--ack-breaker", "../r1"], cwd=tmp_path)
+
+
+def test_ack_breaker_is_the_rollout_s_alone(tmp_path, fleet_inventory, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.parse_args(["stage", "-i", str(fleet_inventory), "--ack-breaker", "r1"], cwd=tmp_path)
+    assert exc.value.code == 2
+    assert "--ack-breaker" in capsys.readouterr().err
+
+
 # --- the passwords -K and --ask-vault-pass ask for ---------------------------------------
 
 

@@ -328,6 +328,13 @@ def build_parser() -> argparse.ArgumentParser:
             parsed.add_argument(
                 "--json", action="store_true", dest="json_output", help="print the plan as JSON"
             )
+        if command.name == "rollout":
+            parsed.add_argument(
+                "--ack-breaker",
+                metavar="RUN_ID",
+                help="acknowledge the rollbacks up to this run, which a tripped breaker names "
+                "(passed as -e cuda13_breaker_ack=RUN_ID); rollbacks of later runs count again",
+            )
         if command.name in _CONFIRMED:
             parsed.add_argument(
                 "-y",
@@ -398,6 +405,11 @@ def parse_args(argv: Sequence[str] | None = None, *, cwd: Path | None = None) ->
     options.inventory = _inventory(ns.inventory, base)
     options.limit = ns.limit
     options.extra_vars = [_extra_vars(value, base) for value in ns.extra_vars]
+    ack = getattr(ns, "ack_breaker", None)
+    if ack is not None:
+        if not _RUN_ID_RE.match(ack):
+            raise UsageError(f"--ack-breaker {ack!r} is not a run id (a directory name under the reports)")
+        options.extra_vars.append(f"cuda13_breaker_ack={ack}")
     options.check = ns.check
     options.vault_password_files = [
         _existing_file(value, base, "--vault-password-file") for value in ns.vault_password_file
