@@ -857,3 +857,25 @@ def test_the_reason_is_kept_for_a_later_summary(tmp_path):
     report.fleet_summary(run, ["b"], not_started)
     again = report.fleet_summary(run, ["b"])  # the command's summary after run.json
     assert again["rows"][0]["decision"] == "not reached: failure budget spent (hosts a failed)"
+
+
+def test_a_run_the_breaker_refused_is_not_started_on_every_host(tmp_path):
+    # The refusal fails the first host (run_once): run.json says it failed; the breaker's
+    # record says no host was started, and wins. Without before_any_change run.json wins.
+    run = tmp_path / "20261207T120000Z"
+    run.mkdir()
+    failed = {
+        "status": "failed",
+        "failed_step": "Start the run on the hosts",
+        "error": "The breaker is tripped",
+    }
+    (run / "run.json").write_text(json.dumps({"command": "rollout", "outcomes": {"a": failed}}))
+    refused = {"said": "not started", "reason": "breaker tripped (...)", "hosts": ["a", "b"]}
+    rows = report.fleet_summary(run, ["a", "b"], {**refused, "before_any_change": True})["rows"]
+    assert [r["decision"] for r in rows] == ["not started: breaker tripped (...)"] * 2
+    (run / "not_started.json").unlink()
+    rows = report.fleet_summary(run, ["a", "b"], refused)["rows"]
+    assert [r["decision"] for r in rows] == [
+        "failed at Start the run on the hosts",
+        "not started: breaker tripped (...)",
+    ]

@@ -149,6 +149,23 @@ def test_every_state_from_the_newest_record(reports):
     assert by_host[HOSTS[7]]["source"] is None
 
 
+def test_a_run_the_breaker_refused_changes_no_host_s_state(reports):
+    # The refusal failed the first host (run_once); not_started.json says no host started.
+    run = reports / "R"
+    run.mkdir()
+    failed = {"status": "failed", "failed_step": "Start the run on the hosts", "error": "breaker"}
+    record = {
+        "command": "rollout",
+        "finished_at": "2026-02-01T00:00:00+00:00",
+        "outcomes": {HOSTS[0]: failed},
+    }
+    (run / "run.json").write_text(json.dumps(record))
+    refused = {"said": "not started", "reason": "breaker tripped", "hosts": HOSTS, "before_any_change": True}
+    (run / "not_started.json").write_text(json.dumps(refused))
+    state = fleetstate.host_states(reports, HOSTS[:1])[0]
+    assert (state["state"], state["run_id"]) == ("kept", "B")
+
+
 def test_the_inventory_gives_the_group_in_natural_order_without_its_vars(inventory):
     hosts = [f"192.0.2.{n}" for n in (10, 2, 1)]
     inv = inventory.parent / "small.yml"

@@ -114,6 +114,13 @@ def _records(run: Path, hosts: Iterable[str]) -> dict[str, tuple[float, dict[str
         record = {}
     outcomes = record.get("outcomes") if isinstance(record.get("outcomes"), dict) else {}
     counts = record.get("command") in CHANGING_COMMANDS and not record.get("check")
+    # A run refused before any change (the breaker, report.fleet_summary) changed no host.
+    try:
+        not_started = json.loads((run / "not_started.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        not_started = {}
+    if isinstance(not_started, dict) and not_started.get("before_any_change"):
+        counts = False
     for host in hosts:
         path = run / host / "result.json"
         if path.is_file():

@@ -19,8 +19,10 @@ A host of the run without a result (and without an outcome in ``run.json``)
 was "not reached": the rollout stopped before its batch. ``not_started.json``
 (written by :func:`fleet_summary` from the upgrade play's ``cuda13_not_started``)
 says why: ``{"said": "not reached" | "not started", "reason", "hosts"}``, the
-failure budget spent or the window closed; those hosts' decision is
-``"not reached: failure budget spent (...)"`` or ``"not started: outside the window ..."``.
+failure budget spent, the window closed or the breaker tripped
+(:mod:`cuda13_upgrade.breaker`); those hosts' decision is ``"not reached:
+failure budget spent (...)"``, ``"not started: outside the window ..."`` or
+``"not started: breaker tripped (...)"``.
 
 Throughput figures are medians of the trials of one profile, in tokens per
 second (tok/s) of the metric the verify_throughput role measured (decode
@@ -894,8 +896,11 @@ def fleet_summary(
     ``run.json`` when the command recorded one, else it is "not reached".
 
     ``not_started``: the upgrade play's ``cuda13_not_started`` (hosts not
-    reached for the failure budget, or not started outside the window, and
-    why; :func:`apply_not_started`). When given and not empty it is kept as
+    reached for the failure budget, or not started outside the window or
+    under a tripped breaker, and why; :func:`apply_not_started`). With
+    ``"before_any_change": true`` (the breaker's refusal, playbooks/start.yml)
+    its hosts are "not started" also where ``run.json`` says the refusal
+    failed them. When given and not empty it is kept as
     ``not_started.json`` in the run's directory; when None, that file is read,
     so a later summary (the command's, after ``run.json``) keeps the reason.
 
@@ -913,12 +918,6 @@ def fleet_summary(
     if hosts is None:
         hosts = run_hosts(run)
     outcomes = load_run_record(run).get("outcomes") or {}
-    results = []
-    for result in load_results(run, list(hosts)):
-        host = result.get("host")
-        if result.get("status") == NOT_REACHED and isinstance(outcomes.get(host), dict):
-            result = {**outcomes[host], "host": host}
-        results.append(result)
     run.mkdir(parents=True, exist_ok=True)
     not_started_path = run / "not_started.json"
     if not_started:
@@ -928,6 +927,22 @@ def fleet_summary(
             not_started = json.loads(not_started_path.read_text(encoding="utf-8"))
         except json.JSONDecodeError:
             not_started = None  # a damaged record: the hosts stay plain "not reached"
+    # A run refused before any change (the breaker): the host its refusal failed is not started too.
+    refused = (
+        set(not_started.get("hosts") or [])
+        if isinstance(not_started, dict) and not_started.get("before_any_change")
+        else set()
+    )
+    results = []
+    for result in load_results(run, list(hosts)):
+        host = result.get("host")
+        if (
+            result.get("status") == NOT_REACHED
+            and isinstance(outcomes.get(host), dict)
+            and host not in refused
+        ):
+            result = {**outcomes[host], "host": host}
+        results.append(result)
     results = apply_not_started(results, not_started)
     rows = summary_rows(results)
     markdown = render_markdown(run.name, rows)
