@@ -39,7 +39,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from cuda13_upgrade import ondemand, scriptout, timeline
+from cuda13_upgrade import effective, ondemand, scriptout, timeline
 
 NOT_REACHED = "not reached"
 #: The status run.json gives a host kept by an earlier run, its stack unchanged (no role ran).
@@ -241,7 +241,10 @@ def summary_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
                       "alternatives_manual": [{"group", "selected", "auto_would_select"}]},
          "started_at", "finished_at", "duration_s": float | None,
          "steps": {step: seconds}, "out_of_service_s": float | None,
-         "resolved_target": ["name==version", ...], "staged_in": run id | None}
+         "resolved_target": ["name==version", ...], "staged_in": run id | None,
+         "effective": {profile: result.json's effective[profile]} (profiles whose
+                       effective arguments differ between the stacks, or with
+                       new-stack-only arguments the new server does not use)}
 
     and per profile also ``"tolerance_pct"``, ``"spread": {phase: {"min",
     "median", "max", "n"} | None}`` and ``"trials": {phase: [tok/s, ...]}``
@@ -307,6 +310,16 @@ def summary_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
             }
         row["probe"] = probe_summary(r.get("probe") or {})
         row["commands"] = command_lines(r.get("throughput") or {})
+        row["effective"] = {
+            name: value
+            for name, value in (r.get("effective") or {}).items()
+            if isinstance(value, dict)
+            and (
+                value.get("unused_flags")
+                or (value.get("compared") or {}).get("args")
+                or (value.get("compared") or {}).get("disabled")
+            )
+        }
         row["accept_length"] = {
             name: {k: v.get(k) for k in ("old", "new", "change_pct", "passed")}
             for name, v in (r.get("accept_length") or {}).items()
@@ -474,6 +487,32 @@ def _command_lines(rows: list[dict[str, Any]]) -> list[str]:
     return ["", "## Command lines", "", *lines] if lines else []
 
 
+def _value(value: Any) -> str:
+    return "-" if value is None else json.dumps(value)
+
+
+def _effective_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The section of the summary on what the servers really ran with: per host and
+    profile, the new-stack-only arguments the new server does not use, the paths
+    turned off on one stack only, and the effective arguments that differ."""
+    lines: list[str] = []
+    for row in rows:
+        for name, value in (row.get("effective") or {}).items():
+            compared = value.get("compared") or {}
+            lines.append(f"- {row['host']} {name}:")
+            for flag in value.get("unused_flags") or []:
+                lines.append(
+                    f"  - **not used on the new stack: `{flag['flag']}`**, the gain the operator upgraded "
+                    f"for is not there ({flag['why']})"
+                )
+            for path in compared.get("disabled") or []:
+                where = "new" if path["new"] else "old"
+                lines.append(f"  - {path['path']} turned off on the {where} stack only")
+            for arg in compared.get("args") or []:
+                lines.append(f"  - `{arg['arg']}`: {_value(arg['old'])} -> {_value(arg['new'])}")
+    return ["", "## Effective server arguments (old -> new stack)", "", *lines] if lines else []
+
+
 def _probe_lines(rows: list[dict[str, Any]]) -> list[str]:
     """The correctness probe's section of the summary: one line per host and profile, and
     for a failed probe the prompt with the shortest common prefix and both outputs."""
@@ -561,6 +600,7 @@ def render_markdown(run_id: str, rows: list[dict[str, Any]]) -> str:
     lines += _alternatives_lines(rows)
     lines += _probe_lines(rows)
     lines += _command_lines(rows)
+    lines += _effective_lines(rows)
     lines += _resolved_lines(rows)
     return "\n".join(lines) + "\n"
 
@@ -1103,6 +1143,10 @@ def host_result(facts: dict[str, Any]) -> dict[str, Any]:
             "torch_cuda": torch.get("cuda"),
         },
         "throughput": throughput,
+        # Per profile: the effective arguments (/get_server_info) that differ between the
+        # stacks, the paths each server's start-up log says it turned off, and the
+        # new-stack-only arguments the new server does not use (cuda13_upgrade.effective).
+        "effective": effective.profile_effective(throughput),
         # The restart plan (cuda13_upgrade.restarts) and the restarts this run made.
         "restart_plan": facts.get("restart_plan"),
         "restarts": int(facts.get("restarts") or 0),

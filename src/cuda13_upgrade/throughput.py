@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from cuda13_upgrade import load, probe
+from cuda13_upgrade import effective, load, probe
 
 MEDIAN_SE_FACTOR = math.sqrt(math.pi / 2)  # 1.2533: asymptotic SE of a normal sample's median
 MAD_TO_SIGMA = 1.4826  # consistency constant of the MAD for normal data
@@ -438,6 +438,7 @@ def gate_verdict(
     ttft_tolerance_pct: float = load.DEFAULT_TTFT_TOLERANCE_PCT,
     concurrency_tolerance_pct: float = load.DEFAULT_CONCURRENCY_TOLERANCE_PCT,
     speculative_pairs: Sequence[Mapping[str, str]] = (),
+    disabled_flag_action: str = "report",
 ) -> dict[str, Any]:
     """The gate's verdict over the new stack's profiles: the one record that
     both ends the measuring of a profile (``final``) and decides the host.
@@ -462,19 +463,34 @@ def gate_verdict(
     "plain": name}`` pairs whose speculative profile must beat the plain one on the
     new stack (``speculative_gain``).
 
+    ``disabled_flag_action``: ``report`` or ``rollback``. Every profile's
+    ``new_stack_args`` that its ``effective`` record (the new server's
+    ``/get_server_info`` and start-up log, ``effective.effective_config``) shows
+    off or other than asked is listed (``effective.unused_flags``); with
+    ``rollback`` each is also a reason to roll back: the gain the operator
+    upgraded for is not there.
+
     Returns ``{"regressed": bool, "final": bool, "reason": str, "decisions":
     {profile: Decision.to_dict()}, "probe": {profile: compare_outputs record},
     "accept_length": {profile: compare_accept_length record}, "load": {profile:
     compare_load record}, "speculative": {speculative profile: speculative_gain
-    record}}``; the comparisons not made are empty. ``final``: every profile's
+    record}, "unused_flags": {profile: [unused flag, ...]}}``; the comparisons
+    not made are empty (``unused_flags`` only names profiles with some). ``final``: every profile's
     throughput decision is final. ``reason``: the failed checks' reasons joined by
     ``"; "`` (wrong output, collapsed accept length, load, regressed throughput,
     speculative decoding that does not beat plain decode, in that order), or, when
     none failed, every profile's throughput reason. Raises ``ValueError`` (naming
     the profile) for a profile without baseline trials or probe outputs, or for
     inputs ``decide``, ``compare_outputs``, ``compare_accept_length``,
-    ``compare_load`` or ``speculative_gain`` refuse.
+    ``compare_load`` or ``speculative_gain`` refuse, and for an unknown
+    ``disabled_flag_action``.
     """
+    if disabled_flag_action not in effective.ACTIONS:
+        raise ValueError(
+            f"disabled_flag_action must be one of {', '.join(effective.ACTIONS)}, "
+            f"got {disabled_flag_action!r}"
+        )
+    unused: dict[str, list[dict[str, Any]]] = {}
     decisions: dict[str, dict[str, Any]] = {}
     probes: dict[str, dict[str, Any]] = {}
     accepts: dict[str, dict[str, Any]] = {}
@@ -510,6 +526,9 @@ def gate_verdict(
                 max_drop_pct=float(accept_length_drop_pct),
                 profile=str(name),
             )
+        flags = effective.unused_flags(measured.get("new_stack_args") or [], measured.get("effective"))
+        if flags:
+            unused[str(name)] = flags
         if baseline_load is not None:
             loads[name] = load.compare_load(
                 baseline_load.get(name) or {},
@@ -533,6 +552,16 @@ def gate_verdict(
             for name, gain in speculative.items()
             if not gain["beats"]
         ]
+        + (
+            [
+                f"{name}: the new stack's server does not use {flag['flag']} ({flag['why']}): "
+                "the gain the operator upgraded for is not there"
+                for name, flags in unused.items()
+                for flag in flags
+            ]
+            if disabled_flag_action == "rollback"
+            else []
+        )
     )
     return {
         "regressed": bool(failed),
@@ -543,4 +572,5 @@ def gate_verdict(
         "accept_length": accepts,
         "load": loads,
         "speculative": speculative,
+        "unused_flags": unused,
     }
