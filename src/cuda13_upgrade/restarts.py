@@ -35,7 +35,7 @@ from typing import Any
 
 # What the main process runs is read on the host by the same functions (the
 # host script carries them, standard library only).
-from . import diagnosis
+from . import diagnosis, effective
 from .hostscripts.service_cycle import main_process_argv, main_process_venv, running_args
 
 __all__ = [
@@ -288,7 +288,10 @@ def serve_outcome(
 
     Returns ``{"restarted": bool, "would_restart": bool, "leftovers": [{"pid", "command",
     "gpu_memory_mib"}], "running_args": list | None, "running_venv": str | None,
-    "running_command": str, "report": [str], "failed": bool, "msg": str}``:
+    "running_command": str, "effective": dict | None, "report": [str], "failed": bool,
+    "msg": str}``: ``effective`` is the server's effective configuration
+    (``effective.effective_config`` of the cycle's ``server_info`` and
+    ``startup_log``), None when the cycle did not read it (no wait, check mode);
     ``report`` is what the operator reads on success (the restart, the leftover
     processes that were stopped, or in check mode the restart that would follow);
     ``msg`` is the failure, in lines, empty when none.
@@ -302,6 +305,7 @@ def serve_outcome(
             "running_args": None,
             "running_venv": None,
             "running_command": "",
+            "effective": None,
             "report": [f"Would restart {service} ({what})." if would else f"{service} would not restart."],
             "failed": False,
             "msg": "",
@@ -371,6 +375,11 @@ def serve_outcome(
         "would_restart": False,
         "leftovers": leftovers,
         **running,
+        "effective": (
+            effective.effective_config(cycle.get("server_info"), cycle.get("startup_log"))
+            if "server_info" in cycle
+            else None
+        ),
         "report": notes,
         "failed": bool(msg),
         "msg": "\n".join(msg),

@@ -38,6 +38,14 @@ switch, the verify, its restore and the rollback. One run does, in order:
    until ``--ready-timeout`` seconds have passed.
 5. **Read** what the main process runs now, for the check that it runs the
    profile (``roles/cuda13/tasks/serve.yml``).
+6. With ``--server-info``, once it generates: **read its effective
+   configuration**, ``GET /get_server_info`` (SGLang: the server arguments as
+   it resolved them, python/sglang/srt/entrypoints/http_server.py), and the
+   lines the unit logged since it started (``systemctl show -p InvocationID``,
+   ``journalctl _SYSTEMD_INVOCATION_ID=<id>``), up to SGLang's "The server is
+   fired up and ready to roll!" and at most ``--startup-lines``: where the
+   server says it turned off a path it was asked for
+   (``cuda13_upgrade.effective`` reads them).
 
 When the start fails or the server does not generate, the last
 ``--journal-lines`` lines of the unit's journal are included.
@@ -45,7 +53,8 @@ When the start fails or the server does not generate, the last
 Usage: service_cycle.py --unit sglang.service [--restart always|when-changed|never]
 [--files-changed] [--exec-start CMD --venv DIR --args-json JSON]
 [--leftover-timeout 30] [--kill-after 10] [--nvidia-smi nvidia-smi]
-[--ready-url http://127.0.0.1:30000 --ready-timeout 900] [--journal-lines 30].
+[--ready-url http://127.0.0.1:30000 --ready-timeout 900] [--journal-lines 30]
+[--server-info [--startup-lines 2000]].
 Prints one JSON object::
 
     {"unit": "sglang.service", "restart": "always", "restarted": true,
@@ -60,7 +69,9 @@ Prints one JSON object::
 
 ``release`` is null without a restart, ``ready`` null without ``--ready-url``;
 ``cmdline_b64`` is the main process's ``/proc/<pid>/cmdline`` in base64 (empty
-when none runs), ``cmdline_before_b64`` the same before the restart
+when none runs); with ``--server-info`` and a server that generates, also
+``"server_info"`` (the JSON object, or null with ``"server_info_error"``) and
+``"startup_log"`` (lines); ``cmdline_before_b64`` the same before the restart
 (``when-changed`` only). Exit status 0 when every step that ran succeeded, 1
 otherwise; ``--release-only`` stops after step 2 (no stop, no start), for a
 unit already stopped.
@@ -351,6 +362,49 @@ def journal_tail(unit: str, lines: int) -> list[str]:
     return out.stdout.splitlines()
 
 
+# SGLang's line once the server serves (python/sglang/srt/entrypoints/http_server.py).
+READY_LINE = "The server is fired up and ready to roll!"
+
+
+def startup_log(unit: str, limit: int) -> list[str]:
+    """The lines the unit's current run logged, up to the ready line, at most ``limit``
+    ([] when the run or the journal cannot be read)."""
+    invocation = _systemctl("show", "--property=InvocationID", "--value", unit).stdout.strip()
+    if not re.fullmatch(r"[0-9a-f]{32}", invocation):
+        return []
+    try:
+        out = subprocess.run(
+            ["journalctl", f"_SYSTEMD_INVOCATION_ID={invocation}", "--no-pager", "--output", "cat"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    except OSError:
+        return []
+    lines: list[str] = []
+    for line in out.stdout.splitlines():
+        if len(lines) >= limit:
+            break
+        lines.append(line)
+        if READY_LINE in line:
+            break
+    return lines
+
+
+def server_info(url: str) -> tuple[dict | None, str | None]:
+    """``GET <url>/get_server_info``: (the JSON object, None) or (None, why not)."""
+    try:
+        with urllib.request.urlopen(url + "/get_server_info", timeout=ATTEMPT_TIMEOUT_S) as response:
+            document = json.loads(response.read().decode("utf-8"))
+    except urllib.error.HTTPError as exc:
+        return None, f"Status code was {exc.code} and not [200]: {exc}"
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        return None, f"Request failed: {exc}"
+    if not isinstance(document, dict):
+        return None, f"not a JSON object: {str(document)[:200]}"
+    return document, None
+
+
 def _step(result: dict, verb: str, unit: str) -> bool:
     """``systemctl VERB UNIT``; on failure its message goes to ``result["start_error"]``."""
     done = _systemctl(verb, unit)
@@ -390,6 +444,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ready-url", default="", help="base URL to wait at until the server generates")
     parser.add_argument("--ready-timeout", type=float, default=900.0)
     parser.add_argument("--journal-lines", type=int, default=30)
+    parser.add_argument(
+        "--server-info",
+        action="store_true",
+        help="read /get_server_info and the start-up log once it generates",
+    )
+    parser.add_argument("--startup-lines", type=int, default=2000)
     args = parser.parse_args(argv)
     try:
         profile_args = json.loads(args.args_json)
@@ -432,6 +492,9 @@ def main(argv: list[str] | None = None) -> int:
     if ok and args.ready_url:
         result["ready"] = wait_until_generates(args.ready_url.rstrip("/"), args.ready_timeout)
         ok = result["ready"]["generated"]
+        if ok and args.server_info:
+            result["server_info"], result["server_info_error"] = server_info(args.ready_url.rstrip("/"))
+            result["startup_log"] = startup_log(args.unit, args.startup_lines)
     if not ok and (result["start_error"] or result["ready"]):
         result["journal"] = journal_tail(args.unit, args.journal_lines)
     result["main_pid"], cmdline = main_process(args.unit)
