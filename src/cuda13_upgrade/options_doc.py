@@ -214,6 +214,7 @@ TUNE: tuple[str, ...] = (
     "verify_throughput_probe_min_prefix_tokens",
     "verify_throughput_probe_min_agreeing_share",
     "verify_throughput_accept_length_drop_pct",
+    "verify_throughput_disabled_flag_action",
     "verify_throughput_require_speculative_gain",
     "verify_throughput_ttft_prompt_len",
     "verify_throughput_ttft_tolerance_pct",
