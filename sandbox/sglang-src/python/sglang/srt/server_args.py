@@ -3,7 +3,10 @@
 Flag names and defaults follow SGLang's ``ServerArgs``: ``--model-path``, ``--host``
 (127.0.0.1), ``--port`` (30000), ``--tp-size``/``--tp``, ``--speculative-algorithm`` (EAGLE,
 EAGLE3, ...), ``--speculative-draft-model-path``, ``--speculative-num-steps``,
-``--speculative-eagle-topk``, ``--speculative-num-draft-tokens``, ``--served-model-name``.
+``--speculative-eagle-topk``, ``--speculative-num-draft-tokens``, ``--served-model-name``,
+and the switches ``--disable-cuda-graph``, ``--disable-custom-all-reduce``,
+``--enable-torch-symm-mem``, ``--enable-flashinfer-allreduce-fusion`` (ServerArgs fields of
+python/sglang/srt/server_args.py; a field's flag is its name with ``-`` for ``_``).
 Other arguments are accepted and ignored (with a log line), so a real unit's command line
 runs unchanged.
 """
@@ -35,6 +38,10 @@ class ServerArgs:
     speculative_eagle_topk: int | None = None
     speculative_num_draft_tokens: int | None = None
     log_level: str = "info"
+    disable_cuda_graph: bool = False
+    disable_custom_all_reduce: bool = False
+    enable_torch_symm_mem: bool = False
+    enable_flashinfer_allreduce_fusion: bool = False
     ignored_args: list[str] = dataclasses.field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -62,6 +69,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--speculative-eagle-topk", type=int)
     p.add_argument("--speculative-num-draft-tokens", type=int)
     p.add_argument("--log-level", default="info")
+    for switch in (
+        "--disable-cuda-graph",
+        "--disable-custom-all-reduce",
+        "--enable-torch-symm-mem",
+        "--enable-flashinfer-allreduce-fusion",
+    ):
+        p.add_argument(switch, action="store_true")
     return p
 
 

@@ -18,9 +18,12 @@ built-in ``DEFAULT_SCENARIO`` when the file does not exist. Schema::
       "prefill_tok_s": 4000,     # optional: TTFT grows by uncached prompt tokens / this
       "gpu_memory_mib": 81234,   # optional: GPU memory each of the server's --tp GPUs holds
                                  # once loaded (nvidia-smi's compute processes, while it runs)
-      "leftover_s": 0            # optional: a scheduler child process that outlives the
+      "leftover_s": 0,           # optional: a scheduler child process that outlives the
                                  # server this long, holding its GPU memory (with a unit's
                                  # KillMode=process systemd leaves it: sgl-project/sglang#23627)
+      "disabled_paths": {"cu130": ["torch_symm_mem"]}  # optional, per CUDA tag: paths the
+                                 # server turns off at start-up when asked for, with SGLang's
+                                 # own log line per rank (DISABLED_PATHS)
     }
 
 With ``prefill_tok_s`` the TTFT of a request is ``ttft_ms`` plus its prompt tokens that are
@@ -180,6 +183,46 @@ def warmup_window_s(scenario: dict, tag: str) -> float:
     if isinstance(window, dict):
         window = window.get(tag, 0)
     return float(window or 0)
+
+
+# The paths a scenario's ``disabled_paths`` can turn off: when the server is asked for it
+# (the ServerArgs field and the value that asks) and the line each rank then logs, SGLang's
+# own text: custom allreduce on more than two PCIe-only GPUs
+# (python/sglang/srt/distributed/device_communicators/custom_all_reduce.py,
+# sgl-project/sglang@004e6561cb8ae26d62166c15782955f99f058274, a default path: asked unless
+# --disable-custom-all-reduce), torch symmetric memory without multicast
+# (python/sglang/srt/distributed/device_communicators/torch_symm_mem.py,
+# sgl-project/sglang@5a7255c6fb5709a643e9a0bf22dbba12d4c424a8). The argument stays as given
+# in /get_server_info: the workers decide after the arguments were parsed.
+DISABLED_PATHS: dict[str, tuple[str, bool, str]] = {
+    "custom_all_reduce": (
+        "disable_custom_all_reduce",
+        False,
+        "Custom allreduce is disabled because it's not supported on more than two PCIe-only GPUs. "
+        "To silence this warning, specify disable_custom_all_reduce=True explicitly.",
+    ),
+    "torch_symm_mem": (
+        "enable_torch_symm_mem",
+        True,
+        "TorchSymmMemCommunicator: torch symmetric memory multicast operations are not supported.",
+    ),
+}
+
+
+def disabled_paths(scenario: dict, tag: str, server_args) -> list[str]:
+    """SGLang's lines for the paths the scenario turns off on this stack and the server
+    was asked for (``DISABLED_PATHS``), in the scenario's order."""
+    names = (scenario.get("disabled_paths") or {}).get(tag) or []
+    lines = []
+    for name in names:
+        if name not in DISABLED_PATHS:
+            raise ValueError(
+                f"sandbox scenario: disabled_paths.{tag} names {name!r}, not one of {sorted(DISABLED_PATHS)}"
+            )
+        field, asks, line = DISABLED_PATHS[name]
+        if getattr(server_args, field) == asks:
+            lines.append(line)
+    return lines
 
 
 def token_mode(scenario: dict, tag: str) -> tuple[str, int]:

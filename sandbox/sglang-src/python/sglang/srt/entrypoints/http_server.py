@@ -2,8 +2,9 @@
 
 Start-up, as the real server: parse arguments, load the stack (``sglang.srt.stack`` -- an
 inconsistent stack ends the process here with the real traceback), load the weights (here:
-sleep ``startup_s`` of the scenario), open the port, and log ``The server is fired up and
-ready to roll!``. Endpoints, in the shapes SGLang serves them:
+sleep ``startup_s`` of the scenario; each rank logs, in SGLang's words, the paths the
+scenario's ``disabled_paths`` turns off, ``simulation.DISABLED_PATHS``), open the port, and
+log ``The server is fired up and ready to roll!``. Endpoints, in the shapes SGLang serves them:
 
 * ``GET /health`` -- 200 with an empty body once the port is open (as SGLang's ``/health``
   without generation); ``GET /health_generate`` -- 200 once a one-token generation finishes,
@@ -12,10 +13,13 @@ ready to roll!``. Endpoints, in the shapes SGLang serves them:
   after start while ``/health`` is already 200 (sgl-project/sglang#33719); generation requests
   that arrive in the window are counted in ``simulation.requests_in_warmup``;
 * ``GET /get_server_info`` -- the server arguments as top-level keys (as SGLang returns
-  ``dataclasses.asdict(server_args)``), ``version``, ``internal_states`` (with
+  ``{**dataclasses.asdict(server_args), **scheduler_info, "internal_states": [...],
+  "version": __version__}``, python/sglang/srt/entrypoints/http_server.py,
+  sgl-project/sglang@0025436eab0556737d615b36a4dd3e1e26e82f3d; the sandbox has no
+  scheduler, so no scheduler_info keys), ``version``, ``internal_states`` (with
   ``avg_spec_accept_length`` for speculative decoding), plus ``stack`` (torch version and
   CUDA, sgl-kernel and flashinfer versions, this tree's build info) and ``simulation``
-  (scenario, rate key and rate) that only the sandbox has;
+  (scenario, rate key and rate), two objects only the sandbox has;
 * ``GET /get_model_info``, ``GET /v1/models`` (OpenAI list shape);
 * ``POST /v1/completions`` (OpenAI: ``prompt``, ``max_tokens``, ``ignore_eos``, ``stream``
   with one SSE ``data: {...}`` chunk per token and ``data: [DONE]``, ``usage`` counts);
@@ -48,9 +52,9 @@ from sglang.srt.stack import check_stack
 from sglang.version import __version__
 
 
-def log(message: str) -> None:
+def log(message: str, prefix: str = "") -> None:
     now = datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
-    print(f"[{now}] {message}", flush=True)
+    print(f"[{now}{prefix}] {message}", flush=True)
 
 
 @dataclasses.dataclass
@@ -526,7 +530,7 @@ def launch_server(server_args: ServerArgs) -> None:
         f"sgl-kernel {stack['sgl_kernel']}, flashinfer {stack['flashinfer_python']}"
     )
     time.sleep(float(scenario.get("startup_s", 0.0)))
-    if tag == "cu128" and "--enable-flashinfer-allreduce-fusion" in server_args.ignored_args:
+    if tag == "cu128" and server_args.enable_flashinfer_allreduce_fusion:
         # FlashInfer's TRT-LLM allreduce fusion kernels of the CUDA 12.8 stack are built for
         # SM90/SM100 only; on sm_120 CUDA graph capture fails with this text
         # (sgl-project/sglang#15650). The CUDA 13 stack's FlashInfer runs them.
@@ -538,6 +542,11 @@ def launch_server(server_args: ServerArgs) -> None:
     # TorchSymmMemCommunicator checks the compute capability against its own table of sizes,
     # sgl-project/sglang#10571 and #24548; PyTorch's symmetric memory needs CUDA 12.3+,
     # pytorch/pytorch#151203: neither singles out 12.8.)
+    # Each rank logs what it turned off with SGLang's format, "[%(asctime)s TP<rank>] %(message)s"
+    # (configure_logger's prefix names the rank).
+    for line in simulation.disabled_paths(scenario, tag, server_args):
+        for rank in range(max(1, server_args.tp_size)):
+            log(line, prefix=f" TP{rank}")
     log(f"Load weight end. Simulated decode: {tag}/{profile} at {model.rate_tok_s} tok/s ({source})")
     _hold_gpu_memory(scenario, server_args.tp_size)
     for path in write_jit_caches(tag):
