@@ -81,6 +81,7 @@ def _result(host: str, **over: Any) -> dict[str, Any]:
             "torch_cuda": "13.0",
         },
         "throughput": {},
+        "effective": {},
         "decisions": {},
         "speculative": {},
         "probe": {},

@@ -450,3 +450,32 @@ def test_measure_plan_plans_from_what_runs_and_keeps_a_given_plan():
 def test_measure_plan_refuses_what_the_play_passes_in_naming_the_option(profiles, given, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         restarts.measure_plan(profiles, "candidate", **{"exec_start": "x", **given})
+
+
+def test_serve_outcome_carries_the_effective_configuration_when_the_cycle_read_it():
+    base = {
+        "restarted": True,
+        "release": {"free": True, "leftovers": []},
+        "ready": {"generated": True},
+        "cmdline_b64": "",
+    }
+    line = "[2026-11-20 09:14:32 TP0] TorchSymmMemCommunicator: torch symmetric memory multicast operations are not supported."
+    kwargs = {
+        "service": "sglang.service",
+        "what": "profile eagle3",
+        "exec_start": "/opt/ml-env/bin/python -m sglang.launch_server",
+        "venv": "/opt/ml-env",
+        "args": [],
+        "check": False,
+        "url": "http://127.0.0.1:30000",
+        "timeout": 60,
+        "leftover_timeout": 30.0,
+    }
+    outcome = restarts.serve_outcome(
+        {**base, "server_info": {"enable_torch_symm_mem": True, "version": "0.5.9"}, "startup_log": [line]},
+        **kwargs,
+    )
+    assert outcome["effective"]["args"] == {"enable_torch_symm_mem": True}
+    assert [r["path"] for r in outcome["effective"]["disabled"]] == ["torch symmetric memory allreduce"]
+    assert restarts.serve_outcome(base, **kwargs)["effective"] is None
+    assert restarts.serve_outcome(None, **kwargs)["effective"] is None

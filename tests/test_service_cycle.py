@@ -89,6 +89,11 @@ class _Server(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def do_GET(self) -> None:  # noqa: N802
+        if self.path == "/get_server_info":
+            self._answer(
+                200, json.dumps({"tp_size": 8, "enable_torch_symm_mem": True, "version": "0.5.9"}).encode()
+            )
+            return
         health = type(self).health
         self._answer(404 if health is None or self.path != "/health_generate" else health)
 
@@ -127,6 +132,25 @@ def test_a_server_that_generates_is_ready_without_a_restart(server):
     assert result["ready"]["endpoint"] == "/health_generate"
     # No unit runs here: no main process, nothing to compare.
     assert result["main_pid"] == 0 and result["cmdline_b64"] == ""
+
+
+def test_with_server_info_a_server_that_generates_is_asked_for_its_arguments(server):
+    url, _ = server
+    rc, result = _run(*NO_UNIT, "--ready-url", url, "--ready-timeout", "10", "--server-info")
+    assert rc == 0
+    assert result["server_info"] == {"tp_size": 8, "enable_torch_symm_mem": True, "version": "0.5.9"}
+    assert result["server_info_error"] is None
+    # No unit runs here: no run of it to read lines of.
+    assert result["startup_log"] == []
+    rc, plain = _run(*NO_UNIT, "--ready-url", url, "--ready-timeout", "10")
+    assert "server_info" not in plain and "startup_log" not in plain
+
+
+def test_server_info_that_cannot_be_read_says_why(server):
+    url, _ = server
+    assert service_cycle.server_info(url + "/missing")[0] is None
+    info, error = service_cycle.server_info(url + "/missing")
+    assert error.startswith("Status code was 404 and not [200]")
 
 
 def test_a_server_without_health_generate_is_asked_for_one_token(server):

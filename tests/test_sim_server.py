@@ -548,3 +548,42 @@ def test_trials_accumulate_within_a_series_and_start_afresh_in_another(venv_cu13
         assert len(bench("20261203T020000Z")) == 2
     finally:
         server.close()
+
+
+def test_a_scenario_s_disabled_paths_log_sglang_s_line_per_rank_and_keep_the_argument(
+    venv_cu130, no_ld_conf, tmp_path
+):
+    # What the flag asked for stays in /get_server_info: the workers turn the path off
+    # after the arguments were parsed, and only the log says so (cuda13_upgrade.effective).
+    path = tmp_path / "disabled.json"
+    path.write_text(
+        json.dumps({**FAST, "disabled_paths": {"cu130": ["torch_symm_mem", "custom_all_reduce"]}})
+    )
+    env = server_env(venv_cu130, path, no_ld_conf)
+    server = testkit.SimServer(
+        venv_cu130.python,
+        env,
+        tmp_path,
+        "--tp",
+        "4",
+        "--enable-torch-symm-mem",
+        "--disable-custom-all-reduce",
+    )
+    try:
+        info = get_json(server.url + "/get_server_info")
+    finally:
+        server.close()
+    assert info["enable_torch_symm_mem"] is True and info["disable_custom_all_reduce"] is True
+    assert info["enable_flashinfer_allreduce_fusion"] is False and info["disable_cuda_graph"] is False
+    log = server.stdout_path.read_text().splitlines()
+    symm = [line for line in log if "TorchSymmMemCommunicator" in line]
+    assert [line.split("] ", 1)[1] for line in symm] == [
+        "TorchSymmMemCommunicator: torch symmetric memory multicast operations are not supported."
+    ] * 4
+    assert [line.split("] ", 1)[0].rsplit(" ", 1)[1] for line in symm] == ["TP0", "TP1", "TP2", "TP3"]
+    # Custom allreduce was not asked for (--disable-custom-all-reduce): no line.
+    assert not any("Custom allreduce" in line for line in log)
+    from cuda13_upgrade import effective
+
+    found = effective.disabled_lines(log)
+    assert [(r["path"], r["ranks"]) for r in found] == [("torch symmetric memory allreduce", 4)]

@@ -78,6 +78,25 @@ def test_new_stack_only_arguments_are_kept_and_both_command_lines_reported(drift
     assert f"old stack: `{old}`" in summary and f"new stack: `{new}`" in summary
 
 
+def test_a_new_stack_only_argument_the_new_server_turned_off_is_reported_not_rolled_back(drift):
+    result = _result(drift)
+    line = "TorchSymmMemCommunicator: torch symmetric memory multicast operations are not supported."
+    eagle3 = result["effective"]["eagle3"]
+    assert [f["flag"] for f in eagle3["unused_flags"]] == ["--enable-torch-symm-mem"]
+    assert line in eagle3["unused_flags"][0]["why"]
+    assert eagle3["compared"]["read"] is True
+    # Both switches are reported as asked: only the log says one path is off.
+    assert {"arg": "enable_torch_symm_mem", "old": False, "new": True} in eagle3["compared"]["args"]
+    assert eagle3["compared"]["disabled"] == [
+        {"path": "torch symmetric memory allreduce", "old": False, "new": True}
+    ]
+    assert result["effective"]["plain"]["unused_flags"] == []
+    assert result["status"] == "kept"
+    summary = (RUN / "summary.md").read_text()
+    assert "## Effective server arguments (old -> new stack)" in summary
+    assert "**not used on the new stack: `--enable-torch-symm-mem`**" in summary
+
+
 def test_the_report_shows_the_probe(garbage):
     summary = (RUN / "summary.md").read_text()
     assert "## Correctness probe" in summary
