@@ -32,7 +32,9 @@ $bin/cuda13-upgrade plan -i inventory/sandbox --run-id "$run_id" | sed -n '/^$/,
 
 echo "== cuda13-upgrade rollout -i inventory/sandbox --yes"
 set +e
-$bin/cuda13-upgrade rollout -i inventory/sandbox --run-id "$run_id" --yes
+# Each demo starts a fresh host: the rollbacks of earlier demos in reports/ are
+# not this host's history, so the breaker across runs is off here.
+$bin/cuda13-upgrade rollout -i inventory/sandbox --run-id "$run_id" --yes -e cuda13_breaker_rollbacks=0
 rc=$?
 set -e
 
