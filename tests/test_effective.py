@@ -184,3 +184,25 @@ def test_a_summary_without_effective_records_has_no_section():
     )
     assert result["effective"] == {}
     assert "Effective server arguments" not in report.render_markdown("r1", report.summary_rows([result]))
+
+
+def test_the_summary_says_when_both_stacks_ran_with_the_same_effective_arguments():
+    """A profile read on both stacks with nothing different still gets its line: the
+    comparison was made (the demo's kept host)."""
+    from cuda13_upgrade import report
+
+    same = {
+        "compared": {"args": [], "disabled": [], "read": True, "version": {"old": "0.5.8", "new": "0.5.9"}},
+        "disabled": {"baseline": [], "candidate": []},
+        "unused_flags": [],
+    }
+    unread = {"compared": {"args": [], "disabled": [], "read": False}, "unused_flags": []}
+    rows = report.summary_rows(
+        [{"host": "gpu-node-01", "status": "kept", "effective": {"plain": same, "eagle3": unread}}]
+    )
+    assert list(rows[0]["effective"]) == ["plain"]
+    text = report.render_markdown("r1", rows)
+    assert (
+        "- gpu-node-01 plain:\n  - the same effective arguments on both stacks (GET /get_server_info, "
+        "SGLang 0.5.8 -> 0.5.9); no path turned off" in text
+    )

@@ -242,9 +242,9 @@ def summary_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
          "started_at", "finished_at", "duration_s": float | None,
          "steps": {step: seconds}, "out_of_service_s": float | None,
          "resolved_target": ["name==version", ...], "staged_in": run id | None,
-         "effective": {profile: result.json's effective[profile]} (profiles whose
-                       effective arguments differ between the stacks, or with
-                       new-stack-only arguments the new server does not use)}
+         "effective": {profile: result.json's effective[profile]} (profiles read on
+                       both stacks, whose effective arguments differ between them, or
+                       with new-stack-only arguments the new server does not use)}
 
     and per profile also ``"tolerance_pct"``, ``"spread": {phase: {"min",
     "median", "max", "n"} | None}`` and ``"trials": {phase: [tok/s, ...]}``
@@ -318,6 +318,7 @@ def summary_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 value.get("unused_flags")
                 or (value.get("compared") or {}).get("args")
                 or (value.get("compared") or {}).get("disabled")
+                or (value.get("compared") or {}).get("read")
             )
         }
         row["accept_length"] = {
@@ -510,6 +511,12 @@ def _effective_lines(rows: list[dict[str, Any]]) -> list[str]:
                 lines.append(f"  - {path['path']} turned off on the {where} stack only")
             for arg in compared.get("args") or []:
                 lines.append(f"  - `{arg['arg']}`: {_value(arg['old'])} -> {_value(arg['new'])}")
+            if not (value.get("unused_flags") or compared.get("disabled") or compared.get("args")):
+                version = compared.get("version") or {}
+                lines.append(
+                    f"  - the same effective arguments on both stacks (GET /get_server_info, SGLang "
+                    f"{version.get('old') or '?'} -> {version.get('new') or '?'}); no path turned off"
+                )
     return ["", "## Effective server arguments (old -> new stack)", "", *lines] if lines else []
 
 
