@@ -42,12 +42,19 @@ DOCUMENTATION = r"""
         default: "csv,noheader,nounits"
   - name: cuda13_nvidia_smi_failure
     short_description: What a failed nvidia-smi run means (code and remedy).
-    positional: _input
+    positional: _input, timeout
     options:
       _input:
-        description: The registered result of the command (rc, stdout, stderr).
+        description: >-
+          The registered result of the command (rc, stdout, stderr; msg without rc when the
+          command did not run; timedout when the task's own timeout ended it).
         type: dict
         required: true
+      timeout:
+        description: >-
+          Seconds nvidia-smi ran under coreutils timeout for; its exit status 124 or 137 is then
+          a hang (code timeout). Omitted when it ran without.
+        type: int
   - name: cuda13_parse_nvcc_version
     short_description: Parse C(nvcc --version) into release and version.
     positional: _input
@@ -79,7 +86,7 @@ DOCUMENTATION = r"""
 
 EXAMPLES = r"""
 rows: "{{ smi.stdout | cuda13_parse_query_gpu('index,name,compute_cap', 'csv,noheader') }}"
-why: "{{ smi | cuda13_nvidia_smi_failure }}"
+why: "{{ smi | cuda13_nvidia_smi_failure(60) }}"
 nvcc: "{{ nvcc_out.stdout | cuda13_parse_nvcc_version }}"
 report: "{{ facts | cuda13_preflight({'expected_gpu_count': 8}) }}"
 arch_list: "{{ ['12.0', '9.0'] | cuda13_torch_cuda_arch_list }}"
@@ -89,7 +96,7 @@ RETURN = r"""
   _value:
     description: >
       cuda13_parse_query_gpu - list of dicts keyed by field; cuda13_nvidia_smi_failure - dict
-      (code, remedy, detail, rc); cuda13_parse_nvcc_version - dict (release, version,
+      (code, remedy, detail, rc, timeout_s, summary); cuda13_parse_nvcc_version - dict (release, version,
       built_on, build); cuda13_preflight - dict (ok, failures, passed);
       cuda13_torch_cuda_arch_list - str.
 """
@@ -115,13 +122,25 @@ def cuda13_parse_query_gpu(text: Any, fields: Any, fmt: Any = "csv,noheader,noun
     return nvidia_smi.parse_query_gpu(text, fields, fmt)
 
 
-def cuda13_nvidia_smi_failure(result: Any) -> dict[str, Any]:
+def cuda13_nvidia_smi_failure(result: Any, timeout: Any = None) -> dict[str, Any]:
     """Filter: classify a registered nvidia-smi result (see nvidia_smi.classify_failure)."""
     name = "cuda13_nvidia_smi_failure"
-    if not isinstance(result, Mapping) or not isinstance(result.get("rc"), int):
-        raise _type_error(name, "input", "a registered command result with an integer rc", result)
+    ran = isinstance(result, Mapping) and (
+        isinstance(result.get("rc"), int) or "msg" in result or result.get("timedout")
+    )
+    if not ran:
+        raise _type_error(
+            name, "input", "a registered command result with an integer rc (or msg, or timedout)", result
+        )
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float)):
+        raise _type_error(name, "timeout", "the seconds nvidia-smi was given, a number", timeout)
+    rc = result.get("rc")
     return nvidia_smi.classify_failure(
-        result["rc"], str(result.get("stdout") or ""), str(result.get("stderr") or "")
+        rc if isinstance(rc, int) else None,
+        str(result.get("stdout") or ""),
+        str(result.get("stderr") or result.get("msg") or ""),
+        timeout_s=timeout,
+        timed_out=bool(result.get("timedout")),
     ).to_dict()
 
 

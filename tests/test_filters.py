@@ -95,8 +95,25 @@ def test_nvidia_smi_failure():
         f("cuda13_nvidia_smi_failure")({"stdout": ""})
     assert str(info.value) == (
         "cuda13_nvidia_smi_failure: input must be a registered command result with an integer "
-        "rc, got dict: {'stdout': ''}"
+        "rc (or msg, or timedout), got dict: {'stdout': ''}"
     )
+    with pytest.raises(AnsibleFilterError, match="^cuda13_nvidia_smi_failure: timeout must be the seconds"):
+        f("cuda13_nvidia_smi_failure")(result, "60")
+
+
+def test_nvidia_smi_failure_of_a_hang():
+    # roles/nvidia_driver_check: nvidia-smi under timeout --foreground --kill-after=10 N.
+    hung = f("cuda13_nvidia_smi_failure")({"rc": 124, "stdout": "", "stderr": ""}, 60)
+    assert (hung["code"], hung["rc"], hung["timeout_s"]) == ("timeout", 124, 60)
+    assert hung["summary"] == "did not answer within 60 s (nvidia_driver_check_nvidia_smi_timeout)"
+    # The task's own timeout: Ansible's result has no rc, only msg and timedout.
+    ended = {"failed": True, "msg": "Timed out after 100 seconds.", "timedout": {"period": 100}}
+    assert f("cuda13_nvidia_smi_failure")(ended, 60)["code"] == "timeout"
+    # The command did not run (no rc, Ansible's msg): its text decides, as before.
+    missing = {"failed": True, "msg": "[Errno 2] No such file or directory: b'/opt/nvidia-smi'"}
+    assert f("cuda13_nvidia_smi_failure")(missing)["code"] == "not_installed"
+    # Without coreutils timeout, 124 is nvidia-smi's own (unknown) exit status.
+    assert f("cuda13_nvidia_smi_failure")({"rc": 124, "stdout": "", "stderr": ""})["code"] == "unknown"
 
 
 # --- cuda13_parse_nvcc_version -----------------------------------------------------------
@@ -146,7 +163,8 @@ def test_preflight_errors():
         "cuda13_preflight: unknown preflight settings: ['expected_gpus']. Option: settings. "
         "Fix: use only ['allow_busy_gpus', 'allow_mixed_gpu_models', 'allow_wsl', "
         "'allowed_compute_capabilities', 'expected_gpu_count', 'jit', 'min_driver_version', "
-        "'min_python_version', 'required_disk_gib', 'toolkit_release'] and option_names."
+        "'min_python_version', 'nvidia_smi_timeout', 'required_disk_gib', 'toolkit_release'] "
+        "and option_names."
     )
 
 

@@ -581,7 +581,57 @@ def test_classify_by_return_code_when_the_text_is_unknown():
 
 def test_classify_success():
     failure = classify_failure(0, fixture("list-rtxpro6000-server-8gpu.txt"), "")
-    assert failure.to_dict() == {"code": "ok", "remedy": "", "detail": "", "rc": 0}
+    assert failure.to_dict() == {
+        "code": "ok",
+        "remedy": "",
+        "detail": "",
+        "rc": 0,
+        "timeout_s": None,
+        "summary": "",
+    }
+
+
+def test_a_run_ended_by_coreutils_timeout_is_a_hang_named_with_its_option():
+    # timeout --foreground --kill-after=10 60 nvidia-smi: 124 after TERM, 137 after KILL.
+    for rc in (124, 137):
+        failure = classify_failure(rc, "", "", timeout_s=60)
+        assert (failure.code, failure.rc, failure.timeout_s) == ("timeout", rc, 60)
+        assert failure.summary == "did not answer within 60 s (nvidia_driver_check_nvidia_smi_timeout)"
+        for needed in ("dmesg", "journalctl -k", "NVRM", "Xid", "kernel module", "bad state"):
+            assert needed in failure.remedy
+    # Partial output does not make it another failure: the run did not finish.
+    partial = classify_failure(124, "No devices were found\n", "", timeout_s=5)
+    assert (partial.code, partial.detail) == ("timeout", "No devices were found")
+
+
+def test_exit_status_124_without_coreutils_timeout_is_not_a_hang():
+    assert classify_failure(124, "", "").code == "unknown"
+    assert classify_failure(124, "Some new error\n", "").summary == "failed (rc 124, unknown): Some new error"
+
+
+def test_a_run_ended_by_the_task_timeout_is_a_hang_without_an_exit_status():
+    failure = classify_failure(None, "", "Timed out after 100 seconds", timeout_s=60, timed_out=True)
+    assert (failure.code, failure.rc) == ("timeout", None)
+    assert failure.summary.startswith("did not answer within 60 s")
+    assert classify_failure(None, timed_out=True).summary == (
+        "did not answer in time (nvidia_driver_check_nvidia_smi_timeout)"
+    )
+
+
+def test_a_run_without_an_exit_status_is_classified_by_its_text():
+    missing = classify_failure(None, "", "[Errno 2] No such file or directory: b'nvidia-smi'")
+    assert (missing.code, missing.rc) == ("not_installed", None)
+    assert missing.summary.startswith("failed (rc unknown, not_installed): [Errno 2]")
+    assert classify_failure(None, "", "").remedy.startswith("nvidia-smi did not run")
+
+
+def test_summary_of_a_failure_names_rc_code_and_line():
+    failure = classify_failure(9, fixture("failure-no-driver.txt"), "")
+    assert (
+        failure.summary
+        == f"failed (rc 9, driver_not_loaded): {fixture('failure-no-driver.txt').splitlines()[0]}"
+    )
+    assert failure.to_dict()["summary"] == failure.summary
 
 
 # --- values are never error texts ---------------------------------------------

@@ -329,3 +329,35 @@ def test_default_allowed_list_follows_the_platform():
     gb10 = [{"index": 0, "name": "NVIDIA GB10", "compute_capability": "12.1"}]
     assert failures(evaluate(host(gpus=gb10, architecture="x86_64")), "compute_capability")
     assert evaluate(host(gpus=gb10, architecture="aarch64")).ok
+
+
+# --- nvidia-smi runs after the GPU query --------------------------------------------------
+
+
+def test_a_hung_table_or_process_query_refuses_the_host_naming_the_option():
+    runs = {
+        "table": {"rc": 124, "stdout": "", "stderr": ""},
+        "compute_apps": {"failed": True, "msg": "Timed out after 100 seconds.", "timedout": {"period": 100}},
+    }
+    report = evaluate(host(nvidia_smi_runs=runs), {"nvidia_smi_timeout": 60})
+    table, apps = failures(report, "nvidia_smi")
+    assert table["option"] == apps["option"] == "nvidia_driver_check_nvidia_smi_timeout"
+    assert table["message"].startswith(
+        "nvidia-smi (the table, for its CUDA Version) did not answer within 60 s "
+        "(nvidia_driver_check_nvidia_smi_timeout); the exit status: 124."
+    )
+    assert "dmesg" in table["message"] and "Xid" in table["message"]
+    assert apps["value"] == "ended by the task's timeout"
+    assert apps["message"].startswith("nvidia-smi (--query-compute-apps, the processes on the GPUs) did not")
+
+
+def test_runs_that_answered_or_failed_otherwise_are_not_hangs():
+    runs = {
+        "table": {"rc": 0, "stdout": "", "stderr": ""},
+        # A non-zero exit status is the table's parser's and the busy check's concern, as before.
+        "compute_apps": {"rc": 2, "stdout": "Invalid combination of input arguments.", "stderr": ""},
+    }
+    assert failures(evaluate(host(nvidia_smi_runs=runs)), "nvidia_smi") == []
+    # The setting's default and the option it names (roles/nvidia_driver_check).
+    assert DEFAULT_SETTINGS["nvidia_smi_timeout"] == 60
+    assert OPTION_NAMES["nvidia_smi_timeout"] == "nvidia_driver_check_nvidia_smi_timeout"

@@ -9,8 +9,8 @@ Covered forms, as printed by the R570 to R610 driver branches:
 * ``nvidia-smi -L``: :func:`parse_list`;
 * ``nvidia-smi --version``: :func:`parse_version_info`;
 * ``nvidia-smi topo -m``: :func:`parse_topology`;
-* failures (driver not loaded, NVML mismatch, no devices, not installed):
-  :func:`classify_failure`.
+* failures (driver not loaded, NVML mismatch, no devices, not installed, no
+  answer within the time allowed): :func:`classify_failure`.
 
 Every parser raises :class:`~cuda13_upgrade.errors.ParseError` (a ``ValueError``)
 that quotes the first line it could not read. Real samples of each form are in
@@ -31,6 +31,8 @@ __all__ = [
     "NOT_AVAILABLE",
     "Gpu",
     "GpuInventory",
+    "TIMEOUT_OPTION",
+    "TIMEOUT_RCS",
     "NvidiaSmiFailure",
     "classify_failure",
     "is_wsl_header",
@@ -983,23 +985,59 @@ class NvidiaSmiFailure:
     """What a failed nvidia-smi run means.
 
     Attributes:
-        code: ``"ok"``, ``"not_installed"``, ``"driver_not_loaded"``,
+        code: ``"ok"``, ``"timeout"``, ``"not_installed"``, ``"driver_not_loaded"``,
             ``"driver_library_mismatch"``, ``"no_devices"``,
             ``"no_supported_gpus"``, ``"invalid_argument"``,
             ``"insufficient_permissions"``, ``"gpu_lost"`` or ``"unknown"``.
         remedy: what to do, one sentence.
         detail: the line of output that decided, or ``""``.
-        rc: the return code given.
+        rc: the return code given (``None`` when the run has none: the task's own
+            timeout ended it).
+        timeout_s: the seconds nvidia-smi was given, for a ``"timeout"``; else ``None``.
     """
 
     code: str
     remedy: str
     detail: str
-    rc: int
+    rc: int | None
+    timeout_s: float | None = None
+
+    @property
+    def summary(self) -> str:
+        """What happened, after the command's name: ``"failed (rc 9, driver_not_loaded):
+        NVIDIA-SMI has failed ..."``, or ``"did not answer within 60 s
+        (nvidia_driver_check_nvidia_smi_timeout)"``; ``""`` for ``"ok"``."""
+        if self.code == "ok":
+            return ""
+        if self.code == "timeout":
+            within = f"within {self.timeout_s:g} s" if self.timeout_s is not None else "in time"
+            return f"did not answer {within} ({TIMEOUT_OPTION})"
+        rc = "unknown" if self.rc is None else self.rc
+        return f"failed (rc {rc}, {self.code}): {self.detail}"
 
     def to_dict(self) -> dict[str, object]:
-        """Plain dict of the four attributes."""
-        return asdict(self)
+        """Plain dict of the attributes and ``summary``."""
+        return {**asdict(self), "summary": self.summary}
+
+
+#: The option that sets how long one nvidia-smi run may take
+#: (roles/nvidia_driver_check, its argument spec).
+TIMEOUT_OPTION = "nvidia_driver_check_nvidia_smi_timeout"
+
+#: Exit statuses of coreutils ``timeout --foreground --kill-after=K N CMD`` (timeout(1),
+#: EXIT STATUS) when it ended the command: 124 after its TERM signal; 137 (128 + KILL)
+#: when the command outlived TERM by K seconds and was killed. nvidia-smi(1) documents
+#: neither as its own (RETURN VALUE: 0-15 and 255).
+TIMEOUT_RCS: tuple[int, ...] = (124, 137)
+
+_TIMEOUT_REMEDY = (
+    "a hung nvidia-smi means the driver cannot reach a GPU: read the kernel log "
+    "('dmesg' or 'journalctl -k') for NVRM lines (RmInitAdapter failed, GSP timeouts) and Xid "
+    "errors, check that the loaded kernel module is the flavour the GPUs need (Blackwell: the "
+    "open kernel module, /proc/driver/nvidia/version) and that no GPU is in a bad state (one "
+    "needs a reset or a power cycle of the host); raise " + TIMEOUT_OPTION + " only when "
+    "nvidia-smi answers, slowly, on a healthy host"
+)
 
 
 # (code, pattern in stdout/stderr, return code, remedy). Texts and return codes are
@@ -1066,21 +1104,39 @@ _FAILURES: tuple[tuple[str, re.Pattern[str], int | None, str], ...] = (
 )
 
 
-def classify_failure(rc: int, stdout: str = "", stderr: str = "") -> NvidiaSmiFailure:
+def classify_failure(
+    rc: int | None,
+    stdout: str = "",
+    stderr: str = "",
+    *,
+    timeout_s: float | None = None,
+    timed_out: bool = False,
+) -> NvidiaSmiFailure:
     """Say what a failed nvidia-smi run means and what to do.
 
-    The output text decides first (wrappers such as a shell may change the
-    return code); the return code decides when the text is not recognised.
+    A run that did not finish in time is a ``"timeout"``, whatever partial output
+    it left: ``timed_out`` (Ansible's task timeout ended it, the result's
+    ``timedout``), or, when it ran under coreutils ``timeout`` (``timeout_s``
+    given), a return code of :data:`TIMEOUT_RCS`. Otherwise the output text
+    decides first (wrappers such as a shell may change the return code); the
+    return code decides when the text is not recognised.
 
     Args:
-        rc: the return code (``127`` when the shell did not find the command).
+        rc: the return code (``127`` when the shell did not find the command;
+            ``None`` when the run has none).
         stdout: standard output (nvidia-smi prints its errors there).
         stderr: standard error.
+        timeout_s: the seconds given to ``timeout`` (the option
+            :data:`TIMEOUT_OPTION`), when nvidia-smi ran under it.
+        timed_out: the run was ended by a timeout of its own (Ansible's).
 
     Returns:
         A :class:`NvidiaSmiFailure`; ``code == "ok"`` when ``rc == 0`` and no
         failure text is present.
     """
+    if timed_out or (timeout_s is not None and rc in TIMEOUT_RCS):
+        partial = _first_line(f"{stdout or ''}\n{stderr or ''}").strip()
+        return NvidiaSmiFailure("timeout", _TIMEOUT_REMEDY, partial, rc, timeout_s)
     text = f"{stdout or ''}\n{stderr or ''}"
     for code, pattern, _rc, remedy in _FAILURES:
         for line in text.splitlines():
@@ -1091,9 +1147,10 @@ def classify_failure(rc: int, stdout: str = "", stderr: str = "") -> NvidiaSmiFa
     for code, _pattern, code_rc, remedy in _FAILURES:
         if code_rc == rc:
             return NvidiaSmiFailure(code, remedy, _first_line(text).strip(), rc)
+    how = "did not run" if rc is None else f"failed with return code {rc}"
     return NvidiaSmiFailure(
         "unknown",
-        f"nvidia-smi failed with return code {rc}: read its output and the kernel log (dmesg)",
+        f"nvidia-smi {how}: read its output and the kernel log (dmesg)",
         _first_line(text).strip(),
         rc,
     )

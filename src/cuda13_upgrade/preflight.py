@@ -31,6 +31,10 @@ Facts (what the host is), a dict::
       "target_dists": {"cuda-bindings": "13.0.3", "nvidia-cuda-runtime": "13.0.96"},
                                             # optional: the resolved target's {name: version}
       "target_torch_cuda": "13.0",          # optional: the target torch's CUDA build
+      "nvidia_smi_runs": {                  # optional: the registered results (rc, stdout, stderr,
+        "table": {"rc": 0, ...},            # timedout) of the nvidia-smi runs after the GPU query:
+        "compute_apps": {"rc": 124, ...},   # the table, --query-compute-apps (NVIDIA_SMI_RUNS)
+      },
     }
 
 Settings (what the inventory asks for), a dict; every key is optional and
@@ -55,6 +59,8 @@ key                                   meaning
 ``expected_gpu_count``                ``None`` = any number (but never zero)
 ``required_disk_gib``                 free space needed, GiB (2**30 bytes); ``None`` skips
 ``min_python_version``                minimum host Python, ``"3.10"``; ``None`` skips
+``nvidia_smi_timeout``                seconds each nvidia-smi run had (coreutils
+                                      ``timeout``); its exit status 124 or 137 is a hang
 ``option_names``                      {key: Ansible variable} to quote in messages
 ====================================  ==========================================
 """
@@ -68,7 +74,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from cuda13_upgrade.errors import Cuda13Error, ParseError, PreflightError, format_message
-from cuda13_upgrade.nvidia_smi import kernel_module_flavour
+from cuda13_upgrade.nvidia_smi import TIMEOUT_OPTION, classify_failure, kernel_module_flavour
 from cuda13_upgrade.versions import (
     MIN_DRIVER_OPTION,
     default_allowed_compute_capabilities,
@@ -97,6 +103,7 @@ DEFAULT_SETTINGS: dict[str, Any] = {
     "allow_wsl": False,
     "allow_mixed_gpu_models": False,
     "allow_busy_gpus": False,
+    "nvidia_smi_timeout": 60,
 }
 
 #: The Ansible variable behind each setting, quoted in messages.
@@ -111,6 +118,16 @@ OPTION_NAMES: dict[str, str] = {
     "allow_wsl": "nvidia_driver_check_allow_wsl",
     "allow_mixed_gpu_models": "nvidia_driver_check_allow_mixed_gpu_models",
     "allow_busy_gpus": "nvidia_driver_check_allow_busy_gpus",
+    "nvidia_smi_timeout": TIMEOUT_OPTION,
+}
+
+#: The nvidia-smi runs after the GPU query whose hang the preflight refuses, by their key
+#: in the ``nvidia_smi_runs`` fact: what each reads. The query's own failure, a hang
+#: included, stops the host before the preflight is evaluated
+#: (roles/nvidia_driver_check/tasks/main.yml, cuda13_nvidia_smi_failure).
+NVIDIA_SMI_RUNS: dict[str, str] = {
+    "table": "the table, for its CUDA Version",
+    "compute_apps": "--query-compute-apps, the processes on the GPUs",
 }
 
 
@@ -121,8 +138,8 @@ class PreflightReport:
     Attributes:
         failures: one dict per failed check: ``check`` (``"driver"``,
             ``"driver_cuda_version"``, ``"stack_driver"``, ``"gpu_count"``, ``"compute_capability"``,
-            ``"wsl"``, ``"gpu_models"``, ``"gpu_processes"``, ``"kernel_module"``, ``"disk"``,
-            ``"space"``, ``"python"``),
+            ``"wsl"``, ``"gpu_models"``, ``"gpu_processes"``, ``"kernel_module"``, ``"nvidia_smi"``,
+            ``"disk"``, ``"space"``, ``"python"``),
             ``value`` (the offending value),
             ``option`` (the Ansible variable to change, or ``None`` when only the
             host can be fixed) and ``message`` (value, option and remedy).
@@ -496,6 +513,33 @@ PROC_DRIVER_VERSION = "/proc/driver/nvidia/version"
 OPEN_MODULE_ONLY_FROM: tuple[int, int] = (10, 0)
 
 
+def _check_nvidia_smi(report: PreflightReport, facts: Mapping[str, Any], s: dict, n: dict) -> None:
+    """Refuse a host where an nvidia-smi run of :data:`NVIDIA_SMI_RUNS` did not answer in time."""
+    runs = facts.get("nvidia_smi_runs")
+    if not isinstance(runs, Mapping):
+        return
+    for key, what in NVIDIA_SMI_RUNS.items():
+        result = runs.get(key)
+        if not isinstance(result, Mapping):
+            continue
+        rc = result.get("rc")
+        failure = classify_failure(
+            rc if isinstance(rc, int) else None,
+            str(result.get("stdout") or ""),
+            str(result.get("stderr") or result.get("msg") or ""),
+            timeout_s=s["nvidia_smi_timeout"],
+            timed_out=bool(result.get("timedout")),
+        )
+        if failure.code == "timeout":
+            report.fail(
+                "nvidia_smi",
+                rc if isinstance(rc, int) else "ended by the task's timeout",
+                n["nvidia_smi_timeout"],
+                f"nvidia-smi ({what}) {failure.summary}; the exit status",
+                failure.remedy,
+            )
+
+
 def _check_kernel_module(report: PreflightReport, facts: Mapping[str, Any]) -> None:
     """Refuse a host whose Blackwell GPUs run on the proprietary kernel module."""
     if "module_version_text" not in facts or facts["module_version_text"] is None:
@@ -658,6 +702,7 @@ def evaluate(facts: Mapping[str, Any], settings: Mapping[str, Any] | None = None
     _check_models(report, facts, s, n)
     _check_busy(report, facts, s, n)
     _check_kernel_module(report, facts)
+    _check_nvidia_smi(report, facts, s, n)
     _check_disk(report, facts, s, n)
     _check_space(report, facts)
     _check_python(report, facts, s, n)
