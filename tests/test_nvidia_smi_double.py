@@ -108,8 +108,31 @@ def test_double_runs_through_its_shebang():
 
 def test_every_state_file_is_listed_here():
     assert sorted(p.stem for p in STATES.glob("*.json")) == sorted(
-        HEALTHY + ["no-driver", "nvml-mismatch", "no-gpus"]
+        HEALTHY + ["no-driver", "nvml-mismatch", "no-gpus", "hang"]
     )
+
+
+@pytest.mark.parametrize("args", [["--query-gpu=index,name", "--format=csv"], [], ["-h"]])
+def test_hang_answers_nothing_and_does_not_exit(args):
+    with pytest.raises(subprocess.TimeoutExpired) as info:
+        subprocess.run(
+            [sys.executable, str(DOUBLE), *args],
+            env={**os.environ, "NVIDIA_SMI_DOUBLE_STATE": str(state_file("hang"))},
+            capture_output=True,
+            timeout=1.5,
+        )
+    assert not info.value.stdout
+
+
+def test_hang_ends_under_coreutils_timeout_with_its_exit_status():
+    result = subprocess.run(
+        ["timeout", "--foreground", "--kill-after=10", "1", sys.executable, str(DOUBLE), "-L"],
+        env={**os.environ, "NVIDIA_SMI_DOUBLE_STATE": str(state_file("hang"))},
+        capture_output=True,
+        check=False,
+        timeout=30,
+    )
+    assert (result.returncode, result.stdout) == (124, b"")
 
 
 # --- healthy states, every format ----------------------------------------------------------
