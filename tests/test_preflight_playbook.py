@@ -128,3 +128,23 @@ def test_mixed_models_are_flagged_by_the_playbook_and_allowed_by_the_option(tmp_
         tmp_path, "mixed-models", "-e", "nvidia_driver_check_allow_mixed_gpu_models=true"
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_a_hung_nvidia_smi_is_refused_as_such_within_the_timeout(tmp_path):
+    # The double's "hang" state blocks like nvidia-smi on a GPU the driver cannot bring up.
+    proc = _preflight_with_state(tmp_path, "hang", "-e", "nvidia_driver_check_nvidia_smi_timeout=2")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    double = REPO / "sandbox" / "host" / "nvidia-smi"
+    assert f"{double} did not answer within 2 s (nvidia_driver_check_nvidia_smi_timeout)." in out
+    assert "'dmesg' or 'journalctl -k'" in out and "Nothing on the host was changed" in out
+    assert "Read nvidia-smi's table header" not in out  # refused after the first run
+    assert not (tmp_path / "venv").exists()
+
+
+def test_a_timeout_out_of_range_is_refused_naming_the_option(tmp_path):
+    proc = _preflight(tmp_path, "-e", "nvidia_driver_check_nvidia_smi_timeout=0")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "nvidia_driver_check_nvidia_smi_timeout is out of range: '0'" in out
+    assert "Query the GPUs with nvidia-smi" not in out

@@ -593,6 +593,7 @@ RULES: dict[str, Callable[[Any], tuple[str, str] | None]] = {
     "nvidia_driver_check_allowed_compute_capabilities": _capabilities,
     "nvidia_driver_check_expected_gpu_count": _min(1),
     "nvidia_driver_check_nvidia_smi": _nonempty,
+    "nvidia_driver_check_nvidia_smi_timeout": _between(1, 3600),
     "nvidia_driver_check_required_disk_gib": _min(0),
     "nvidia_driver_check_disk_path": _abs_path(),
     "nvidia_driver_check_space_places": _space_places,
