@@ -74,6 +74,21 @@ DOCUMENTATION = r"""
       settings:
         description: Preflight settings; missing keys take the defaults.
         type: dict
+  - name: cuda13_stack_driver
+    short_description: The driver against the floor of every CUDA component of the resolved target.
+    positional: _input, driver_version, settings
+    options:
+      _input:
+        description: The resolved target (cu130_wheels_resolved_target, a list of name, version, url, sha256).
+        type: list
+        required: true
+      driver_version:
+        description: The driver version nvidia-smi reports, e.g. 590.48.01.
+        type: str
+        required: true
+      settings:
+        description: Preflight settings (toolkit_release, jit, min_driver_version, option_names).
+        type: dict
   - name: cuda13_torch_cuda_arch_list
     short_description: TORCH_CUDA_ARCH_LIST value from compute capabilities ("9.0;12.0").
     positional: _input
@@ -89,6 +104,7 @@ rows: "{{ smi.stdout | cuda13_parse_query_gpu('index,name,compute_cap', 'csv,noh
 why: "{{ smi | cuda13_nvidia_smi_failure(60) }}"
 nvcc: "{{ nvcc_out.stdout | cuda13_parse_nvcc_version }}"
 report: "{{ facts | cuda13_preflight({'expected_gpu_count': 8}) }}"
+floor: "{{ cu130_wheels_resolved_target | cuda13_stack_driver('590.48.01', {'toolkit_release': '13.0.2'}) }}"
 arch_list: "{{ ['12.0', '9.0'] | cuda13_torch_cuda_arch_list }}"
 """
 
@@ -97,7 +113,7 @@ RETURN = r"""
     description: >
       cuda13_parse_query_gpu - list of dicts keyed by field; cuda13_nvidia_smi_failure - dict
       (code, remedy, detail, rc, timeout_s, summary); cuda13_parse_nvcc_version - dict (release, version,
-      built_on, build); cuda13_preflight - dict (ok, failures, passed);
+      built_on, build); cuda13_preflight, cuda13_stack_driver - dict (ok, failures, passed);
       cuda13_torch_cuda_arch_list - str.
 """
 
@@ -162,6 +178,18 @@ def cuda13_preflight(facts: Any, settings: Any = None) -> dict[str, Any]:
     return preflight.evaluate(facts, settings).to_dict()
 
 
+def cuda13_stack_driver(resolved: Any, driver_version: Any, settings: Any = None) -> dict[str, Any]:
+    """Filter: the stack_driver check of a resolved target (see preflight.check_stack_driver)."""
+    name = "cuda13_stack_driver"
+    if not isinstance(resolved, list):
+        raise _type_error(name, "input", "the resolved target, a list of {name, version} dicts", resolved)
+    if not isinstance(driver_version, str):
+        raise _type_error(name, "driver_version", "the driver version nvidia-smi reports", driver_version)
+    if settings is not None and not isinstance(settings, Mapping):
+        raise _type_error(name, "settings", "a dict of preflight settings", settings)
+    return preflight.check_stack_driver(resolved, driver_version, settings).to_dict()
+
+
 def cuda13_torch_cuda_arch_list(capabilities: Any) -> str:
     """Filter: ``"9.0;12.0"`` from ``["12.0", "9.0"]`` (see versions.torch_cuda_arch_list)."""
     name = "cuda13_torch_cuda_arch_list"
@@ -180,6 +208,7 @@ class FilterModule:
                 "cuda13_nvidia_smi_failure": cuda13_nvidia_smi_failure,
                 "cuda13_parse_nvcc_version": cuda13_parse_nvcc_version,
                 "cuda13_preflight": cuda13_preflight,
+                "cuda13_stack_driver": cuda13_stack_driver,
                 "cuda13_torch_cuda_arch_list": cuda13_torch_cuda_arch_list,
             }
         )

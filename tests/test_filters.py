@@ -33,6 +33,7 @@ def test_the_filters_are_exposed():
         "cuda13_parse_nvcc_version",
         "cuda13_parse_query_gpu",
         "cuda13_preflight",
+        "cuda13_stack_driver",
         "cuda13_torch_cuda_arch_list",
     ]
 
@@ -233,3 +234,23 @@ def test_filters_in_a_playbook_and_the_message_a_user_sees(tmp_path):
         "cuda13_torch_cuda_arch_list: no compute capability given: []. Option: capabilities. "
         "Fix: pass the compute_cap of each GPU, e.g. ['12.0']."
     )
+
+
+# --- cuda13_stack_driver -----------------------------------------------------------------
+
+
+def test_stack_driver():
+    resolved = [
+        {"name": "cuda-bindings", "version": "13.1.0", "url": None, "sha256": None},
+        {"name": "torch", "version": "2.9.1+cu130", "url": None, "sha256": None},
+    ]
+    report = f("cuda13_stack_driver")(resolved, "580.95.05", {"toolkit_release": "13.0.2"})
+    assert [x["check"] for x in report["failures"]] == ["stack_driver"]
+    assert "cuda-bindings 13.1.0 (CUDA 13.1) needs >= 590.44.01" in report["failures"][0]["message"]
+    assert f("cuda13_stack_driver")(resolved, "590.48.01", {"toolkit_release": "13.0.2"})["ok"] is True
+    with pytest.raises(AnsibleFilterError, match="^cuda13_stack_driver: input must be the resolved target"):
+        f("cuda13_stack_driver")({"torch": "2.9.1+cu130"}, "590.48.01")
+    with pytest.raises(AnsibleFilterError, match="^cuda13_stack_driver: driver_version must be"):
+        f("cuda13_stack_driver")(resolved, 590)
+    with pytest.raises(AnsibleFilterError, match="cu130_wheels_resolved_target"):
+        f("cuda13_stack_driver")([{"name": "torch"}], "590.48.01")

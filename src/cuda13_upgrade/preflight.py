@@ -3,7 +3,9 @@
 :func:`evaluate` combines the rules of :mod:`cuda13_upgrade.versions` with a
 host's facts and the inventory's settings, and returns every failure at once
 (not just the first), each naming the value, the option to change and what to
-do. Nothing on a host changes unless the report is ``ok``.
+do. Nothing on a host changes unless the report is ``ok``. Once pip has resolved
+the target, :func:`check_stack_driver` runs its ``stack_driver`` check alone on
+the resolved set (:func:`resolved_target_facts`).
 
 Facts (what the host is), a dict::
 
@@ -85,8 +87,17 @@ from cuda13_upgrade.versions import (
     parse_driver_version,
     stack_driver_floor,
 )
+from cuda13_upgrade.wheels import cuda_tag_of_label, local_label
 
-__all__ = ["DEFAULT_SETTINGS", "OPTION_NAMES", "GIB", "PreflightReport", "evaluate"]
+__all__ = [
+    "DEFAULT_SETTINGS",
+    "OPTION_NAMES",
+    "GIB",
+    "PreflightReport",
+    "check_stack_driver",
+    "evaluate",
+    "resolved_target_facts",
+]
 
 #: Bytes in a GiB.
 GIB = 1024**3
@@ -119,6 +130,8 @@ OPTION_NAMES: dict[str, str] = {
     "allow_mixed_gpu_models": "nvidia_driver_check_allow_mixed_gpu_models",
     "allow_busy_gpus": "nvidia_driver_check_allow_busy_gpus",
     "nvidia_smi_timeout": TIMEOUT_OPTION,
+    # Not a setting: the option that names the target whose CUDA components set a floor.
+    "target": "cu130_wheels_requirements",
 }
 
 #: The nvidia-smi runs after the GPU query whose hang the preflight refuses, by their key
@@ -252,6 +265,14 @@ def _check_driver(report: PreflightReport, facts: Mapping[str, Any], s: dict, n:
     )
 
 
+#: The source of each rule of :func:`versions.stack_driver_floor`, quoted in messages.
+_FLOOR_SOURCES = {
+    "toolkit-driver": "CUDA Toolkit Release Notes, Table 3: the release's own minimum, which PTX JIT "
+    "needs (nvidia_driver_check_require_jit)",
+    "minor-version-compatibility": "CUDA Toolkit Release Notes, Table 2: minor version compatibility",
+}
+
+
 def _check_stack_driver(report: PreflightReport, facts: Mapping[str, Any], s: dict, n: dict) -> None:
     """The driver floor of the whole resolved target (:func:`versions.stack_driver_floor`)."""
     dists, torch_cuda = facts.get("target_dists"), facts.get("target_torch_cuda")
@@ -271,8 +292,8 @@ def _check_stack_driver(report: PreflightReport, facts: Mapping[str, Any], s: di
     if floor["floor"] is None:
         return
     required = str(floor["floor"])
-    jit = " (PTX JIT needs the release's own minimum, CUDA release notes Table 3)" if s["jit"] else ""
-    listing = f"driver {driver} >= {required}, set by {floor['set_by']}{jit}"
+    source = f" ({_FLOOR_SOURCES[str(floor['rule'])]})"
+    listing = f"driver {driver} >= {required}, set by {floor['set_by']}{source}"
     if found >= parse_driver_version(required if "." in required else required + ".0", option=None):
         report.pass_("stack_driver", driver, listing)
         return
@@ -281,11 +302,11 @@ def _check_stack_driver(report: PreflightReport, facts: Mapping[str, Any], s: di
     report.fail(
         "stack_driver",
         driver,
-        None,
+        n["target"],
         f"the NVIDIA driver {driver} is too old for the resolved target: {floor['set_by']} needs "
-        f">= {required}{jit}",
+        f">= {required}{source}",
         f"upgrade the driver to {required} or newer (this package never changes the driver), or pin "
-        f"the target's CUDA components to a release this driver supports",
+        f"the target's CUDA components in {n['target']} to a release this driver supports",
     )
 
 
@@ -662,6 +683,75 @@ def _check_python(report: PreflightReport, facts: Mapping[str, Any], s: dict, n:
         )
     else:
         report.pass_("python", found, f"Python {found} >= {minimum}")
+
+
+def resolved_target_facts(resolved: Any) -> dict[str, Any]:
+    """The facts :func:`evaluate`'s ``stack_driver`` check reads, from a resolved target.
+
+    Args:
+        resolved: the run's target as pip's resolver gave it
+            (:func:`cuda13_upgrade.resolve.resolved_set`, ``cu130_wheels_resolved_target``):
+            ``[{"name": "torch", "version": "2.9.1+cu130", "url": ..., "sha256": ...}, ...]``.
+
+    Returns:
+        ``{"target_dists": {name: version}, "target_torch_cuda": "13.0" or None}``: torch's
+        CUDA build from its local label (PyTorch's index: ``2.9.1+cu130``); None for a torch
+        without one (PyPI's ``2.14.1``), whose CUDA runtime wheels then set its floor.
+
+    Raises:
+        PreflightError: ``resolved`` is not a list of ``{"name", "version"}`` dicts.
+    """
+    if not isinstance(resolved, list) or not all(
+        isinstance(d, Mapping) and isinstance(d.get("name"), str) and isinstance(d.get("version"), str)
+        for d in resolved
+    ):
+        raise PreflightError(
+            "the resolved target must be a list of {name, version} dicts",
+            resolved,
+            option="cu130_wheels_resolved_target",
+            remedy="pass the resolved set of roles/cu130_wheels/tasks/resolve.yml (cuda13_resolved_set)",
+        )
+    dists = {str(d["name"]): str(d["version"]) for d in resolved}
+    torch_cuda = None
+    try:
+        label = local_label(dists["torch"]) if "torch" in dists else None
+        torch_cuda = cuda_tag_of_label(label) if label else None
+    except Cuda13Error:
+        torch_cuda = None  # a cpu or rocm build, or no PEP 440 version: no CUDA floor of its own
+    return {"target_dists": dists, "target_torch_cuda": torch_cuda}
+
+
+def check_stack_driver(
+    resolved: Any, driver_version: Any, settings: Mapping[str, Any] | None = None
+) -> PreflightReport:
+    """Only the ``stack_driver`` check, once the target is resolved (after :func:`evaluate`).
+
+    The preflight's other checks run before pip resolves the target; this one needs the
+    resolved set (roles/nvidia_driver_check/tasks/stack_driver.yml, after
+    roles/cu130_wheels/tasks/resolve.yml). The floor is that of every CUDA component of
+    the target (:func:`cuda13_upgrade.versions.stack_driver_floor`: torch's CUDA build,
+    nvidia-cuda-runtime, nvidia-nvjitlink, nvidia-cuda-nvrtc, cuda-bindings, cuda-python,
+    the apt toolkit of ``settings["toolkit_release"]``).
+
+    Args:
+        resolved: the resolved target (:func:`resolved_target_facts`).
+        driver_version: the driver nvidia-smi reports (``"590.48.01"``).
+        settings: as for :func:`evaluate` (``toolkit_release``, ``jit``,
+            ``min_driver_version``, ``option_names``).
+
+    Returns:
+        A :class:`PreflightReport` with one ``stack_driver`` entry, failed or passed, or
+        none when the check does not apply (no CUDA component, an explicit
+        ``min_driver_version``, a malformed driver version, which :func:`evaluate`
+        reported, or a floor the toolkit alone sets, which its ``driver`` check did).
+
+    Raises:
+        PreflightError: a malformed ``resolved``, or settings as :func:`evaluate` raises.
+    """
+    s, n = _settings(settings)
+    report = PreflightReport()
+    _check_stack_driver(report, {**resolved_target_facts(resolved), "driver_version": driver_version}, s, n)
+    return report
 
 
 def evaluate(facts: Mapping[str, Any], settings: Mapping[str, Any] | None = None) -> PreflightReport:
