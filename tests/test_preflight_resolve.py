@@ -84,6 +84,10 @@ def test_a_coherent_target_resolves_and_is_recorded(tmp_path, mirror_url):
     assert proc.returncode == 0, out
     for pin in ("torch==2.9.1+cu130", "nvidia-cudnn-cu13==9.13.0.50", "sglang==0.5.9", "triton==3.5.1"):
         assert pin in out
+    # The driver (the double's 590.48.01) against the resolved target's CUDA components.
+    assert re.search(
+        r"TASK \[nvidia_driver_check : Check the driver against every CUDA [^\n]*\nok: \[localhost\]", out
+    )
     assert not (tmp_path / "venv").exists()
 
 
