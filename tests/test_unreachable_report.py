@@ -1,7 +1,7 @@
 """An unreachable host in the report: the step it was at and the connection's own error.
 
 tests/fixtures/runner-events/unreachable.jsonl: the events ``ansible_runner.run``
-emitted (record_unreachable.py there) for a host that answers no ssh while a
+emitted (record.py unreachable there) for a host that answers no ssh while a
 looped task of the switch step runs. Ansible's loop result says only "All items
 completed" (ansible-core's ``TaskExecutor._run_loop``); the item's result has
 ssh's error. The form of that error for port 22 is the one Ansible prints in
