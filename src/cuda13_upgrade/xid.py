@@ -41,12 +41,15 @@ import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
+from cuda13_upgrade import scriptout
+
 __all__ = [
     "CATALOG",
     "GATE_ACTIONS",
     "SHOW_ACTIONS",
     "XidEvent",
     "classify",
+    "kernel_log_verdict",
     "new_xid_events",
     "parse_xid_line",
     "xid_verdict",
@@ -246,4 +249,78 @@ def xid_verdict(lines: Iterable[str] | str, since: str | None = None) -> dict[st
         "show": [e.to_dict() for e in show],
         "marker_found": found,
         "message": message,
+    }
+
+
+def _document(result: object) -> dict[str, object] | None:
+    """A host script's JSON: the parsed dict, or a registered task result's last JSON line."""
+    if not isinstance(result, dict):
+        return None
+    if "stdout" not in result:
+        return result if ("error" in result or "lines" in result) else None
+    if result.get("rc", 1) != 0:
+        return None
+    try:
+        return scriptout.result_document(str(result.get("stdout") or ""))
+    except scriptout.NoResultError:
+        return None
+
+
+def _why(result: object, what: str) -> str:
+    if not isinstance(result, dict) or result.get("skipped"):
+        return f"the {what} was not taken"
+    said = " ".join(str(result.get("stderr") or result.get("msg") or result.get("stdout") or "").split())
+    return f"hostscripts/kernel_log.py {what} failed" + (f": {said[:300]}" if said else "")
+
+
+def kernel_log_verdict(mark: object, read: object) -> dict[str, object]:
+    """The kernel log's part of the gate, from ``hostscripts/kernel_log.py``'s two runs.
+
+    Args:
+        mark: the ``mark`` run before the switch (its registered task result, or its JSON).
+        read: the ``read`` run between the switch and the decision (same forms).
+
+    Returns:
+        ``{"read": bool, "xid": [event dicts, oldest first], "gated": bool,
+        "marker_found": bool | None, "message": str, "reason": str | None}``:
+        ``reason`` (the rollback's, naming each gating Xid, its catalog action and
+        the first such line) is set only when ``gated``. A log that could not be
+        read gives ``read`` False, ``message`` "kernel log not read: <why>" and
+        gates nothing (:func:`xid_verdict` judges what was read).
+    """
+    marker, lines = _document(mark), _document(read)
+    error = None
+    if marker is None:
+        error = _why(mark, "mark")
+    elif marker.get("error"):
+        error = str(marker["error"])
+    elif lines is None:
+        error = _why(read, "read")
+    elif lines.get("error"):
+        error = str(lines["error"])
+    if error is not None:
+        return {
+            "read": False,
+            "xid": [],
+            "gated": False,
+            "marker_found": None,
+            "message": f"kernel log not read: {error}",
+            "reason": None,
+        }
+    assert lines is not None
+    rows = [str(line) for line in lines.get("lines") or []]
+    since = lines.get("since")
+    verdict = xid_verdict(rows, None if since is None else str(since))
+    events, _ = new_xid_events(rows, None if since is None else str(since))
+    found = verdict["marker_found"] if lines.get("marker_found") is None else bool(lines["marker_found"])
+    message = str(verdict["message"])
+    if not found and "marker line was not found" not in message:
+        message += "; the marker was not found, so the whole log was read"
+    return {
+        "read": True,
+        "xid": [e.to_dict() for e in events],
+        "gated": not verdict["ok"],
+        "marker_found": found,
+        "message": message,
+        "reason": message if not verdict["ok"] else None,
     }
