@@ -103,6 +103,7 @@ def _result(host: str, **over: Any) -> dict[str, Any]:
         "restart_plan": None,
         "restarts": 0,
         "leftover_processes": [],
+        "kernel_log": None,
     }
     result.update(over)
     return result

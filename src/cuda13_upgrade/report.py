@@ -39,7 +39,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from cuda13_upgrade import effective, ondemand, scriptout, timeline
+from cuda13_upgrade import effective, ondemand, scriptout, timeline, xid
 
 NOT_REACHED = "not reached"
 #: The status run.json gives a host kept by an earlier run, its stack unchanged (no role ran).
@@ -310,6 +310,7 @@ def summary_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
             }
         row["probe"] = probe_summary(r.get("probe") or {})
         row["commands"] = command_lines(r.get("throughput") or {})
+        row["kernel_log"] = r.get("kernel_log") if isinstance(r.get("kernel_log"), dict) else None
         row["effective"] = {
             name: value
             for name, value in (r.get("effective") or {}).items()
@@ -488,6 +489,21 @@ def _command_lines(rows: list[dict[str, Any]]) -> list[str]:
     return ["", "## Command lines", "", *lines] if lines else []
 
 
+def _kernel_log_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The driver's Xid lines each host logged between the switch and the decision, with the
+    catalog's action and whether they rolled the host back; a log that could not be read."""
+    lines: list[str] = []
+    for row in rows:
+        log = row.get("kernel_log") or {}
+        if not log.get("read", True):
+            lines.append(f"- {row['host']}: {log.get('message')}")
+        for event in log.get("xid") or []:
+            said = "rolled back" if event.get("gate") else "shown, not gated"
+            what = f"Xid {event.get('xid')} ({event.get('action')}, {said})"
+            lines.append(f"- {row['host']}: {what}: `{event.get('line')}`")
+    return ["", "## Kernel log", "", *lines] if lines else []
+
+
 def _value(value: Any) -> str:
     return "-" if value is None else json.dumps(value)
 
@@ -607,6 +623,7 @@ def render_markdown(run_id: str, rows: list[dict[str, Any]]) -> str:
     lines += _alternatives_lines(rows)
     lines += _probe_lines(rows)
     lines += _command_lines(rows)
+    lines += _kernel_log_lines(rows)
     lines += _effective_lines(rows)
     lines += _resolved_lines(rows)
     return "\n".join(lines) + "\n"
@@ -1051,6 +1068,15 @@ def _torch_of(freeze: Any) -> str:
     return "?"
 
 
+def _kernel_log(mark: Any, read: Any) -> dict[str, Any] | None:
+    """result.json's ``kernel_log``: ``{"xid": [event dicts], "gated", "read", "marker_found",
+    "message"}``, or None when the mark before the switch was not taken."""
+    if not isinstance(mark, dict) or mark.get("skipped") or not mark:
+        return None
+    verdict = xid.kernel_log_verdict(mark, read)
+    return {key: verdict[key] for key in ("xid", "gated", "read", "marker_found", "message", "reason")}
+
+
 def host_result(facts: dict[str, Any]) -> dict[str, Any]:
     """The host's ``result.json``: what the run did with the host, as this module reads it.
 
@@ -1075,7 +1101,12 @@ def host_result(facts: dict[str, Any]) -> dict[str, Any]:
       ``leftover_processes``, ``decisions``, ``speculative``, ``probe``,
       ``accept_length``, ``load``, ``reason``, ``rollback_seconds``, ``rollback_checks``,
       ``rollback_alternatives_manual`` (the alternatives groups the rollback left in
-      manual mode, :func:`cuda13_upgrade.ondemand.alternatives_restore`).
+      manual mode, :func:`cuda13_upgrade.ondemand.alternatives_restore`);
+    - ``kernel_log_mark``, ``kernel_log_read``: the registered results of
+      ``hostscripts/kernel_log.py`` before the switch and before the decision
+      (``kernel_log`` in the record, :func:`cuda13_upgrade.xid.kernel_log_verdict`;
+      null when the mark was not taken); ``regressed``: the throughput gate's own
+      verdict, for the reason.
 
     Returns the record (plain data). A host already kept keeps the stacks
     before and after of the run that verified it. Raises ``ValueError`` for
@@ -1102,6 +1133,16 @@ def host_result(facts: dict[str, Any]) -> dict[str, Any]:
     if baseline:
         throughput["baseline"] = baseline
     checks = facts.get("rollback_checks") or {}
+    kernel_log = _kernel_log(facts.get("kernel_log_mark"), facts.get("kernel_log_read"))
+    reason = facts.get("reason") if facts.get("reason") is not None else facts.get("error")
+    if kernel_log and kernel_log["gated"]:
+        # The gate's own reason when it regressed too; a step that failed after the switch, its error.
+        other = (
+            (facts.get("reason") if facts.get("regressed") else None)
+            if facts.get("reason") is not None
+            else facts.get("error")
+        )
+        reason = str(kernel_log["reason"]) + (f"; {other}" if other else "")
     record = {
         "host": facts.get("host"),
         "run_id": facts.get("run_id"),
@@ -1164,7 +1205,9 @@ def host_result(facts: dict[str, Any]) -> dict[str, Any]:
         "probe": facts.get("probe") or {},
         "accept_length": facts.get("accept_length") or {},
         "load": facts.get("load") or {},
-        "reason": facts.get("reason") if facts.get("reason") is not None else facts.get("error"),
+        "reason": reason,
+        # The driver's Xid lines logged between the switch and the decision (cuda13_upgrade.xid).
+        "kernel_log": kernel_log,
         "rollback": {
             "performed": status == "rolled_back",
             "seconds": facts.get("rollback_seconds"),
