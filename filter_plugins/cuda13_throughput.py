@@ -1,4 +1,4 @@
-"""Filters of the throughput gate (cuda13_upgrade.throughput)."""
+"""Filters of the gate: throughput (cuda13_upgrade.throughput) and the kernel log (cuda13_upgrade.xid)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ try:
 except ImportError:  # not installed (an execution environment): the checkout's src/
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from cuda13_upgrade import throughput
+from cuda13_upgrade import throughput, xid
 from cuda13_upgrade.filtering import ansible_filters
 
 DOCUMENTATION = r"""
@@ -40,6 +40,15 @@ DOCUMENTATION = r"""
           baseline_load, ttft_tolerance_pct, concurrency_tolerance_pct, speculative_pairs)
         type: dict
         default: {}
+  - name: cuda13_kernel_log_verdict
+    short_description: The kernel log's Xid lines since the switch, judged (cuda13_upgrade.xid).
+    positional: _input, read
+    options:
+      _input:
+        description: hostscripts/kernel_log.py mark's registered result (before the switch)
+        type: dict
+        required: true
+      read: {description: "hostscripts/kernel_log.py read's registered result", type: dict}
   - name: cuda13_trials
     short_description: Normalize client and bench_serving trials to one shape.
   - name: cuda13_trials_summary
@@ -111,12 +120,22 @@ def cuda13_gate_verdict(candidate, baseline, settings=None):
         raise AnsibleFilterError(f"cuda13_gate_verdict: {exc}") from exc
 
 
+def cuda13_kernel_log_verdict(mark, read=None):
+    if not isinstance(mark, dict):
+        raise AnsibleFilterError(
+            "cuda13_kernel_log_verdict: mark must be the kernel_log.py mark task's result, "
+            f"got {type(mark).__name__}"
+        )
+    return xid.kernel_log_verdict(mark, read)
+
+
 class FilterModule:
     def filters(self):
         return ansible_filters(
             {
                 "cuda13_throughput_decide": cuda13_throughput_decide,
                 "cuda13_gate_verdict": cuda13_gate_verdict,
+                "cuda13_kernel_log_verdict": cuda13_kernel_log_verdict,
                 "cuda13_trials": cuda13_trials,
                 "cuda13_trials_summary": cuda13_trials_summary,
             }

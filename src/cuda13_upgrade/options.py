@@ -470,6 +470,7 @@ RULES: dict[str, Callable[[Any], tuple[str, str] | None]] = {
     "cuda13_server_url": _url(),
     "cuda13_health_timeout": _between(1, 86400),
     "cuda13_leftover_timeout": _between(0, 3600),
+    "cuda13_kernel_log_command": _nonempty,
     "cuda13_lock_lease_hours": _positive,
     "cuda13_profiles": _profiles,
     "cuda13_baseline_max_age_hours": _min(0),
