@@ -144,3 +144,50 @@ def test_the_report_shows_the_accept_length(collapse):
     assert "- cuda13-gate-3 eagle3: 2.67 -> 1.00 tokens per verify step (-62.5 %, rolled back)" in summary
     # The kept host's EAGLE-3 accepted as many draft tokens on both stacks.
     assert "- cuda13-gate-1 eagle3: 2.67 -> 2.67 tokens per verify step (+0.0 %, healthy)" in summary
+
+
+# The lines the kernel log double printed: sglang.srt.simulation.KERNEL_LOG_LINES.
+XID79 = "May 18 19:02:39 kernel: NVRM: Xid (PCI:0000:2b:00): 79, GPU has fallen off the bus."
+XID45 = "kernel: NVRM: Xid (PCI:0000:dc:00): 45, pid=1818990, name=python3, Ch 00000001 caused by previous Xid 149"
+
+
+def test_a_gpu_fallen_off_the_bus_after_the_switch_rolls_back_with_its_line(garbage):
+    result = _result(garbage)
+    assert result["status"] == "rolled_back"
+    log = result["kernel_log"]
+    assert log["read"] is True and log["gated"] is True and log["marker_found"] is True
+    assert [(e["xid"], e["action"], e["gate"]) for e in log["xid"]] == [(79, "RESTART_BM", True)]
+    assert log["xid"][0]["line"] == XID79
+    assert result["reason"].startswith("the kernel log shows Xid 79 after the switch")
+    assert "RESTART_BM" in result["reason"] and XID79 in result["reason"]
+    # The throughput gate's own reason follows.
+    assert "output differs from the old stack" in result["reason"]
+    summary = (RUN / "summary.md").read_text()
+    assert "## Kernel log" in summary
+    assert f"- cuda13-gate-2: Xid 79 (RESTART_BM, rolled back): `{XID79}`" in summary
+
+
+def test_an_application_xid_after_the_switch_is_shown_not_gated(drift):
+    result = _result(drift)
+    assert result["status"] == "kept"
+    log = result["kernel_log"]
+    assert log["read"] is True and log["gated"] is False
+    # One line per start of the new stack's server (the switch's and the candidate's restart).
+    assert {(e["xid"], e["action"], e["gate"], e["line"]) for e in log["xid"]} == {
+        (45, "WORKFLOW_XID_45", False, XID45)
+    }
+    assert len(log["xid"]) == result["restart_plan"]["candidate"]["restarts"]
+    summary = (RUN / "summary.md").read_text()
+    assert f"- cuda13-gate-1: Xid 45 (WORKFLOW_XID_45, shown, not gated): `{XID45}`" in summary
+
+
+def test_a_quiet_kernel_log_is_read_and_gates_nothing(collapse):
+    log = _result(collapse)["kernel_log"]
+    assert log == {
+        "xid": [],
+        "gated": False,
+        "read": True,
+        "marker_found": True,
+        "message": "no Xid in the kernel log after the switch",
+        "reason": None,
+    }

@@ -21,9 +21,12 @@ built-in ``DEFAULT_SCENARIO`` when the file does not exist. Schema::
       "leftover_s": 0,           # optional: a scheduler child process that outlives the
                                  # server this long, holding its GPU memory (with a unit's
                                  # KillMode=process systemd leaves it: sgl-project/sglang#23627)
-      "disabled_paths": {"cu130": ["torch_symm_mem"]}  # optional, per CUDA tag: paths the
+      "disabled_paths": {"cu130": ["torch_symm_mem"]},  # optional, per CUDA tag: paths the
                                  # server turns off at start-up when asked for, with SGLang's
                                  # own log line per rank (DISABLED_PATHS)
+      "kernel_log": {"cu130": ["xid79"]}  # optional, per CUDA tag: the driver's lines each
+                                 # start of the server adds to the kernel log double's file
+                                 # (KERNEL_LOG_LINES; sandbox/host/kernel-log prints them)
     }
 
 With ``prefill_tok_s`` the TTFT of a request is ``ttft_ms`` plus its prompt tokens that are
@@ -266,3 +269,39 @@ def token_text(token_id: int) -> str:
 def count_tokens(text: str) -> int:
     """The stand-in tokenizer: one token per whitespace-separated word."""
     return len(text.split())
+
+
+# The NVIDIA driver's kernel log lines a scenario's ``kernel_log`` can name, each a real line
+# quoted byte for byte from the public record named (tests/test_xid.py holds the same lines
+# with their sources; tests/test_kernel_log.py compares them).
+KERNEL_LOG_LINES: dict[str, tuple[str, str]] = {
+    # RTX 5080 (Blackwell), open module 595.71.05, journalctl -k without a hostname field.
+    "xid79": (
+        "github.com/NVIDIA/open-gpu-kernel-modules/issues/1151",
+        "May 18 19:02:39 kernel: NVRM: Xid (PCI:0000:2b:00): 79, GPU has fallen off the bus.",
+    ),
+    "xid79_next": (
+        "github.com/NVIDIA/open-gpu-kernel-modules/issues/1151",
+        "May 18 19:02:39 kernel: NVRM: GPU 0000:2b:00.0: GPU has fallen off the bus.",
+    ),
+    # Driver 590.48.01: the channels of a stopped process torn down.
+    "xid45": (
+        "github.com/NVIDIA/open-gpu-kernel-modules/issues/1150",
+        "kernel: NVRM: Xid (PCI:0000:dc:00): 45, pid=1818990, name=python3, "
+        "Ch 00000001 caused by previous Xid 149",
+    ),
+}
+
+
+def kernel_log_lines(scenario: dict, tag: str) -> list[str]:
+    """The driver's lines a start of the server on this stack logs (``KERNEL_LOG_LINES``),
+    in the scenario's order."""
+    names = (scenario.get("kernel_log") or {}).get(tag) or []
+    lines = []
+    for name in names:
+        if name not in KERNEL_LOG_LINES:
+            raise ValueError(
+                f"sandbox scenario: kernel_log.{tag} names {name!r}, not one of {sorted(KERNEL_LOG_LINES)}"
+            )
+        lines.append(KERNEL_LOG_LINES[name][1])
+    return lines

@@ -441,6 +441,21 @@ def _terminate(signum, frame) -> None:
 # The nvidia-smi double's live compute processes (sandbox/host/nvidia-smi).
 PROCESSES_DIR = os.environ.get("NVIDIA_SMI_DOUBLE_PROCESSES") or "/run/nvidia-smi-double/processes"
 
+# The kernel log double's file (sandbox/host/kernel-log): what the driver logged since boot.
+KERNEL_LOG_FILE = os.environ.get("KERNEL_LOG_DOUBLE_FILE") or "/run/kernel-log-double/kmsg"
+
+
+def _log_kernel_lines(lines: list[str]) -> None:
+    """Append the driver's lines the scenario has this stack cause to the kernel log double."""
+    if not lines or not os.path.isdir(os.path.dirname(KERNEL_LOG_FILE)):  # not a sandbox host
+        return
+    try:
+        with open(KERNEL_LOG_FILE, "a", encoding="utf-8") as handle:
+            handle.writelines(line + "\n" for line in lines)
+    except OSError:
+        pass
+
+
 # A scheduler child: holds the GPU memory while its parent lives, then LEFTOVER s more.
 _SCHEDULER = """
 import os, sys, time
@@ -548,6 +563,7 @@ def launch_server(server_args: ServerArgs) -> None:
         for rank in range(max(1, server_args.tp_size)):
             log(line, prefix=f" TP{rank}")
     log(f"Load weight end. Simulated decode: {tag}/{profile} at {model.rate_tok_s} tok/s ({source})")
+    _log_kernel_lines(simulation.kernel_log_lines(scenario, tag))
     _hold_gpu_memory(scenario, server_args.tp_size)
     for path in write_jit_caches(tag):
         log(f"JIT cache written: {path}")
