@@ -25,10 +25,13 @@ and ``--after-cursor=CURSOR`` starts after it (journalctl(1), OPTIONS:
 dashes"; ``--after-cursor=``: "Start showing entries from the location in the
 journal after the location specified by the passed cursor"). A cursor names
 one entry of one boot, so a line logged twice, or a clock stepped back, cannot
-confuse it. A cursor the journal no longer knows (rotated, vacuumed)
-makes journalctl fail; then the whole log is read and ``marker_found`` is
-false. With any other command the marker is the last line printed, and the
-new lines are those after its last occurrence (``since``).
+confuse it. Where journalctl cannot seek to the cursor (the journal was
+vacuumed; sd_journal_seek_cursor(3) seeks to the closest entry when it can)
+it fails; then the whole log is read and ``marker_found`` is false. The cursor
+is a kernel entry itself, so ``--after-cursor`` with ``-k``'s filter skips
+exactly it (systemd/systemd#30288 was a cursor outside the filter). With any
+other command the marker is the last line printed, and the new lines are those
+after its last occurrence (``since``).
 
 A command that cannot be run, exits non-zero, runs past 60 s, or prints
 nothing on stdout but something on stderr (journalctl without the
