@@ -242,6 +242,7 @@ def summary_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
          "started_at", "finished_at", "duration_s": float | None,
          "steps": {step: seconds}, "out_of_service_s": float | None,
          "resolved_target": ["name==version", ...], "staged_in": run id | None,
+         "kernel_log": result.json's kernel_log | None,
          "effective": {profile: result.json's effective[profile]} (profiles read on
                        both stacks, whose effective arguments differ between them, or
                        with new-stack-only arguments the new server does not use)}
