@@ -587,3 +587,84 @@ def test_a_scenario_s_disabled_paths_log_sglang_s_line_per_rank_and_keep_the_arg
 
     found = effective.disabled_lines(log)
     assert [(r["path"], r["ranks"]) for r in found] == [("torch symmetric memory allreduce", 4)]
+
+
+def _soak(url: str, *extra: str, timeout: float = 120) -> dict:
+    """Run completion_bench.py's soak (with --load-metrics, as profile.yml runs it)."""
+    from cuda13_upgrade.hostscripts import completion_bench
+
+    prompts = Path(__file__).resolve().parents[1] / "roles" / "verify_throughput" / "files" / "prompts.json"
+    out = subprocess.run(
+        [
+            sys.executable,
+            completion_bench.__file__,
+            "--url",
+            url,
+            "--load-metrics",
+            "--prompt-file",
+            str(prompts),
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=timeout,
+    )
+    return json.loads(out.stdout)["soak"]
+
+
+def test_a_soak_at_the_sandbox_s_rates_serves_every_request(venv_cu130, no_ld_conf, tmp_path):
+    # The sandbox's own rates and output length (inventory/sandbox: 64 tokens) with the
+    # soak's defaults (64 requests, 8 at once): its seconds are what a sandbox profile adds.
+    from cuda13_upgrade.hostscripts import completion_bench
+
+    scenario = tmp_path / "default.json"
+    scenario.write_text(json.dumps({**FAST, "rates_tok_s": {"cu130": {"plain": 92.6}}, "ttft_ms": 150}))
+    server = testkit.SimServer(venv_cu130.python, server_env(venv_cu130, scenario, no_ld_conf), tmp_path)
+    try:
+        soak = _soak(server.url, "--max-tokens", "64", "--soak-requests", "64", "--soak-concurrency", "8")
+    finally:
+        server.close()
+    assert soak["served"] == 64 and soak["failures"] == []
+    assert soak["seconds"] < 15, soak["seconds"]
+    print(f"soak of 64 requests at concurrency 8, 64 tokens: {soak['seconds']} s")
+    assert completion_bench.__name__
+
+
+def test_a_server_that_stops_answering_stalls_the_soak_while_health_is_200(venv_cu130, no_ld_conf, tmp_path):
+    scenario = _scenario_file(tmp_path, stall_after_completions={"cu130": 5})
+    env = server_env(venv_cu130, scenario, no_ld_conf, SGLANG_HEALTH_CHECK_TIMEOUT="1")
+    server = testkit.SimServer(venv_cu130.python, env, tmp_path)
+    try:
+        soak = _soak(
+            server.url,
+            "--max-tokens",
+            "8",
+            "--soak-requests",
+            "20",
+            "--soak-concurrency",
+            "1",
+            "--soak-deadline-s",
+            "2",
+        )
+        assert testkit.http_get(server.url + "/health")[0] == 200
+        assert testkit.http_get(server.url + "/health_generate", timeout=10)[0] == 503
+    finally:
+        server.close()
+    assert soak["served"] == 5
+    assert [(f["request"], f["outcome"]) for f in soak["failures"]] == [(6, "stall")]
+    assert 2 <= soak["failures"][0]["seconds"] < 5
+
+
+def test_a_server_that_crashes_on_a_request_fails_the_soak_as_a_crash(venv_cu130, no_ld_conf, tmp_path):
+    scenario = _scenario_file(tmp_path, crash_on_request={"cu130": 4})
+    server = testkit.SimServer(venv_cu130.python, server_env(venv_cu130, scenario, no_ld_conf), tmp_path)
+    try:
+        soak = _soak(server.url, "--max-tokens", "8", "--soak-requests", "10", "--soak-concurrency", "1")
+        server.proc.wait(timeout=10)
+        code = server.proc.returncode
+    finally:
+        server.close()
+    assert soak["served"] == 3
+    assert [(f["request"], f["outcome"]) for f in soak["failures"]] == [(4, "crash")]
+    assert code == -8  # SIGFPE, as sgl-project/sglang PR #40485 reports the scheduler's end

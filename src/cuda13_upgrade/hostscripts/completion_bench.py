@@ -23,6 +23,13 @@ before each trial, so no trial is a cache hit of an earlier one. The warm-up req
 another prompt and are not measured. Without a prompt file every trial sends the same
 ``hello`` prompt (a degenerate workload, kept for comparison).
 
+With ``--load-metrics``, ``--soak-requests N`` adds a soak after the load metrics:
+``N`` completions at ``--soak-concurrency`` at once, each on a prompt of the set as it is
+(request ``i`` gets the set's prompt ``i`` modulo its length), every one of which must end
+within ``--soak-deadline-s``; the first failure stops it (``soak``). Its record is printed
+under ``"soak"`` whatever the outcome: a failed soak is the controller's to judge
+(``cuda13_upgrade.soak``), not an error of this script.
+
 Prints one JSON object on stdout: ``{"url": ..., "warmup": n, "trials": [...]}``.
 Exit status 2 with a message on stderr when the server cannot be reached or
 answers something that is not a completion stream.
@@ -238,6 +245,202 @@ def load_metrics(
     return out
 
 
+def _soak_request(url: str, model: str | None, prompt: str, max_tokens: int, deadline_s: float) -> dict:
+    """One soak request: a streamed completion that must end (``[DONE]``) within ``deadline_s``.
+
+    Returns ``{"outcome": "served" | "crash" | "stall" | "error", "detail": str, "tokens": n,
+    "seconds": s}``: ``crash`` when the connection is refused, reset or closed before the
+    stream ends; ``stall`` when the deadline passes (no byte for ``deadline_s``, or the
+    stream still running at the deadline); ``error`` for an HTTP error status or an error
+    object in the body or the stream.
+    """
+    import http.client
+    import socket
+
+    body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True, "stream": True}
+    if model:
+        body["model"] = model
+    request = urllib.request.Request(
+        url.rstrip("/") + "/v1/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    tokens = 0
+    start = time.monotonic()
+
+    def out(outcome: str, detail: str = "") -> dict:
+        return {
+            "outcome": outcome,
+            "detail": detail,
+            "tokens": tokens,
+            "seconds": round(time.monotonic() - start, 3),
+        }
+
+    try:
+        with urllib.request.urlopen(request, timeout=deadline_s) as response:
+            done = False
+            for raw in response:
+                if time.monotonic() - start > deadline_s:
+                    return out("stall", f"{tokens} token(s) streamed, the stream still running")
+                line = raw.decode("utf-8", "replace").strip()
+                if not line.startswith("data:"):
+                    continue
+                payload = line[len("data:") :].strip()
+                if payload == "[DONE]":
+                    done = True
+                    break
+                try:
+                    chunk = json.loads(payload)
+                except json.JSONDecodeError:
+                    return out("error", f"not a completion chunk: {payload[:200]}")
+                if not isinstance(chunk, dict) or "error" in chunk or chunk.get("object") == "error":
+                    return out("error", payload[:300])
+                choices = chunk.get("choices") or []
+                if choices and choices[0].get("text"):
+                    tokens += 1
+            if not done:
+                return out("crash", f"the stream ended without [DONE] after {tokens} token(s)")
+    except urllib.error.HTTPError as exc:
+        try:
+            text = exc.read().decode("utf-8", "replace")
+        except OSError:
+            text = ""
+        return out("error", f"HTTP {exc.code}: {' '.join(text.split())[:300]}")
+    except urllib.error.URLError as exc:
+        if isinstance(exc.reason, (TimeoutError, socket.timeout)):
+            return out("stall", f"no connection: {exc.reason}")
+        return out("crash", str(exc.reason))
+    except (TimeoutError, socket.timeout):  # noqa: UP041 (distinct before Python 3.10)
+        return out("stall", f"{tokens} token(s) streamed, then nothing")
+    except (ConnectionError, http.client.HTTPException, OSError) as exc:
+        return out("crash", f"{type(exc).__name__}: {exc}")
+    if time.monotonic() - start > deadline_s:
+        return out("stall", f"{tokens} token(s) streamed, the stream still running")
+    return out("served")
+
+
+# What systemd says of the unit's main process (systemctl show's property names).
+_UNIT_PROPERTIES = ("ActiveState", "SubState", "MainPID", "ExecMainCode", "ExecMainStatus", "NRestarts")
+
+
+def unit_state(unit: str | None) -> dict:
+    """``systemctl show`` of the unit (``_UNIT_PROPERTIES``); {} without a unit or systemctl."""
+    import subprocess
+
+    if not unit:
+        return {}
+    try:
+        proc = subprocess.run(
+            ["systemctl", "show", unit, *(f"--property={p}" for p in _UNIT_PROPERTIES)],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=30,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    state = {}
+    for line in proc.stdout.splitlines():
+        key, _, value = line.partition("=")
+        if key in _UNIT_PROPERTIES:
+            state[key] = value
+    return state
+
+
+def journal_tail(unit: str | None, lines: int) -> list[str]:
+    """The unit's last journal lines (journalctl --output cat), [] when unreadable."""
+    import subprocess
+
+    if not unit or lines <= 0:
+        return []
+    try:
+        out = subprocess.run(
+            ["journalctl", "--unit", unit, "--lines", str(lines), "--no-pager", "--output", "cat"],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=30,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return out.stdout.splitlines()
+
+
+def soak(
+    url: str,
+    *,
+    prompts: list[str],
+    requests: int,
+    concurrency: int,
+    deadline_s: float,
+    max_tokens: int,
+    model: str | None = None,
+    unit: str | None = None,
+    journal_lines: int = 30,
+) -> dict:
+    """``requests`` streamed completions, ``concurrency`` at once, each within ``deadline_s``.
+
+    Request ``i`` (numbered from 1) sends the prompt set's prompt ``i - 1`` modulo its length.
+    The first request that fails stops the soak: no request starts after it; those in flight
+    end (each within its own deadline). Returns ``{"requests", "concurrency", "deadline_s",
+    "max_tokens", "served": n, "seconds", "failures": [{"request": i, "outcome", "detail",
+    "tokens", "seconds"}, ...] (in request order), "unit_before", "unit_after",
+    "journal_tail": [line, ...]}``; the unit's state and journal tail (``unit``) only
+    after a failure (``unit_before`` always, when a unit is given).
+    """
+    import threading
+
+    if not prompts:
+        raise ValueError("the soak needs a non-empty prompt set")
+    before = unit_state(unit)
+    lock = threading.Lock()
+    stop = threading.Event()
+    state = {"next": 0, "served": 0}
+    failures: list[dict] = []
+
+    def worker() -> None:
+        while not stop.is_set():
+            with lock:
+                index = state["next"]
+                if index >= requests:
+                    return
+                state["next"] += 1
+            outcome = _soak_request(url, model, prompts[index % len(prompts)], max_tokens, deadline_s)
+            with lock:
+                if outcome["outcome"] == "served":
+                    state["served"] += 1
+                else:
+                    failures.append({"request": index + 1, **outcome})
+                    stop.set()
+
+    began = time.monotonic()
+    width = max(1, min(concurrency, requests))
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(width)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        # Each request ends within its deadline (plus one blocked read); a thread still
+        # running well past that is left behind (daemon) rather than holding the run.
+        thread.join(timeout=deadline_s * 2 + 30)
+    record = {
+        "requests": requests,
+        "concurrency": concurrency,
+        "deadline_s": deadline_s,
+        "max_tokens": max_tokens,
+        "served": state["served"],
+        "seconds": round(time.monotonic() - began, 3),
+        "failures": sorted(failures, key=lambda f: f["request"]),
+        "unit_before": before,
+        "unit_after": {},
+        "journal_tail": [],
+    }
+    if failures and unit:
+        record["unit_after"] = unit_state(unit)
+        record["journal_tail"] = journal_tail(unit, journal_lines)
+    return record
+
+
 def bench_serving_trial(python: str, url: str, *, max_tokens: int, prompt_len: int, prompts: int) -> dict:
     """One trial with SGLang's own client, ``python -m sglang.bench_serving``.
 
@@ -326,6 +529,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ttft-prompt-len", type=int, default=0, help="words of the long prompt (0: off)")
     parser.add_argument("--ttft-requests", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=0, help="streams at once (0: off)")
+    parser.add_argument(
+        "--soak-requests", type=int, default=0, help="with --load-metrics: soak requests (0: off)"
+    )
+    parser.add_argument("--soak-concurrency", type=int, default=8, help="soak requests at once")
+    parser.add_argument(
+        "--soak-deadline-s", type=float, default=60.0, help="seconds each soak request may take"
+    )
+    parser.add_argument(
+        "--soak-max-tokens", type=int, default=None, help="tokens per soak request (--max-tokens)"
+    )
+    parser.add_argument("--unit", default=None, help="the server's systemd unit, read after a failed soak")
+    parser.add_argument("--journal-lines", type=int, default=30)
     args = parser.parse_args(argv)
 
     if args.load_metrics:
@@ -352,7 +567,20 @@ def main(argv: list[str] | None = None) -> int:
         except (ValueError, json.JSONDecodeError) as exc:
             print(f"unexpected answer from {args.url}: {exc}", file=sys.stderr)
             return 2
-        json.dump({"url": args.url, "load": load}, sys.stdout)
+        document = {"url": args.url, "load": load}
+        if args.soak_requests > 0:
+            document["soak"] = soak(
+                args.url,
+                prompts=workload["prompts"],
+                requests=args.soak_requests,
+                concurrency=args.soak_concurrency,
+                deadline_s=args.soak_deadline_s,
+                max_tokens=args.soak_max_tokens or args.max_tokens,
+                model=args.model,
+                unit=args.unit,
+                journal_lines=args.journal_lines,
+            )
+        json.dump(document, sys.stdout)
         sys.stdout.write("\n")
         return 0
 

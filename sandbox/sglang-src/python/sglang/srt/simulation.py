@@ -24,9 +24,20 @@ built-in ``DEFAULT_SCENARIO`` when the file does not exist. Schema::
       "disabled_paths": {"cu130": ["torch_symm_mem"]},  # optional, per CUDA tag: paths the
                                  # server turns off at start-up when asked for, with SGLang's
                                  # own log line per rank (DISABLED_PATHS)
-      "kernel_log": {"cu130": ["xid79"]}  # optional, per CUDA tag: the driver's lines each
+      "kernel_log": {"cu130": ["xid79"]},  # optional, per CUDA tag: the driver's lines each
                                  # start of the server adds to the kernel log double's file
                                  # (KERNEL_LOG_LINES; sandbox/host/kernel-log prints them)
+      "crash_on_request": {"cu130": 1},  # optional, per CUDA tag: the n-th generation request
+                                 # since the start (1: the first real one) kills the server
+                                 # process with SIGFPE (sgl-project/sglang PR #40485: symmetric
+                                 # memory on PCIe GPUs without P2P "ends in SIGFPE (exit code
+                                 # -8) ... the first real inference request kills the scheduler")
+      "stall_after_completions": {"cu130": 30}  # optional, per CUDA tag: once this many
+                                 # generation requests finished, every later one hangs (the
+                                 # stream's headers, then nothing) while /health stays 200 and
+                                 # /health_generate answers 503 after its timeout
+                                 # (sgl-project/sglang#22779: "appears healthy (returns HTTP 200
+                                 # on /health) but silently stops processing requests")
     }
 
 With ``prefill_tok_s`` the TTFT of a request is ``ttft_ms`` plus its prompt tokens that are
@@ -178,6 +189,15 @@ class PrefixCache:
 
 
 VOCAB_SIZE = 32000
+
+
+def per_tag_count(scenario: dict, key: str, tag: str) -> int:
+    """The scenario's ``key`` for this CUDA tag as a count, 0 when it has none (module doc:
+    ``crash_on_request``, ``stall_after_completions``)."""
+    value = (scenario.get(key) or {}).get(tag) or 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"sandbox scenario: {key}.{tag} must be a count >= 0 (got {value!r})")
+    return value
 
 
 def warmup_window_s(scenario: dict, tag: str) -> float:

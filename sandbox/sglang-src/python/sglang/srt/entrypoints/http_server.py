@@ -28,6 +28,11 @@ log ``The server is fired up and ready to roll!``. Endpoints, in the shapes SGLa
   --backend sglang`` uses;
 * ``POST /flush_cache``.
 
+A scenario's ``crash_on_request`` ends the process with SIGFPE at its n-th generation request
+(sgl-project/sglang PR #40485), and its ``stall_after_completions`` makes every generation
+request after that many finished ones hang while ``/health`` stays 200
+(sgl-project/sglang#22779): ``simulation``'s module doc.
+
 Tokens leave at the times ``sglang.srt.simulation.DecodeModel`` gives; requests run
 concurrently without slowing each other. Logs go to stdout in SGLang's and uvicorn's formats.
 """
@@ -79,6 +84,14 @@ class SimState:
     prefix_cache: simulation.PrefixCache = dataclasses.field(default_factory=simulation.PrefixCache)
     spec_tokens: int = 0
     spec_verify_ct: int = 0
+    crash_on_request: int = 0
+    stall_after_completions: int = 0
+    generation_requests: int = 0
+    completed: int = 0
+
+    def stalled(self) -> bool:
+        """True once the scenario's ``stall_after_completions`` requests have finished."""
+        return bool(self.stall_after_completions) and self.completed >= self.stall_after_completions
 
     def verify_steps(self, completion_tokens: int) -> int:
         """Verify steps a speculative request of ``completion_tokens`` takes."""
@@ -211,6 +224,11 @@ class Handler(BaseHTTPRequestHandler):
             self._send(200, b"", "text/plain; charset=utf-8")
         elif path == "/health_generate":
             limit = float(os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT", 20))
+            if state.stalled():
+                # Its one-token generation never finishes: SGLang answers 503 at the timeout.
+                time.sleep(limit)
+                self._send(503, b"", "text/plain; charset=utf-8")
+                return
             ready = state.wait_until_ready(limit)
             self._send(200 if ready else 503, b"", "text/plain; charset=utf-8")
         elif path in ("/get_server_info", "/server_info"):
@@ -271,6 +289,17 @@ class Handler(BaseHTTPRequestHandler):
     def _tokens(self, n_tokens: int, prompt_tokens: int, prompt: str = ""):
         """Yield (index, token id, text) at the scheduled times; update the shared counters."""
         state = self.server.state
+        with state.lock:
+            state.generation_requests += 1
+            number = state.generation_requests
+            stalled = state.stalled()
+        if state.crash_on_request and number >= state.crash_on_request:
+            # The scheduler dies of SIGFPE and the server process with it (the default action,
+            # set at start: terminate with a core, which systemd reports as status=8/FPE).
+            os.kill(os.getpid(), signal.SIGFPE)
+            time.sleep(60)
+        if stalled:
+            threading.Event().wait()
         if time.monotonic() < state.ready_at:
             with state.lock:
                 state.requests_in_warmup += 1
@@ -309,6 +338,8 @@ class Handler(BaseHTTPRequestHandler):
                     )
                     window_start, window_tokens = now, 0
             state.count_speculative(n_tokens)
+            with state.lock:
+                state.completed += 1
         finally:
             with state.lock:
                 state.running -= 1
@@ -572,6 +603,10 @@ def launch_server(server_args: ServerArgs) -> None:
     httpd.state = SimState(server_args, stack, scenario, source, tag, profile, model, int(time.time()))
     httpd.state.token_mode = simulation.token_mode(scenario, tag)
     httpd.state.accept_length = simulation.accept_length(scenario, tag, profile)
+    httpd.state.crash_on_request = simulation.per_tag_count(scenario, "crash_on_request", tag)
+    httpd.state.stall_after_completions = simulation.per_tag_count(scenario, "stall_after_completions", tag)
+    if httpd.state.crash_on_request:
+        signal.signal(signal.SIGFPE, signal.SIG_DFL)
     window = simulation.warmup_window_s(scenario, tag)
     httpd.state.ready_at = time.monotonic() + window
     signal.signal(signal.SIGTERM, _terminate)
