@@ -12,7 +12,7 @@ try:
 except ImportError:  # not installed (an execution environment): the checkout's src/
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from cuda13_upgrade import throughput, xid
+from cuda13_upgrade import soak, throughput, xid
 from cuda13_upgrade.filtering import ansible_filters
 
 DOCUMENTATION = r"""
@@ -37,7 +37,8 @@ DOCUMENTATION = r"""
         description: >-
           keyword arguments of cuda13_upgrade.throughput.gate_verdict (metric, tolerance_pct, z,
           max_trials, baseline_probe, min_prefix_tokens, min_agreeing_share, accept_length_drop_pct,
-          baseline_load, ttft_tolerance_pct, concurrency_tolerance_pct, speculative_pairs)
+          baseline_load, ttft_tolerance_pct, concurrency_tolerance_pct, speculative_pairs,
+          disabled_flag_action, soak)
         type: dict
         default: {}
   - name: cuda13_kernel_log_verdict
@@ -49,6 +50,11 @@ DOCUMENTATION = r"""
         type: dict
         required: true
       read: {description: "hostscripts/kernel_log.py read's registered result", type: dict}
+  - name: cuda13_soak_failed
+    short_description: The first profile of one phase's results whose soak failed, or none.
+    positional: _input
+    options:
+      _input: {description: "per profile, one phase's {trials, soak, ...}", type: dict, required: true}
   - name: cuda13_trials
     short_description: Normalize client and bench_serving trials to one shape.
   - name: cuda13_trials_summary
@@ -129,6 +135,12 @@ def cuda13_kernel_log_verdict(mark, read=None):
     return xid.kernel_log_verdict(mark, read)
 
 
+def cuda13_soak_failed(results):
+    if not isinstance(results, dict):
+        raise AnsibleFilterError(f"cuda13_soak_failed expects a dict, got {type(results).__name__}")
+    return soak.failed_profile(results)
+
+
 class FilterModule:
     def filters(self):
         return ansible_filters(
@@ -136,6 +148,7 @@ class FilterModule:
                 "cuda13_throughput_decide": cuda13_throughput_decide,
                 "cuda13_gate_verdict": cuda13_gate_verdict,
                 "cuda13_kernel_log_verdict": cuda13_kernel_log_verdict,
+                "cuda13_soak_failed": cuda13_soak_failed,
                 "cuda13_trials": cuda13_trials,
                 "cuda13_trials_summary": cuda13_trials_summary,
             }

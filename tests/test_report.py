@@ -87,6 +87,7 @@ def _result(host: str, **over: Any) -> dict[str, Any]:
         "probe": {},
         "accept_length": {},
         "load": {},
+        "soak": {},
         "reason": None,
         "rollback": {
             "performed": False,

@@ -223,10 +223,12 @@ def _nonempty(value: Any) -> tuple[str, str] | None:
 
 
 def _profiles(value: Any) -> tuple[str, str] | None:
-    """non-empty list of {name: unique word, server_args, new_stack_args: string lists}, no more"""
+    """non-empty list of {name: unique word, server_args, new_stack_args: string lists,
+    soak_concurrency: int >= 1 (optional)}, no more"""
     expected = (
         "a non-empty list of {name: unique name, server_args: list of strings, "
-        "new_stack_args: list of strings added on the new stack only}"
+        "new_stack_args: list of strings added on the new stack only, "
+        "soak_concurrency: soak requests at once (optional, >= 1)}"
     )
     if not value:
         return "is empty", expected
@@ -239,7 +241,10 @@ def _profiles(value: Any) -> tuple[str, str] | None:
             args = profile.get(key, [])
             if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
                 return f"has profile {name!r} whose {key} {args!r} is not a list of strings", expected
-        unknown = sorted(set(profile) - {"name", "server_args", "new_stack_args"})
+        at_once = profile.get("soak_concurrency", 1)
+        if isinstance(at_once, bool) or not isinstance(at_once, int) or at_once < 1:
+            return f"has profile {name!r} whose soak_concurrency {at_once!r} is not an int >= 1", expected
+        unknown = sorted(set(profile) - {"name", "server_args", "new_stack_args", "soak_concurrency"})
         if unknown:
             return f"has profile {name!r} with unknown keys {unknown}", expected
         names.append(name)
@@ -560,6 +565,9 @@ RULES: dict[str, Callable[[Any], tuple[str, str] | None]] = {
     "verify_throughput_ttft_tolerance_pct": _between(0, 100, high_open=True),
     "verify_throughput_concurrency": _min(0),
     "verify_throughput_concurrency_tolerance_pct": _between(0, 100, high_open=True),
+    "verify_throughput_soak_requests": _min(0),
+    "verify_throughput_soak_concurrency": _min(1),
+    "verify_throughput_soak_deadline_s": _min(1),
     "verify_throughput_probe_prompts": _min(1),
     "verify_throughput_probe_tokens": _min(1),
     "verify_throughput_probe_min_prefix_tokens": _min(1),

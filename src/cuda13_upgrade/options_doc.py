@@ -220,6 +220,10 @@ TUNE: tuple[str, ...] = (
     "verify_throughput_ttft_tolerance_pct",
     "verify_throughput_concurrency",
     "verify_throughput_concurrency_tolerance_pct",
+    "verify_throughput_soak_requests",
+    "verify_throughput_soak_concurrency",
+    "verify_throughput_soak_deadline_s",
+    "verify_throughput_soak_baseline",
     # preflight
     "nvidia_driver_check_allowed_compute_capabilities",
     "nvidia_driver_check_required_disk_gib",

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from cuda13_upgrade import effective, ondemand, scriptout, timeline, xid
+from cuda13_upgrade import soak as soak_module
 
 NOT_REACHED = "not reached"
 #: The status run.json gives a host kept by an earlier run, its stack unchanged (no role ran).
@@ -328,6 +329,7 @@ def summary_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
             for name, v in (r.get("accept_length") or {}).items()
             if isinstance(v, dict) and v.get("passed") is not None
         }
+        row["soak"] = soak_summary(r)
         row["decision"] = decision_text(row)
         rows.append(row)
     return rows
@@ -573,6 +575,45 @@ def _probe_lines(rows: list[dict[str, Any]]) -> list[str]:
     return out + (["", "## Speculative accept length", "", *accept] if accept else [])
 
 
+# The phases a soak runs in, as the summary names their stacks.
+_SOAK_PHASES = {"baseline": "old stack", "candidate": "new stack"}
+# Journal lines of a failed soak shown in the summary (result.json keeps them all).
+SOAK_JOURNAL_LINES = 12
+
+
+def soak_summary(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``{"<phase>/<profile>": soak.judge record}`` of a result's soaks: the records in its
+    ``throughput`` (the new stack's, and the old stack's when it was soaked too), judged."""
+    out: dict[str, dict[str, Any]] = {}
+    for phase in _SOAK_PHASES:
+        for name, measured in ((result.get("throughput") or {}).get(phase) or {}).items():
+            record = measured.get("soak") if isinstance(measured, dict) else None
+            if isinstance(record, dict) and isinstance(record.get("requests"), int):
+                out[f"{phase}/{name}"] = soak_module.judge(record, profile=str(name))
+    return out
+
+
+def _soak_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The soak's section of the summary: per host, stack and profile the count served, and
+    for a failed soak its reason and the unit's last journal lines."""
+    lines: list[str] = []
+    for row in rows:
+        for key, judged in (row.get("soak") or {}).items():
+            phase, _, name = key.partition("/")
+            head = f"- {row['host']} {name} ({_SOAK_PHASES.get(phase, phase)}): "
+            if judged["passed"]:
+                lines.append(
+                    head + f"served {judged['served']} of {judged['requests']} requests, "
+                    f"{judged['concurrency']} at once, in {_fmt(_number(judged['seconds']))} s"
+                )
+                continue
+            lines.append(head + str(judged["reason"]).removeprefix(f"{name}: "))
+            tail = judged.get("journal_tail") or []
+            if tail:
+                lines += ["", "  ```", *[f"  {line}" for line in tail[-SOAK_JOURNAL_LINES:]], "  ```", ""]
+    return ["", "## Soak", "", *lines] if lines else []
+
+
 def render_markdown(run_id: str, rows: list[dict[str, Any]]) -> str:
     """The fleet summary as Markdown: a title, a count per status, and a table
     with one row per host (decision, stacks, median tok/s per profile before
@@ -623,6 +664,7 @@ def render_markdown(run_id: str, rows: list[dict[str, Any]]) -> str:
     lines += _durations_table(rows)
     lines += _alternatives_lines(rows)
     lines += _probe_lines(rows)
+    lines += _soak_lines(rows)
     lines += _command_lines(rows)
     lines += _kernel_log_lines(rows)
     lines += _effective_lines(rows)
@@ -1100,7 +1142,7 @@ def host_result(facts: dict[str, Any]) -> dict[str, Any]:
     - ``throughput`` (verify_throughput_results), ``baseline`` (the recorded
       baseline used, ``{"profiles": ...}``), ``restart_plan``, ``restarts``,
       ``leftover_processes``, ``decisions``, ``speculative``, ``probe``,
-      ``accept_length``, ``load``, ``reason``, ``rollback_seconds``, ``rollback_checks``,
+      ``accept_length``, ``load``, ``soak``, ``reason``, ``rollback_seconds``, ``rollback_checks``,
       ``rollback_alternatives_manual`` (the alternatives groups the rollback left in
       manual mode, :func:`cuda13_upgrade.ondemand.alternatives_restore`);
     - ``kernel_log_mark``, ``kernel_log_read``: the registered results of
@@ -1206,6 +1248,9 @@ def host_result(facts: dict[str, Any]) -> dict[str, Any]:
         "probe": facts.get("probe") or {},
         "accept_length": facts.get("accept_length") or {},
         "load": facts.get("load") or {},
+        # Per profile, the new stack's soak as the gate judged it (cuda13_upgrade.soak.judge):
+        # the count served and, on failure, the reason and the unit's journal tail.
+        "soak": facts.get("soak") or {},
         "reason": reason,
         # The driver's Xid lines logged between the switch and the decision (cuda13_upgrade.xid).
         "kernel_log": kernel_log,

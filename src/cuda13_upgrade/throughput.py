@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from cuda13_upgrade import effective, load, probe
+from cuda13_upgrade import soak as soak_module
 
 MEDIAN_SE_FACTOR = math.sqrt(math.pi / 2)  # 1.2533: asymptotic SE of a normal sample's median
 MAD_TO_SIGMA = 1.4826  # consistency constant of the MAD for normal data
@@ -439,6 +440,7 @@ def gate_verdict(
     concurrency_tolerance_pct: float = load.DEFAULT_CONCURRENCY_TOLERANCE_PCT,
     speculative_pairs: Sequence[Mapping[str, str]] = (),
     disabled_flag_action: str = "report",
+    soak: bool = False,
 ) -> dict[str, Any]:
     """The gate's verdict over the new stack's profiles: the one record that
     both ends the measuring of a profile (``final``) and decides the host.
@@ -470,14 +472,19 @@ def gate_verdict(
     ``rollback`` each is also a reason to roll back: the gain the operator
     upgraded for is not there.
 
+    ``soak``: each profile's ``soak`` record (``hostscripts/completion_bench.py``) is judged
+    (``cuda13_upgrade.soak.judge``); a failed soak is a reason to roll back, the first of
+    the reasons, and the profiles after it, not measured on that server, are left out of
+    the decisions (and of ``speculative_pairs``).
+
     Returns ``{"regressed": bool, "final": bool, "reason": str, "decisions":
     {profile: Decision.to_dict()}, "probe": {profile: compare_outputs record},
     "accept_length": {profile: compare_accept_length record}, "load": {profile:
-    compare_load record}, "speculative": {speculative profile: speculative_gain
-    record}, "unused_flags": {profile: [unused flag, ...]}}``; the comparisons
+    compare_load record}, "soak": {profile: soak.judge record}, "speculative": {speculative
+    profile: speculative_gain record}, "unused_flags": {profile: [unused flag, ...]}}``; the comparisons
     not made are empty (``unused_flags`` only names profiles with some). ``final``: every profile's
     throughput decision is final. ``reason``: the failed checks' reasons joined by
-    ``"; "`` (wrong output, collapsed accept length, load, regressed throughput,
+    ``"; "`` (failed soak, wrong output, collapsed accept length, load, regressed throughput,
     speculative decoding that does not beat plain decode, in that order), or, when
     none failed, every profile's throughput reason. Raises ``ValueError`` (naming
     the profile) for a profile without baseline trials or probe outputs, or for
@@ -496,7 +503,11 @@ def gate_verdict(
     accepts: dict[str, dict[str, Any]] = {}
     loads: dict[str, dict[str, Any]] = {}
     speculative: dict[str, dict[str, Any]] = {}
+    soaks: dict[str, dict[str, Any]] = {}
+    soak_failed = soak_module.failed_profile(candidate) if soak else None
     for name in candidate if profiles is None else profiles:
+        if soak_failed and name not in candidate:
+            continue
         if name not in candidate:
             raise ValueError(f"profile {name!r} was not measured on the new stack (has {sorted(candidate)})")
         measured = candidate[name]
@@ -526,6 +537,10 @@ def gate_verdict(
                 max_drop_pct=float(accept_length_drop_pct),
                 profile=str(name),
             )
+        if soak:
+            if not measured.get("soak"):
+                raise ValueError(f"profile {name!r} has no soak record of the new stack")
+            soaks[name] = soak_module.judge(measured["soak"], profile=str(name))
         flags = effective.unused_flags(measured.get("new_stack_args") or [], measured.get("effective"))
         if flags:
             unused[str(name)] = flags
@@ -538,12 +553,15 @@ def gate_verdict(
                 profile=str(name),
             )
     for pair in speculative_pairs:
+        if soak_failed and not all(pair[k] in candidate for k in ("plain", "speculative")):
+            continue
         speculative[pair["speculative"]] = speculative_gain(
             trial_metric(normalize_trials(list(candidate[pair["plain"]]["trials"])), metric),
             trial_metric(normalize_trials(list(candidate[pair["speculative"]]["trials"])), metric),
         )
     failed = (
-        [r["reason"] for r in probes.values() if not r["passed"]]
+        [r["reason"] for r in soaks.values() if not r["passed"]]
+        + [r["reason"] for r in probes.values() if not r["passed"]]
         + [r["reason"] for r in accepts.values() if r["passed"] is False]
         + [reason for r in loads.values() for reason in r["reasons"]]
         + [d["reason"] for d in decisions.values() if d["verdict"] == "regressed"]
@@ -571,6 +589,7 @@ def gate_verdict(
         "probe": probes,
         "accept_length": accepts,
         "load": loads,
+        "soak": soaks,
         "speculative": speculative,
         "unused_flags": unused,
     }
