@@ -40,6 +40,22 @@ def _trials(rate: float) -> list[dict]:
     return [{"output_tok_s": rate * f, "decode_tok_s": rate * f} for f in (0.99, 1.0, 1.01, 1.0, 0.995)]
 
 
+def _soak(served: int, failures: tuple = ()) -> dict:
+    """A soak record of hostscripts/completion_bench.py (64 requests, 8 at once, 30 s each)."""
+    return {
+        "requests": 64,
+        "concurrency": 8,
+        "deadline_s": 30.0,
+        "max_tokens": 64,
+        "served": served,
+        "seconds": 5.6,
+        "failures": list(failures),
+        "unit_before": {},
+        "unit_after": {},
+        "journal_tail": [],
+    }
+
+
 def _decide(
     tmp_path: Path,
     *,
@@ -62,6 +78,9 @@ def _decide(
         "verify_throughput_min_trials": 5,
         **(extra or {}),
     }
+    # Every profile soaked (verify_throughput_soak_requests: 64 by default), served all.
+    for measured in facts["verify_throughput_results"]["candidate"].values():
+        measured.setdefault("soak", _soak(64))
     (tmp_path / "vars.json").write_text(json.dumps(facts))
     out = tmp_path / "decision.json"
     playbook = tmp_path / "decide.yml"
@@ -82,7 +101,8 @@ def _decide(
         content: "{{{{ {{'regressed': verify_throughput_regressed, 'reason': verify_throughput_reason,
                         'probe': verify_throughput_probe_results,
                         'accept_length': verify_throughput_accept_length,
-                        'speculative': verify_throughput_speculative}} | to_json }}}}"
+                        'speculative': verify_throughput_speculative,
+                        'soak': verify_throughput_soak}} | to_json }}}}"
         mode: "0644"
 """
     )
@@ -142,3 +162,42 @@ def test_without_the_probe_garbage_is_not_compared_and_speculative_gain_decides(
     assert decision["regressed"] is True
     assert decision["speculative"]["eagle3"]["beats"] is False
     assert decision["reason"] == "speculative decoding (eagle3) does not beat plain decode on the new stack"
+
+
+def test_a_stalled_soak_rolls_back_first_with_the_count_served(tmp_path):
+    stall = {"request": 4, "outcome": "stall", "detail": "", "tokens": 0, "seconds": 30.0}
+    decision = _decide(
+        tmp_path,
+        probe_new=_probe(),
+        extra={
+            "verify_throughput_results": {
+                "candidate": {
+                    "plain": {
+                        "trials": _trials(92.0),
+                        "probe": _probe(),
+                        "load": {},
+                        "soak": _soak(3, (stall,)),
+                    }
+                }
+            }
+        },
+    )
+    assert decision["regressed"] is True
+    assert (
+        decision["reason"] == "plain: the soak served 3 of 64 requests; request 4 got no answer within 30 s"
+    )
+    assert decision["soak"]["plain"]["outcome"] == "stall"
+
+
+def test_without_a_soak_no_soak_record_is_read(tmp_path):
+    decision = _decide(
+        tmp_path,
+        probe_new=_probe(),
+        extra={
+            "verify_throughput_soak_requests": 0,
+            "verify_throughput_results": {
+                "candidate": {"plain": {"trials": _trials(92.0), "probe": _probe(), "load": {}, "soak": {}}}
+            },
+        },
+    )
+    assert decision["regressed"] is False and decision["soak"] == {}
