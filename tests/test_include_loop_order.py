@@ -69,6 +69,8 @@ def _run(tmp_path: Path, task: dict) -> dict[str, list[str]]:
     hosts = {
         name: {
             "__verify_throughput_plan": {"steps": steps},
+            # The new stack's phase: the include's condition reads its soaks (none failed).
+            "verify_throughput_phase": "candidate",
             "verify_throughput_profiles": [
                 {"name": "plain", "server_args": []},
                 {"name": "eagle3", "server_args": EAGLE3},
