@@ -155,3 +155,44 @@ def test_the_result_keeps_the_gate_s_soak_and_the_summary_shows_each_count_and_t
     )
     assert "  journal line 19" in markdown and "  journal line 7" not in markdown
     assert "## Soak" not in report.render_markdown("x", report.summary_rows([{**result, "throughput": {}}]))
+
+
+def test_the_host_script_counts_an_http_error_as_an_error():
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from cuda13_upgrade.hostscripts import completion_bench
+
+    class Failing(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 (stdlib name)
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            body = json.dumps({"object": "error", "message": "Internal server error", "code": 500}).encode()
+            self.send_response(500)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Failing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        record = completion_bench.soak(
+            f"http://127.0.0.1:{server.server_address[1]}",
+            prompts=["one two three"],
+            requests=5,
+            concurrency=1,
+            deadline_s=5,
+            max_tokens=4,
+        )
+    finally:
+        server.shutdown()
+    assert record["served"] == 0 and [f["request"] for f in record["failures"]] == [1]
+    judged = soak.judge(record, profile="plain")
+    assert judged["outcome"] == "error"
+    assert judged["reason"].startswith(
+        "plain: the soak served 0 of 5 requests; request 1 got an error (HTTP 500: "
+    )
