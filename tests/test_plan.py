@@ -198,6 +198,10 @@ def test_a_refused_host_stops_the_rollout_unless_partial_runs_are_allowed():
     assert partial["summary"]["stops"] is False
     assert partial["summary"]["changes"] == 1
     assert partial["batches"] == [["gpu-node-01"]]
+    # every host refused: nothing goes on, partial or not
+    alone = plan.rollout_plan(hosts[1:], allow_partial=True)
+    assert alone["summary"]["stops"] is True
+    assert alone["summary"]["changes"] == 0
 
 
 def test_a_bad_batch_option_is_refused_naming_it():

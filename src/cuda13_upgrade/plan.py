@@ -246,7 +246,8 @@ def rollout_plan(
         paths.setdefault(r["path"], []).append(r["host"])
     refused = paths[REFUSED]
     changing = [r for r in records if r["path"] in (FULL, STAGED)]
-    stops = bool(refused) and not allow_partial
+    # With cuda13_preflight_allow_partial the hosts that passed go on; with none passed, none do.
+    stops = bool(refused) and (not allow_partial or not changing)
     wheel_sizes = [r["wheels"]["bytes"] for r in changing if r.get("wheels")]
     total_bytes = sum(wheel_sizes) if wheel_sizes and None not in wheel_sizes else None
     restarts_total = sum((r.get("restarts") or {}).get("upgrade", 0) for r in changing)
