@@ -262,7 +262,7 @@ def test_the_target_comes_from_the_validated_options():
         "requirements": ["torch==2.9.1+cu130", "sgl-kernel==0.3.21+cu130"],
         "sglang_version": "v0.5.9",
         "sglang_method": "source",
-        "profiles": [{"name": "plain", "server_args": [], "new_stack_args": []}],
+        "profiles": [{"name": "plain", "server_args": [], "new_stack_args": [], "soak_concurrency": None}],
     }
     recorded = {**TARGET, "profiles": [{"name": "plain", "server_args": []}]}
     recorded["requirements"] = ["torch==2.9.1+cu130", "sgl-kernel==0.3.21+cu130"]
@@ -523,3 +523,16 @@ def test_before_the_lock_the_host_verdict_is_the_early_one():
     verdict = rerun.host_verdict(state, TARGET, LOCKED_RUN)
     assert verdict == {**rerun.early_verdict(state, TARGET, LOCKED_RUN), "stopped": None, "notice": ""}
     assert verdict["reason"] == "the lock of run x is on the host"
+
+
+def test_a_target_recorded_before_profiles_had_a_soak_concurrency_is_the_same_target():
+    """Hosts kept before the soak's per-profile concurrency existed stay already kept:
+    the key's absence means its default (None: the soak's own concurrency)."""
+    recorded = {**TARGET, "profiles": [{"name": "plain", "server_args": [], "new_stack_args": []}]}
+    now = {
+        **TARGET,
+        "profiles": [{"name": "plain", "server_args": [], "new_stack_args": [], "soak_concurrency": None}],
+    }
+    assert rerun.same_target(recorded, now)
+    changed = {**TARGET, "profiles": [{"name": "plain", "server_args": [], "soak_concurrency": 4}]}
+    assert not rerun.same_target(recorded, changed)

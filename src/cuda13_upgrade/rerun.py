@@ -27,7 +27,7 @@ TARGET_DEFAULTS: dict[str, Any] = {"sglang_method": "source"}
 
 #: A profile's keys that may be absent, with what their absence means (the argument
 #: spec's defaults of ``cuda13_profiles``: roles/cuda13/meta/argument_specs.yml).
-PROFILE_DEFAULTS: dict[str, Any] = {"new_stack_args": []}
+PROFILE_DEFAULTS: dict[str, Any] = {"new_stack_args": [], "soak_concurrency": None}
 
 #: The validated option each part of a target comes from.
 TARGET_OPTIONS: dict[str, str] = {
