@@ -18,10 +18,11 @@ from test_xid import LOADING, XID45, XID79
 
 REPO = Path(__file__).resolve().parents[1]
 UPGRADE = REPO / "roles" / "upgrade_host" / "tasks" / "upgrade.yml"
+RESCUE = REPO / "roles" / "upgrade_host" / "tasks" / "rescue.yml"
 
 
-def _task(name_start: str) -> dict:
-    tasks = yaml.safe_load(UPGRADE.read_text())
+def _task(name_start: str, path: Path = UPGRADE) -> dict:
+    tasks = yaml.safe_load(path.read_text())
     (task,) = [t for t in tasks if str(t.get("name", "")).startswith(name_start)]
     return task
 
@@ -38,6 +39,8 @@ def _run(
     (tmp_path / "src").symlink_to(REPO / "src")
     tasks_dir = tmp_path / "roles" / "probe" / "tasks"
     tasks_dir.mkdir(parents=True)
+    # rescue.yml includes kernel_log.yml from its own role's tasks.
+    (tasks_dir / "kernel_log.yml").symlink_to(REPO / "roles" / "upgrade_host" / "tasks" / "kernel_log.yml")
     switch = {
         "name": "The new stack logs",
         "ansible.builtin.copy": {
@@ -60,11 +63,14 @@ def _run(
                 gate,
                 {"name": "Kept", "ansible.builtin.set_fact": {"__outcome": "kept"}},
             ],
+            # The gate's own rollback goes through the rescue, which reads the log only
+            # where the decision did not (rescue.yml's task): the read must survive it.
             "rescue": [
+                _task("Read the kernel log since the switch", RESCUE),
                 {
                     "name": "Rolled back",
                     "ansible.builtin.set_fact": {"__outcome": "{{ ansible_failed_result.msg }}"},
-                }
+                },
             ],
         },
         {
