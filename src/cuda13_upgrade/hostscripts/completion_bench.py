@@ -46,22 +46,21 @@ import urllib.error
 import urllib.request
 
 
-def _stream_completion(url: str, model: str | None, prompt: str, max_tokens: int, timeout: float):
-    body = {
-        "prompt": prompt,
-        "max_tokens": max_tokens,
-        "temperature": 0,
-        "ignore_eos": True,
-        "stream": True,
-    }
+def completion_request(url: str, prompt: str, max_tokens: int, model: str | None) -> urllib.request.Request:
+    """A streaming greedy ``POST /v1/completions`` of exactly ``max_tokens`` tokens (ignore_eos)."""
+    body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True, "stream": True}
     if model:
         body["model"] = model
-    request = urllib.request.Request(
+    return urllib.request.Request(
         url.rstrip("/") + "/v1/completions",
         data=json.dumps(body).encode(),
         headers={"Content-Type": "application/json"},
         method="POST",
     )
+
+
+def _stream_completion(url: str, model: str | None, prompt: str, max_tokens: int, timeout: float):
+    request = completion_request(url, prompt, max_tokens, model)
     arrivals: list[float] = []
     start = time.perf_counter()
     with urllib.request.urlopen(request, timeout=timeout) as response:
@@ -257,15 +256,7 @@ def _soak_request(url: str, model: str | None, prompt: str, max_tokens: int, dea
     import http.client
     import socket
 
-    body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True, "stream": True}
-    if model:
-        body["model"] = model
-    request = urllib.request.Request(
-        url.rstrip("/") + "/v1/completions",
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"},
-        method="POST",
-    )
+    request = completion_request(url, prompt, max_tokens, model)
     tokens = 0
     start = time.monotonic()
 
