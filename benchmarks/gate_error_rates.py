@@ -36,7 +36,7 @@ profile of ``inventory/blackwell`` (plain, and EAGLE-3 with its new-stack-only a
 the new stack). Per profile and phase the host scripts run as the ``verify_throughput``
 role runs them, with the role's defaults: ``completion_bench.py`` for the trials (the
 minimum, then one more per call while ``cuda13_throughput_decide`` is not final, up to the
-cap), ``correctness_probe.py`` (its answers carry the accept-length counters), and
+cap), ``completion_bench.py --probe`` (its answers carry the accept-length counters), and
 ``completion_bench.py --load-metrics`` (a long-prompt TTFT and a concurrency, the gate
 molecule scenario's settings by default). The control node's comparisons (probe, accept
 length, load) are timed too. Prints each one's seconds and their ratio to the trials, and
@@ -228,7 +228,7 @@ class ProfileTiming:
     """What one profile costs in one phase, wall seconds on this machine.
 
     ``trials_s``: every ``completion_bench.py`` call of the trial loop (warm-up included),
-    ``calls`` of them for ``n_trials`` trials; ``probe_s``: ``correctness_probe.py``;
+    ``calls`` of them for ``n_trials`` trials; ``probe_s``: ``completion_bench.py --probe``;
     ``load_s``: ``completion_bench.py --load-metrics`` (0 when off). ``trials``, ``probe`` and
     ``load`` are what the scripts printed (the role keeps them in the host's result).
     """
@@ -275,9 +275,9 @@ def measure_profile(
     from cuda13_throughput import cuda13_throughput_decide, cuda13_trials
 
     probe_out, probe_s = _run_hostscript(
-        "correctness_probe.py",
-        *("--url", url, "--prompts", str(PROMPT_FILE)),
-        *("--count", str(role["verify_throughput_probe_prompts"])),
+        "completion_bench.py",
+        *("--url", url, "--prompt-file", str(PROMPT_FILE)),
+        *("--probe", str(role["verify_throughput_probe_prompts"])),
         *("--max-new-tokens", str(role["verify_throughput_probe_tokens"])),
     )
     trial_file = workdir / f"{phase}-{profile}.json"

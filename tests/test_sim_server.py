@@ -306,11 +306,20 @@ def _scenario_file(tmp_path: Path, **extra) -> Path:
 
 def _probe(url: str, tmp_path: Path) -> list[dict]:
     """Run the correctness probe host script against a server, as the role does."""
-    from cuda13_upgrade.hostscripts import correctness_probe
+    from cuda13_upgrade.hostscripts import completion_bench
 
     prompts = Path(__file__).resolve().parents[1] / "roles" / "verify_throughput" / "files" / "prompts.json"
     out = subprocess.run(
-        [sys.executable, correctness_probe.__file__, "--url", url, "--prompts", str(prompts), "--count", "4"],
+        [
+            sys.executable,
+            completion_bench.__file__,
+            "--url",
+            url,
+            "--prompt-file",
+            str(prompts),
+            "--probe",
+            "4",
+        ],
         capture_output=True,
         text=True,
         check=True,

@@ -30,9 +30,26 @@ within ``--soak-deadline-s``; the first failure stops it (``soak``). Its record 
 under ``"soak"`` whatever the outcome: a failed soak is the controller's to judge
 (``cuda13_upgrade.soak``), not an error of this script.
 
+With ``--probe N`` it runs the correctness probe instead: for each of the first ``N``
+prompts of ``--prompt-file`` it sends SGLang's native ``POST /generate`` with
+``sampling_params`` ``{"temperature": 0, "max_new_tokens": --max-new-tokens}`` and records
+the answer's ``output_ids`` (the generated token ids) and ``text``, and with speculative
+decoding its ``meta_info`` counters ``completion_tokens`` and ``spec_verify_ct`` (verify
+steps: the request's accept length is ``completion_tokens / spec_verify_ct``, as SGLang
+computes ``spec_accept_length``). It prints ``{"url", "max_new_tokens", "outputs": [{"prompt",
+"output_ids", "text", "completion_tokens", "spec_verify_ct"}]}``.
+
+With ``--watch-seconds S`` it watches a server in service instead (``watch``): every
+``--watch-interval-s`` for ``S`` seconds, one greedy ``/generate`` of the prompt set's first
+prompt, which must answer within ``--watch-deadline-s``, and the unit's main process, which
+must stay the one that served at the start. It prints ``{"url", "watch": record}``; a failed
+watch is the controller's to judge (``cuda13_upgrade.batch_soak``), not an error of this
+script.
+
 Prints one JSON object on stdout: ``{"url": ..., "warmup": n, "trials": [...]}``.
 Exit status 2 with a message on stderr when the server cannot be reached or
-answers something that is not a completion stream.
+answers something that is not a completion stream (the probe: an answer without
+``output_ids``).
 """
 
 from __future__ import annotations
@@ -432,6 +449,132 @@ def soak(
     return record
 
 
+def generate(url: str, prompt: str, max_new_tokens: int, timeout: float) -> dict:
+    """One greedy ``/generate`` request; returns ``{"prompt", "output_ids", "text",
+    "completion_tokens", "spec_verify_ct"}`` (the last two None when the server omits them).
+
+    Raises ``ValueError`` when the answer carries no list of ``output_ids``.
+    """
+    body = {"text": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": max_new_tokens}}
+    request = urllib.request.Request(
+        url.rstrip("/") + "/generate",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        answer = json.loads(response.read().decode("utf-8"))
+    if isinstance(answer, list):
+        answer = answer[0] if answer else {}
+    ids = answer.get("output_ids")
+    if not isinstance(ids, list):
+        raise ValueError(f"/generate answered without output_ids: {json.dumps(answer)[:200]}")
+    meta = answer.get("meta_info") or {}
+    return {
+        "prompt": prompt,
+        "output_ids": ids,
+        "text": answer.get("text", ""),
+        "completion_tokens": meta.get("completion_tokens"),
+        "spec_verify_ct": meta.get("spec_verify_ct"),
+    }
+
+
+def _watch_check(url: str, prompt: str, max_new_tokens: int, deadline_s: float) -> dict:
+    """One check of the watch: a greedy ``/generate`` within ``deadline_s``.
+
+    Returns ``{"outcome": "served" | "crash" | "stall" | "error", "detail": str,
+    "output_ids": [int, ...]}`` (``output_ids`` empty unless served), with the outcomes
+    of ``_soak_request``: ``crash`` when the connection is refused, reset or closed,
+    ``stall`` when no answer came within the deadline, ``error`` for an HTTP error status
+    or an answer without ``output_ids``.
+    """
+    import http.client
+    import socket
+
+    def out(outcome: str, detail: str = "", ids: list | None = None) -> dict:
+        return {"outcome": outcome, "detail": detail, "output_ids": ids or []}
+
+    try:
+        answer = generate(url, prompt, max_new_tokens, deadline_s)
+    except urllib.error.HTTPError as exc:
+        try:
+            text = exc.read().decode("utf-8", "replace")
+        except OSError:
+            text = ""
+        return out("error", f"HTTP {exc.code}: {' '.join(text.split())[:300]}")
+    except urllib.error.URLError as exc:
+        if isinstance(exc.reason, (TimeoutError, socket.timeout)):
+            return out("stall", f"no answer: {exc.reason}")
+        return out("crash", str(exc.reason))
+    except (TimeoutError, socket.timeout):  # noqa: UP041 (distinct before Python 3.10)
+        return out("stall", "no answer")
+    except (ValueError, json.JSONDecodeError) as exc:
+        return out("error", str(exc)[:300])
+    except (ConnectionError, http.client.HTTPException, OSError) as exc:
+        return out("crash", f"{type(exc).__name__}: {exc}")
+    return out("served", ids=answer["output_ids"])
+
+
+def watch(
+    url: str,
+    *,
+    prompt: str,
+    max_new_tokens: int,
+    seconds: float,
+    interval_s: float,
+    deadline_s: float,
+    unit: str | None = None,
+    journal_lines: int = 30,
+    clock=time.monotonic,
+    sleep=time.sleep,
+) -> dict:
+    """Watch a server in service for ``seconds``: a check every ``interval_s`` seconds.
+
+    The checks start at 0 s and repeat every ``interval_s``; the last is at ``seconds``.
+    Each is a greedy ``/generate`` of ``prompt`` (``_watch_check``), then, with ``unit``, the
+    unit's state (``unit_state``). The first check that is not served, or after which the
+    unit's main process is no longer the one of the start (a crash that systemd restarted
+    counts), ends the watch. Returns ``{"seconds", "interval_s", "deadline_s",
+    "max_new_tokens", "watched_s", "checks": [{"at_s", "outcome", "detail", "output_ids"}],
+    "unit_before", "unit_after", "journal_tail"}``; ``journal_tail`` only when the watch
+    ended early. Times in seconds from the watch's start, by ``clock``.
+    """
+    before = unit_state(unit)
+    began = clock()
+    checks: list[dict] = []
+    after: dict = {}
+    due = 0.0
+    ended_early = False
+    while True:
+        wait = due - (clock() - began)
+        if wait > 0:
+            sleep(wait)
+        at = clock() - began
+        check = {"at_s": round(at, 3), **_watch_check(url, prompt, max_new_tokens, deadline_s)}
+        checks.append(check)
+        after = unit_state(unit)
+        moved = bool(before) and (
+            after.get("MainPID") != before.get("MainPID") or after.get("ActiveState") != "active"
+        )
+        if check["outcome"] != "served" or moved:
+            ended_early = True
+            break
+        if due >= seconds:
+            break
+        due = min(due + interval_s, float(seconds))
+    return {
+        "seconds": seconds,
+        "interval_s": interval_s,
+        "deadline_s": deadline_s,
+        "max_new_tokens": max_new_tokens,
+        "watched_s": round(clock() - began, 3),
+        "checks": checks,
+        "unit_before": before,
+        "unit_after": after,
+        "journal_tail": journal_tail(unit, journal_lines) if ended_early else [],
+    }
+
+
 def bench_serving_trial(python: str, url: str, *, max_tokens: int, prompt_len: int, prompts: int) -> dict:
     """One trial with SGLang's own client, ``python -m sglang.bench_serving``.
 
@@ -532,7 +675,55 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--unit", default=None, help="the server's systemd unit, read after a failed soak")
     parser.add_argument("--journal-lines", type=int, default=30)
+    parser.add_argument(
+        "--probe", type=int, default=0, help="correctness probe of the first N prompts of --prompt-file"
+    )
+    parser.add_argument("--max-new-tokens", type=int, default=32, help="tokens per probe or watch answer")
+    parser.add_argument(
+        "--watch-seconds", type=float, default=0.0, help="watch the server this long (0: off)"
+    )
+    parser.add_argument("--watch-interval-s", type=float, default=15.0, help="seconds between watch checks")
+    parser.add_argument(
+        "--watch-deadline-s", type=float, default=60.0, help="seconds each watch check may take"
+    )
     args = parser.parse_args(argv)
+
+    if args.probe > 0 or args.watch_seconds > 0:
+        if not args.prompt_file:
+            print("--probe and --watch-seconds need --prompt-file", file=sys.stderr)
+            return 2
+        with open(args.prompt_file, encoding="utf-8") as handle:
+            prompts = json.load(handle)["prompts"]
+        if args.watch_seconds > 0:
+            if args.watch_interval_s <= 0:
+                print(f"--watch-interval-s must be > 0 (got {args.watch_interval_s})", file=sys.stderr)
+                return 2
+            record = watch(
+                args.url,
+                prompt=prompts[0],
+                max_new_tokens=args.max_new_tokens,
+                seconds=args.watch_seconds,
+                interval_s=args.watch_interval_s,
+                deadline_s=args.watch_deadline_s,
+                unit=args.unit,
+                journal_lines=args.journal_lines,
+            )
+            json.dump({"url": args.url, "watch": record}, sys.stdout)
+            sys.stdout.write("\n")
+            return 0
+        try:
+            outputs = [
+                generate(args.url, p, args.max_new_tokens, args.timeout) for p in prompts[: args.probe]
+            ]
+        except (urllib.error.URLError, OSError) as exc:
+            print(f"cannot reach the server at {args.url}: {exc}", file=sys.stderr)
+            return 2
+        except (ValueError, json.JSONDecodeError) as exc:
+            print(f"unexpected answer from {args.url}: {exc}", file=sys.stderr)
+            return 2
+        json.dump({"url": args.url, "max_new_tokens": args.max_new_tokens, "outputs": outputs}, sys.stdout)
+        sys.stdout.write("\n")
+        return 0
 
     if args.load_metrics:
         if not args.prompt_file:
