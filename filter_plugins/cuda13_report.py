@@ -27,6 +27,10 @@ DOCUMENTATION = r"""
     short_description: The host's result.json record (cuda13_upgrade.report.host_result).
     options:
       _input: {description: what the play knows of the host (see host_result), type: dict, required: true}
+  - name: cuda13_failure_message
+    short_description: What a host that did not keep the upgrade ends with (report.failure_message).
+    options:
+      _input: {description: the host's result record (cuda13_result), type: dict, required: true}
 """
 
 EXAMPLES = r"""
@@ -60,8 +64,18 @@ def cuda13_host_result(facts):
         raise AnsibleFilterError(f"cuda13_host_result: {exc}") from exc
 
 
+def cuda13_failure_message(result):
+    if not isinstance(result, dict):
+        raise AnsibleFilterError(f"cuda13_failure_message expects the host's result record, got {result!r}")
+    return report.failure_message(result)
+
+
 class FilterModule:
     def filters(self):
         return ansible_filters(
-            {"cuda13_fleet_summary": cuda13_fleet_summary, "cuda13_host_result": cuda13_host_result}
+            {
+                "cuda13_fleet_summary": cuda13_fleet_summary,
+                "cuda13_host_result": cuda13_host_result,
+                "cuda13_failure_message": cuda13_failure_message,
+            }
         )

@@ -4,7 +4,7 @@
 The test play takes the upgrade play's own ``serial``, ``max_fail_percentage`` and
 ``pre_tasks`` from playbooks/upgrade.yml; a stand-in for roles/upgrade_host ends
 each host as the role does: kept, or failed inside a block whose ``rescue`` records
-``cuda13_result`` (rolled_back or failed) and fails the host again, or failed with
+``cuda13_result`` (rolled_back or failed) and leaves the host running, or failed with
 no result at all (a host that failed before its result was written).
 """
 
@@ -47,7 +47,13 @@ STAND_IN = [
                 "ansible.builtin.set_fact": {"cuda13_result": {"status": "{{ stand_in }}"}},
                 "when": "stand_in != 'no_result'",
             },
-            {"name": "Fail the host again", "ansible.builtin.fail": {"msg": "stand-in {{ stand_in }}"}},
+            # The role's rescue records the result and leaves the host running (the upgrade's
+            # last play fails it); a host that failed without a result is failed in Ansible.
+            {
+                "name": "Fail a host without a result",
+                "ansible.builtin.fail": {"msg": "stand-in {{ stand_in }}"},
+                "when": "stand_in == 'no_result'",
+            },
         ],
     },
 ]
@@ -112,6 +118,7 @@ def _run(tmp_path: Path, n_hosts: int, stand_in: dict[str, str], *extra: str, gr
                         }
                     ],
                 },
+                {**_last_play(), "hosts": "blackwell"},
             ],
             sort_keys=False,
         )
@@ -121,6 +128,12 @@ def _run(tmp_path: Path, n_hosts: int, stand_in: dict[str, str], *extra: str, gr
     played = [json.loads(m) for m in re.findall(r"BATCH (\[.*?\])", out)]
     kept = tmp_path / "not_started.json"
     return out, played, (json.loads(kept.read_text()) if kept.exists() else None)
+
+
+def _last_play() -> dict:
+    plays = yaml.safe_load((REPO / "playbooks" / "upgrade.yml").read_text())
+    assert plays[-1]["name"] == "Fail the hosts that did not keep the upgrade"
+    return plays[-1]
 
 
 def test_only_the_budget_step_counts_failures():
@@ -149,12 +162,33 @@ def test_a_mixed_batch_spends_a_budget_of_0(tmp_path):
 
 
 def test_a_failed_canary_starts_no_other_batch(tmp_path):
-    # A canary failed again from its rescue: Ansible counts it here and, its whole
-    # batch failed, ends the run itself before the budget step (the after-play
-    # does not run); where it does not count it, the budget step stops the rollout.
     out, played, not_started = _run(tmp_path, 4, {"gpu-node-01": "failed"})
     assert played == [["gpu-node-01"]], out
-    assert not_started is None or not_started["hosts"] == ["gpu-node-02", "gpu-node-03", "gpu-node-04"]
+    assert (
+        not_started["reason"] == "failure budget spent (hosts gpu-node-01 failed; cuda13_max_failed_hosts 0)"
+    )
+    assert not_started["hosts"] == ["gpu-node-02", "gpu-node-03", "gpu-node-04"]
+
+
+def test_one_host_batches_that_roll_back_go_on_within_the_budget(tmp_path):
+    # Batches of one host (the canary, and the ramp of a fleet of 4 or fewer): a
+    # rolled-back host is its batch's every host. Ansible ends a play after a batch
+    # whose every host failed, so the rescue does not fail the host: the budget decides.
+    out, played, not_started = _run(
+        tmp_path,
+        4,
+        {"gpu-node-01": "rolled_back", "gpu-node-03": "rolled_back"},
+        group_vars={"cuda13_max_failed_hosts": 1},
+    )
+    assert played == [["gpu-node-01"], ["gpu-node-02"], ["gpu-node-03"]], out
+    assert not_started["reason"] == (
+        "failure budget spent (hosts gpu-node-01 rolled back, gpu-node-03 rolled back; cuda13_max_failed_hosts 1)"
+    )
+    assert not_started["hosts"] == ["gpu-node-04"]
+    # The upgrade's last play fails the hosts that rolled back, for ansible-playbook's status.
+    assert re.search(r"gpu-node-01 : ok=\d+ changed=\d+ unreachable=0 failed=1", out), out
+    assert re.search(r"gpu-node-02 : ok=\d+ changed=\d+ unreachable=0 failed=0", out), out
+    assert re.search(r"gpu-node-03 : ok=\d+ changed=\d+ unreachable=0 failed=1", out), out
 
 
 def test_a_budget_of_1_over_three_batches(tmp_path):

@@ -882,3 +882,31 @@ def test_a_run_the_breaker_refused_is_not_started_on_every_host(tmp_path):
         "failed at Start the run on the hosts",
         "not started: breaker tripped (...)",
     ]
+
+
+def test_failure_message_names_the_host_status_step_reason_and_diagnosis():
+    assert report.failure_message(
+        {
+            "host": "gpu-node-02",
+            "status": "rolled_back",
+            "failed_step": "verify",
+            "reason": "plain: median 80.1 tok/s on the new stack vs 88.5 tok/s (-9.5 %): slower",
+            "diagnosis": None,
+        }
+    ) == (
+        "gpu-node-02: rolled back at step 'verify': "
+        "plain: median 80.1 tok/s on the new stack vs 88.5 tok/s (-9.5 %): slower"
+    )
+    assert report.failure_message(
+        {
+            "host": "gpu-node-04",
+            "status": "failed",
+            "failed_step": "wheels",
+            "reason": None,
+            "error": "pip failed",
+            "diagnosis": {"cause": "the index is unreachable", "remedy": "check cuda13_wheels_index_url"},
+        }
+    ) == (
+        "gpu-node-04: failed at step 'wheels': pip failed Cause: the index is unreachable. "
+        "Fix: check cuda13_wheels_index_url."
+    )

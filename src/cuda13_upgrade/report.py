@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -1118,6 +1118,27 @@ def _kernel_log(mark: Any, read: Any) -> dict[str, Any] | None:
         return None
     verdict = xid.kernel_log_verdict(mark, read)
     return {key: verdict[key] for key in ("xid", "gated", "read", "marker_found", "message", "reason")}
+
+
+def failure_message(result: Mapping[str, Any]) -> str:
+    """The message a host that did not keep the upgrade ends with (the upgrade's last play).
+
+    ``result``: the host's record (:func:`host_result`). Returns e.g. ``"gpu-node-02: rolled
+    back at step 'verify': plain: median 80.1 tok/s ... Cause: ... Fix: ...."``: the host, its
+    status, the step that failed (when one did), the reason, and a known diagnosis's cause and
+    remedy.
+    """
+    status = str(result.get("status") or "failed")
+    said = _STATUS_TEXT.get(status, status)
+    step = result.get("failed_step")
+    text = f"{result.get('host')}: {said}" + (f" at step '{step}'" if step else "")
+    reason = result.get("reason") or result.get("error")
+    if reason:
+        text += f": {reason}"
+    diagnosis = result.get("diagnosis") or {}
+    if diagnosis.get("cause"):
+        text += f" Cause: {diagnosis['cause']}. Fix: {diagnosis.get('remedy')}."
+    return text
 
 
 def host_result(facts: dict[str, Any]) -> dict[str, Any]:
