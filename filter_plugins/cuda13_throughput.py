@@ -1,4 +1,5 @@
-"""Filters of the gate: throughput (cuda13_upgrade.throughput) and the kernel log (cuda13_upgrade.xid)."""
+"""Filters of the gate: throughput (cuda13_upgrade.throughput), the kernel log (cuda13_upgrade.xid)
+and the soak between batches (cuda13_upgrade.batch_soak)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ try:
 except ImportError:  # not installed (an execution environment): the checkout's src/
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from cuda13_upgrade import soak, throughput, xid
+from cuda13_upgrade import batch_soak, scriptout, soak, throughput, xid
 from cuda13_upgrade.filtering import ansible_filters
 
 DOCUMENTATION = r"""
@@ -55,6 +56,26 @@ DOCUMENTATION = r"""
     positional: _input
     options:
       _input: {description: "per profile, one phase's {trials, soak, ...}", type: dict, required: true}
+  - name: cuda13_batch_soak_plan
+    short_description: Whether a kept host is watched in service before the next batch starts.
+    positional: _input, settings
+    options:
+      _input: {description: cuda13_soak_seconds, type: int, required: true}
+      settings:
+        description: keyword arguments of cuda13_upgrade.batch_soak.plan (host, batches, status, measured)
+        type: dict
+        required: true
+  - name: cuda13_batch_soak_verdict
+    short_description: The soak between batches, judged (cuda13_upgrade.batch_soak.verdict).
+    positional: _input, settings
+    options:
+      _input: {description: "the watch's registered result", type: dict, required: true}
+      settings:
+        description: >-
+          candidate and baseline (per profile, the gate's records with their probe outputs),
+          kernel_log_mark, kernel_log_read, min_prefix_tokens
+        type: dict
+        default: {}
   - name: cuda13_trials
     short_description: Normalize client and bench_serving trials to one shape.
   - name: cuda13_trials_summary
@@ -141,6 +162,36 @@ def cuda13_soak_failed(results):
     return soak.failed_profile(results)
 
 
+def cuda13_batch_soak_plan(seconds, settings):
+    if not isinstance(settings, dict):
+        raise AnsibleFilterError(
+            f"cuda13_batch_soak_plan: settings must be a dict, got {type(settings).__name__}"
+        )
+    return batch_soak.plan(
+        seconds,
+        host=str(settings.get("host")),
+        batches=settings.get("batches") or [],
+        status=str(settings.get("status")),
+        measured=bool(settings.get("measured")),
+    )
+
+
+def cuda13_batch_soak_verdict(run, settings=None):
+    settings = settings or {}
+    if not isinstance(run, dict) or not isinstance(settings, dict):
+        raise AnsibleFilterError(
+            "cuda13_batch_soak_verdict: expects the watch's registered result and a dict"
+        )
+    record = scriptout.result_document(str(run.get("stdout") or "")).get("watch")
+    return batch_soak.verdict(
+        record,
+        reference_ids=batch_soak.references(settings.get("candidate"), settings.get("baseline")),
+        kernel_log_mark=settings.get("kernel_log_mark"),
+        kernel_log_read=settings.get("kernel_log_read"),
+        min_prefix_tokens=int(settings.get("min_prefix_tokens") or 4),
+    )
+
+
 class FilterModule:
     def filters(self):
         return ansible_filters(
@@ -149,6 +200,8 @@ class FilterModule:
                 "cuda13_gate_verdict": cuda13_gate_verdict,
                 "cuda13_kernel_log_verdict": cuda13_kernel_log_verdict,
                 "cuda13_soak_failed": cuda13_soak_failed,
+                "cuda13_batch_soak_plan": cuda13_batch_soak_plan,
+                "cuda13_batch_soak_verdict": cuda13_batch_soak_verdict,
                 "cuda13_trials": cuda13_trials,
                 "cuda13_trials_summary": cuda13_trials_summary,
             }

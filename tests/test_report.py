@@ -88,6 +88,7 @@ def _result(host: str, **over: Any) -> dict[str, Any]:
         "accept_length": {},
         "load": {},
         "soak": {},
+        "batch_soak": None,
         "reason": None,
         "rollback": {
             "performed": False,

@@ -489,6 +489,8 @@ RULES: dict[str, Callable[[Any], tuple[str, str] | None]] = {
     "cuda13_router_url": _url(empty_ok=True),
     "cuda13_router_worker_url": _url(),
     "cuda13_drain_wait_seconds": _between(0, 86400),
+    "cuda13_soak_seconds": _between(0, 86400),
+    "cuda13_soak_interval_seconds": _between(1, 3600),
     "cuda13_state_dir": _abs_path(),
     "cuda13_run_id": _nonempty,
     # play

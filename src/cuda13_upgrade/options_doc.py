@@ -187,6 +187,8 @@ TUNE: tuple[str, ...] = (
     "cuda13_breaker_rollbacks",
     "cuda13_breaker_days",
     "cuda13_breaker_ack",
+    "cuda13_soak_seconds",
+    "cuda13_soak_interval_seconds",
     "cuda13_max_fail_percentage",
     "cuda13_preflight_allow_partial",
     "cuda13_break_lock",

@@ -330,6 +330,7 @@ def summary_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if isinstance(v, dict) and v.get("passed") is not None
         }
         row["soak"] = soak_summary(r)
+        row["batch_soak"] = r.get("batch_soak") if isinstance(r.get("batch_soak"), dict) else None
         row["decision"] = decision_text(row)
         rows.append(row)
     return rows
@@ -614,6 +615,28 @@ def _soak_lines(rows: list[dict[str, Any]]) -> list[str]:
     return ["", "## Soak", "", *lines] if lines else []
 
 
+def _batch_soak_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The soak between batches: per host watched, how long and how many checks it answered,
+    or why it was rolled back, with the unit's last journal lines."""
+    lines: list[str] = []
+    for row in rows:
+        watched = row.get("batch_soak")
+        if not watched:
+            continue
+        if watched.get("healthy"):
+            compared = "" if watched.get("output_compared") else " (output not compared: the probe was off)"
+            lines.append(
+                f"- {row['host']}: watched {_number(watched.get('watched_s')) or 0:.0f} s in service, "
+                f"{watched.get('served')} of {watched.get('checks')} checks answered{compared}"
+            )
+            continue
+        lines.append(f"- {row['host']}: {watched.get('reason')}")
+        tail = watched.get("journal_tail") or []
+        if tail:
+            lines += ["", "  ```", *[f"  {line}" for line in tail[-SOAK_JOURNAL_LINES:]], "  ```", ""]
+    return ["", "## Soak between batches", "", *lines] if lines else []
+
+
 def render_markdown(run_id: str, rows: list[dict[str, Any]]) -> str:
     """The fleet summary as Markdown: a title, a count per status, and a table
     with one row per host (decision, stacks, median tok/s per profile before
@@ -665,6 +688,7 @@ def render_markdown(run_id: str, rows: list[dict[str, Any]]) -> str:
     lines += _alternatives_lines(rows)
     lines += _probe_lines(rows)
     lines += _soak_lines(rows)
+    lines += _batch_soak_lines(rows)
     lines += _command_lines(rows)
     lines += _kernel_log_lines(rows)
     lines += _effective_lines(rows)
@@ -1207,6 +1231,10 @@ def host_result(facts: dict[str, Any]) -> dict[str, Any]:
             else facts.get("error")
         )
         reason = str(kernel_log["reason"]) + (f"; {other}" if other else "")
+    batch_soak = facts.get("batch_soak") if isinstance(facts.get("batch_soak"), dict) else {}
+    if batch_soak.get("healthy") is False:
+        # Kept by the gate, then degraded in service before the next batch (cuda13_upgrade.batch_soak).
+        reason = str(batch_soak.get("reason"))
     record = {
         "host": facts.get("host"),
         "run_id": facts.get("run_id"),
@@ -1272,6 +1300,9 @@ def host_result(facts: dict[str, Any]) -> dict[str, Any]:
         # Per profile, the new stack's soak as the gate judged it (cuda13_upgrade.soak.judge):
         # the count served and, on failure, the reason and the unit's journal tail.
         "soak": facts.get("soak") or {},
+        # The soak between batches (cuda13_upgrade.batch_soak.verdict): the kept host watched in
+        # service before the next batch started; null when it was not watched.
+        "batch_soak": batch_soak or None,
         "reason": reason,
         # The driver's Xid lines logged between the switch and the decision (cuda13_upgrade.xid).
         "kernel_log": kernel_log,

@@ -3,8 +3,8 @@
 The upgrade play appends ``{"step": name, "started_at": ISO 8601 UTC}`` to
 the host's ``__cuda13_steps`` each time the host moves to its next step
 (``roles/upgrade_host/tasks/``: ``upgrade.yml``: snapshot, toolkit, wheels,
-sglang_build, drain, baseline, switch, verify; ``rescue.yml``: rollback;
-``main.yml``: artifact_cache, undrain; ``result.yml``: result).
+sglang_build, drain, baseline, switch, verify; ``batch_soak.yml``: undrain, batch_soak;
+``rescue.yml``: rollback; ``main.yml``: artifact_cache, undrain; ``result.yml``: result).
 A step lasts until the next one starts; the last until the result is written.
 
 Time out of service: from the start of ``drain`` (the worker leaves the
@@ -25,7 +25,8 @@ SERVICE_BACK = "undrain"
 #: The bookkeeping step that closes every upgrade (writing the result).
 RESULT_STEP = "result"
 
-#: The steps of an upgrade in the order they run (a rollback after verify).
+#: The steps of an upgrade in the order they run (a rollback after verify, or after the soak
+#: between batches, which a kept host's undrain precedes).
 STEP_ORDER = (
     "artifact_cache",
     "snapshot",
@@ -36,6 +37,7 @@ STEP_ORDER = (
     "baseline",
     "switch",
     "verify",
+    "batch_soak",
     "rollback",
     "undrain",
     "result",
