@@ -10,10 +10,12 @@ the filler stays, so that the test sees what the run left beside it. Prints
 the filler's size; exit status 0 when the filesystem was filled.
 """
 
+import os
 import subprocess
 import sys
 
-from host_watch import wait_for_path
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "shared"))
+from host_watch import wait_for_path  # noqa: E402
 
 host, venv = sys.argv[1], sys.argv[2]
 filler = venv.rsplit("/", 1)[0] + "/filler"

@@ -20,7 +20,8 @@ import subprocess
 import sys
 import time
 
-from host_watch import container_root, seen
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "shared"))
+from host_watch import container_root, seen  # noqa: E402
 
 inventory, host, reports, run_id, out_file = sys.argv[1:6]
 project = os.environ["MOLECULE_PROJECT_DIRECTORY"]

@@ -14,7 +14,8 @@ import subprocess
 import sys
 import time
 
-from host_watch import SWITCH_DROPIN, wait_for_path
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "shared"))
+from host_watch import SWITCH_DROPIN, wait_for_path  # noqa: E402
 
 inventory, host = sys.argv[1], sys.argv[2]
 project = os.environ["MOLECULE_PROJECT_DIRECTORY"]

@@ -21,7 +21,8 @@ import subprocess
 import sys
 import time
 
-from host_watch import SWITCH_DROPIN, wait_for_path
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "shared"))
+from host_watch import SWITCH_DROPIN, wait_for_path  # noqa: E402
 
 #: The longest the host stays paused, whatever the rollout does.
 LIMIT_S = 900.0
