@@ -17,3 +17,13 @@ def garbage():
 @pytest.fixture(scope="module")
 def collapse():
     return testinfra.get_host("podman://cuda13-gate-3")
+
+
+@pytest.fixture(scope="module")
+def crash():
+    return testinfra.get_host("podman://cuda13-gate-4")
+
+
+@pytest.fixture(scope="module")
+def stall():
+    return testinfra.get_host("podman://cuda13-gate-5")
