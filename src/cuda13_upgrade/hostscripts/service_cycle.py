@@ -222,11 +222,28 @@ def command(pid: int) -> str:
         return ""
 
 
+#: The arguments of the nvidia-smi command that lists the GPUs' compute processes.
+GPU_PROCESSES_QUERY = ("--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits")
+
+
+def parse_gpu_processes(text: str) -> dict[int, int]:
+    """{pid: MiB summed over GPUs} from the output of ``nvidia-smi`` with
+    :data:`GPU_PROCESSES_QUERY` (``<pid>, <MiB>`` per process and GPU; a memory
+    value that is not a number, ``[N/A]``, counts 0). Other lines are left out."""
+    used: dict[int, int] = {}
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 2 and parts[0].isdigit():
+            memory = int(parts[1]) if parts[1].isdigit() else 0
+            used[int(parts[0])] = used.get(int(parts[0]), 0) + memory
+    return used
+
+
 def gpu_processes(nvidia_smi: str) -> tuple[dict[int, int], str | None]:
     """{pid: MiB summed over GPUs} of the compute processes, and an error text or None."""
     try:
         proc = subprocess.run(
-            [nvidia_smi, "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+            [nvidia_smi, *GPU_PROCESSES_QUERY],
             capture_output=True,
             text=True,
             check=False,
@@ -235,13 +252,7 @@ def gpu_processes(nvidia_smi: str) -> tuple[dict[int, int], str | None]:
         return {}, str(exc)
     if proc.returncode != 0:
         return {}, (proc.stdout + proc.stderr).strip() or f"exit status {proc.returncode}"
-    used: dict[int, int] = {}
-    for line in proc.stdout.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) == 2 and parts[0].isdigit():
-            memory = int(parts[1]) if parts[1].isdigit() else 0
-            used[int(parts[0])] = used.get(int(parts[0]), 0) + memory
-    return used, None
+    return parse_gpu_processes(proc.stdout), None
 
 
 def alive(pid: int) -> bool:

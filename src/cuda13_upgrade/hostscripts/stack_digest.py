@@ -64,6 +64,8 @@ import subprocess
 
 #: Seconds one command may take (nvidia-smi can hang on a GPU in a bad state).
 COMMAND_TIMEOUT_S = 60
+#: The arguments of the ``driver`` part's nvidia-smi command.
+DRIVER_QUERY = ("--query-gpu=uuid,name,driver_version,compute_cap", "--format=csv,noheader")
 
 
 def _run(argv: list[str]) -> tuple[int, str, str]:
@@ -122,11 +124,7 @@ def digest(venv: str, unit: str, nvidia_smi: str = "nvidia-smi") -> dict:
             errors,
             "toolkit",
         ),
-        "driver": _part(
-            [nvidia_smi, "--query-gpu=uuid,name,driver_version,compute_cap", "--format=csv,noheader"],
-            errors,
-            "driver",
-        ),
+        "driver": _part([nvidia_smi, *DRIVER_QUERY], errors, "driver"),
     }
     parts = {name: hashlib.sha256(text.encode()).hexdigest() for name, text in texts.items()}
     whole = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
