@@ -15,13 +15,14 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 # The real PyPI CUDA 13 stack, downloaded once per machine (scripts/real-stack-cache.sh).
 export CUDA13_REAL_STACK_CACHE ?= /var/cache/cuda13-upgrade-ci/real-stack
 
-.PHONY: help setup system-packages venv image mirror real-stack-cache sandbox sandbox-destroy demo test lint unit molecule benchmark clean
+.PHONY: help setup system-packages venv image mirror real-stack-cache sandbox sandbox-destroy demo test lint unit molecule gpu-check benchmark clean
 
 help:
 	@echo "make demo       bring up a sandbox host and run the CUDA 13 upgrade against it"
 	@echo "make test       lint, unit tests, molecule scenarios"
 	@echo "make sandbox    create HOSTS sandbox hosts (default 1) and inventory/sandbox/hosts.yml"
 	@echo "make sandbox-destroy  remove the sandbox hosts"
+	@echo "make gpu-check OUT=DIR  on a machine with a real NVIDIA GPU: read-only, offline checks into DIR"
 
 system-packages:
 	@scripts/install-system-packages.sh
@@ -94,6 +95,13 @@ molecule: image mirror
 test: setup
 	@$(BIN)/python scripts/test-phases.py --junit .sandbox/unit-junit.xml \
 	  --molecule-phases .sandbox/molecule-logs/phases.json lint unit molecule
+
+# On a machine with a real NVIDIA GPU and driver: the package's parsers, stack probe,
+# verdicts and preflight against it, read-only and offline; no set-up (such a machine
+# may have no network). Results in OUT (scripts/gpu-check.sh).
+gpu-check:
+	@test -n "$(OUT)" || { echo "make gpu-check OUT=DIR: OUT, the directory for the results, is missing" >&2; exit 2; }
+	@scripts/gpu-check.sh "$(OUT)"
 
 # Figures, not pass/fail: the gate's error rates by simulation and the time the
 # probe and the load metrics add to the trials, measured on the simulated server;
