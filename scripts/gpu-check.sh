@@ -27,6 +27,8 @@ if [[ -z "$python" ]]; then
 fi
 
 export PYTHONPATH="$repo/src${PYTHONPATH:+:$PYTHONPATH}"
+# Nothing written outside OUTDIR, the checkout included (no __pycache__ under src/).
+export PYTHONDONTWRITEBYTECODE=1
 export CUDA13_GPUCHECK_PROG="scripts/gpu-check.sh"
 timeout --kill-after=5 295 "$python" -m cuda13_upgrade.gpucheck "$@"
 rc=$?
