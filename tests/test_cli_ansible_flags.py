@@ -447,3 +447,21 @@ def test_the_exit_status_table_lists_each_status_once():
     assert statuses == ["0", "1", "2", "3", "130"]
     codes = [cli.EXIT_OK, cli.EXIT_HOSTS, cli.EXIT_USAGE, cli.EXIT_ANSIBLE, cli.EXIT_INTERRUPTED]
     assert [int(s) for s in statuses] == codes
+
+
+def test_until_reaches_ansible_runner_as_the_window_s_extra_var(tmp_path, fleet_inventory, calls):
+    _main(["rollout", "-i", str(fleet_inventory), "--until", "2099-12-01T06:00+01:00"], tmp_path)
+    assert shlex.split(calls[-1]["cmdline"]) == ["-e", '{"cuda13_until": "2099-12-01T06:00+01:00"}']
+
+
+@pytest.mark.parametrize("value", ["6am", "2020-01-01T06:00Z", "25:00"])
+def test_until_is_checked_before_any_run_naming_the_flag(tmp_path, fleet_inventory, value):
+    with pytest.raises(UsageError, match="--until"):
+        cli.parse_args(["rollout", "-i", str(fleet_inventory), "--until", value], cwd=tmp_path)
+
+
+def test_until_is_the_rollout_s_and_the_plan_s(tmp_path, fleet_inventory, capsys):
+    assert cli.parse_args(["plan", "-i", str(fleet_inventory), "--until", "06:00"], cwd=tmp_path)
+    with pytest.raises(SystemExit):
+        cli.parse_args(["verify", "-i", str(fleet_inventory), "--until", "06:00"], cwd=tmp_path)
+    assert "--until" in capsys.readouterr().err

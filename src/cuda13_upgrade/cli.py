@@ -54,7 +54,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from cuda13_upgrade import report
+from cuda13_upgrade import report, window
 from cuda13_upgrade.errors import UsageError
 from cuda13_upgrade.progress import (
     HostOutcome,
@@ -328,6 +328,14 @@ def build_parser() -> argparse.ArgumentParser:
             parsed.add_argument(
                 "--json", action="store_true", dest="json_output", help="print the plan as JSON"
             )
+        if command.name in ("rollout", "plan"):
+            parsed.add_argument(
+                "--until",
+                metavar="TIME",
+                help="start no batch after TIME: HH:MM (the next such time on this machine's clock) or an "
+                "ISO 8601 date and time such as 2026-12-01T06:00+01:00 (passed as -e cuda13_until=TIME); "
+                "a batch already running finishes",
+            )
         if command.name == "rollout":
             parsed.add_argument(
                 "--ack-breaker",
@@ -405,6 +413,13 @@ def parse_args(argv: Sequence[str] | None = None, *, cwd: Path | None = None) ->
     options.inventory = _inventory(ns.inventory, base)
     options.limit = ns.limit
     options.extra_vars = [_extra_vars(value, base) for value in ns.extra_vars]
+    until = getattr(ns, "until", None)
+    if until is not None:
+        try:
+            window.parse_until(until, datetime.now(UTC), option="--until")
+        except ValueError as exc:
+            raise UsageError(str(exc)) from exc
+        options.extra_vars.append(json.dumps({"cuda13_until": until}))
     ack = getattr(ns, "ack_breaker", None)
     if ack is not None:
         if not _RUN_ID_RE.match(ack):
