@@ -62,7 +62,8 @@ def test_canary_was_watched_in_service_before_the_next_batch(fleet):
     result = json.loads(fleet[1].file("/var/lib/cuda13-upgrade/result.json").content_string)
     watched = result["batch_soak"]
     assert watched["healthy"] is True and watched["output_compared"] is True
-    assert watched["checks"] == watched["served"] >= 3  # every 5 s for 10 s (inventory/sandbox)
+    assert watched["checks"] == watched["served"] >= 30  # every 5 s for 150 s (host_vars, inventory/sandbox)
+    assert result["run_id"] == "molecule-fleet-window"
     steps = [step["step"] for step in result["steps"]]
     assert steps[steps.index("verify") :] == ["verify", "undrain", "batch_soak", "result"]
 
@@ -122,3 +123,18 @@ def test_report_rows_agree_with_the_hosts():
     assert "## Soak between batches" in summary
     print(summary)
     assert (RUN / "summary.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_window_run_kept_the_canary_and_did_not_start_the_second_host():
+    window = RUN.parent / "molecule-fleet-window"
+    rows = {row["host"]: row for row in json.loads((window / "summary.json").read_text())["rows"]}
+    assert set(rows) == {"cuda13-fleet-1", "cuda13-fleet-2"}
+    assert rows["cuda13-fleet-1"]["status"] == "kept"
+    assert rows["cuda13-fleet-2"]["status"] == "not reached"
+    assert rows["cuda13-fleet-2"]["reason"].startswith("past cuda13_until (")
+    assert "not started: past cuda13_until" in (window / "summary.md").read_text()
+    # The run that continued the fleet reports the whole of it, the canary already kept.
+    continued = {row["host"]: row for row in json.loads((RUN / "summary.json").read_text())["rows"]}
+    assert set(continued) == {f"cuda13-fleet-{n}" for n in range(1, 5)}
+    assert continued["cuda13-fleet-1"]["status"] == "kept"
+    assert continued["cuda13-fleet-1"]["already_kept"] is True
