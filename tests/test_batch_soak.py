@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from sandbox_mirror import testkit
-from test_sim_server import FAST, _scenario_file, server_env
+from test_sim_server import FAST, _probe, _scenario_file, server_env
 from test_xid import LOADING, XID45, XID79
 
 from cuda13_upgrade import batch_soak, report
@@ -211,32 +211,12 @@ def _watch(url: str, *extra: str, timeout: float = 120) -> dict:
     return json.loads(out.stdout)["watch"]
 
 
-def _probe_first(url: str) -> list[int]:
-    out = subprocess.run(
-        [
-            sys.executable,
-            completion_bench.__file__,
-            "--url",
-            url,
-            "--prompt-file",
-            str(PROMPTS),
-            "--probe",
-            "1",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    )
-    return json.loads(out.stdout)["outputs"][0]["output_ids"]
-
-
 def test_the_watch_of_a_healthy_server_checks_every_interval_and_passes(venv_cu130, no_ld_conf, tmp_path):
     scenario = tmp_path / "default.json"
     scenario.write_text(json.dumps(FAST))
     server = testkit.SimServer(venv_cu130.python, server_env(venv_cu130, scenario, no_ld_conf), tmp_path)
     try:
-        reference = _probe_first(server.url)
+        reference = _probe(server.url, tmp_path)[0]["output_ids"]
         record = _watch(
             server.url, "--watch-seconds", "2", "--watch-interval-s", "1", "--max-new-tokens", "32"
         )

@@ -20,25 +20,10 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "shared"))
-from host_watch import container_root  # noqa: E402
+from host_watch import container_root, rollout_running  # noqa: E402
 
 STEP = "/var/lib/cuda13-upgrade/step.json"
 LIMIT_S = 1800.0
-
-
-def rollout_running(run_id: str) -> bool:
-    """Whether a process on this machine runs with ``--run-id RUN_ID`` among its arguments."""
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                argv = handle.read().decode("utf-8", "replace").split("\0")
-        except OSError:
-            continue
-        if any(a == "--run-id" and b == run_id for a, b in zip(argv, argv[1:], strict=False)):
-            return True
-    return False
 
 
 def in_soak(root: str | None, host: str, run_id: str) -> bool:

@@ -22,25 +22,10 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "shared"))
-from host_watch import SWITCH_DROPIN, wait_for_path  # noqa: E402
+from host_watch import SWITCH_DROPIN, rollout_running, wait_for_path  # noqa: E402
 
 #: The longest the host stays paused, whatever the rollout does.
 LIMIT_S = 900.0
-
-
-def rollout_running(run_id: str) -> bool:
-    """Whether a process on this machine runs with ``--run-id RUN_ID`` among its arguments."""
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                argv = handle.read().decode("utf-8", "replace").split("\0")
-        except OSError:
-            continue
-        if any(a == "--run-id" and b == run_id for a, b in zip(argv, argv[1:], strict=False)):
-            return True
-    return False
 
 
 host, seconds = sys.argv[1], float(sys.argv[2])

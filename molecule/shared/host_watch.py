@@ -51,3 +51,18 @@ def wait_for_path(host: str, path: str, running, timeout_s: float = 600.0, every
             return True
         time.sleep(every_s)
     return False
+
+
+def rollout_running(run_id: str) -> bool:
+    """Whether a process on this machine runs with ``--run-id RUN_ID`` among its arguments."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                argv = handle.read().decode("utf-8", "replace").split("\0")
+        except OSError:
+            continue
+        if any(a == "--run-id" and b == run_id for a, b in zip(argv, argv[1:], strict=False)):
+            return True
+    return False

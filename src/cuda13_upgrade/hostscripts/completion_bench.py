@@ -261,6 +261,27 @@ def load_metrics(
     return out
 
 
+def _request_failure(exc: BaseException, timed_out: str) -> tuple[str, str]:
+    """A failed request's ``(outcome, detail)``: ``error`` for an HTTP error status (with
+    the body), ``stall`` for a timeout (``timed_out`` says what came before it), ``crash``
+    for a refused, reset or closed connection."""
+    import socket
+
+    if isinstance(exc, urllib.error.HTTPError):
+        try:
+            text = exc.read().decode("utf-8", "replace")
+        except OSError:
+            text = ""
+        return "error", f"HTTP {exc.code}: {' '.join(text.split())[:300]}"
+    if isinstance(exc, urllib.error.URLError):
+        if isinstance(exc.reason, (TimeoutError, socket.timeout)):
+            return "stall", f"no connection: {exc.reason}"
+        return "crash", str(exc.reason)
+    if isinstance(exc, (TimeoutError, socket.timeout)):  # noqa: UP041 (distinct before Python 3.10)
+        return "stall", timed_out
+    return "crash", f"{type(exc).__name__}: {exc}"
+
+
 def _soak_request(url: str, model: str | None, prompt: str, max_tokens: int, deadline_s: float) -> dict:
     """One soak request: a streamed completion that must end (``[DONE]``) within ``deadline_s``.
 
@@ -271,7 +292,6 @@ def _soak_request(url: str, model: str | None, prompt: str, max_tokens: int, dea
     object in the body or the stream.
     """
     import http.client
-    import socket
 
     request = completion_request(url, prompt, max_tokens, model)
     tokens = 0
@@ -309,20 +329,8 @@ def _soak_request(url: str, model: str | None, prompt: str, max_tokens: int, dea
                     tokens += 1
             if not done:
                 return out("crash", f"the stream ended without [DONE] after {tokens} token(s)")
-    except urllib.error.HTTPError as exc:
-        try:
-            text = exc.read().decode("utf-8", "replace")
-        except OSError:
-            text = ""
-        return out("error", f"HTTP {exc.code}: {' '.join(text.split())[:300]}")
-    except urllib.error.URLError as exc:
-        if isinstance(exc.reason, (TimeoutError, socket.timeout)):
-            return out("stall", f"no connection: {exc.reason}")
-        return out("crash", str(exc.reason))
-    except (TimeoutError, socket.timeout):  # noqa: UP041 (distinct before Python 3.10)
-        return out("stall", f"{tokens} token(s) streamed, then nothing")
-    except (ConnectionError, http.client.HTTPException, OSError) as exc:
-        return out("crash", f"{type(exc).__name__}: {exc}")
+    except (urllib.error.URLError, ConnectionError, http.client.HTTPException, OSError) as exc:
+        return out(*_request_failure(exc, f"{tokens} token(s) streamed, then nothing"))
     if time.monotonic() - start > deadline_s:
         return out("stall", f"{tokens} token(s) streamed, the stream still running")
     return out("served")
@@ -489,29 +497,16 @@ def _watch_check(url: str, prompt: str, max_new_tokens: int, deadline_s: float) 
     or an answer without ``output_ids``.
     """
     import http.client
-    import socket
 
     def out(outcome: str, detail: str = "", ids: list | None = None) -> dict:
         return {"outcome": outcome, "detail": detail, "output_ids": ids or []}
 
     try:
         answer = generate(url, prompt, max_new_tokens, deadline_s)
-    except urllib.error.HTTPError as exc:
-        try:
-            text = exc.read().decode("utf-8", "replace")
-        except OSError:
-            text = ""
-        return out("error", f"HTTP {exc.code}: {' '.join(text.split())[:300]}")
-    except urllib.error.URLError as exc:
-        if isinstance(exc.reason, (TimeoutError, socket.timeout)):
-            return out("stall", f"no answer: {exc.reason}")
-        return out("crash", str(exc.reason))
-    except (TimeoutError, socket.timeout):  # noqa: UP041 (distinct before Python 3.10)
-        return out("stall", "no answer")
     except (ValueError, json.JSONDecodeError) as exc:
         return out("error", str(exc)[:300])
-    except (ConnectionError, http.client.HTTPException, OSError) as exc:
-        return out("crash", f"{type(exc).__name__}: {exc}")
+    except (urllib.error.URLError, ConnectionError, http.client.HTTPException, OSError) as exc:
+        return out(*_request_failure(exc, "no answer"))
     return out("served", ids=answer["output_ids"])
 
 
