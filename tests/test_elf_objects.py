@@ -385,12 +385,56 @@ def test_real_stack_md_records_the_cached_torch_memory_saver():
 def test_the_sandbox_stand_in_objects_are_not_elf_so_labels_judge_the_sandbox(tmp_path):
     # The sandbox's stand-in wheels carry text placeholders for their shared
     # objects (sandbox_mirror.standins): the per-object check finds nothing
-    # there, and the sandbox's stacks are judged by their labels as before.
+    # there, and the sandbox's stacks are judged by their labels as before,
+    # but for the real object of sgl-whl/cu130-mixed (the test below).
     from sandbox_mirror import standins
 
     path = tmp_path / "common_ops.abi3.so"
     path.write_bytes(standins._placeholder({"needed": ["libcudart.so.12"]}))
     assert stack_probe.elf_needed(str(path)) == []
+
+
+def test_the_mirrors_mixed_kernel_installs_and_the_check_refuses_its_cuda_12_object(
+    mirror_url, toolkits, no_ld_conf, tmp_path
+):
+    # sgl-whl/cu130-mixed: the +cu130 stand-in plus sglang-kernel 0.4.0's real
+    # spatial_ops.abi3.so (needs libcudart.so.12), the shape of
+    # sgl-project/sglang-omni#620. pip installs it in the cu130 stack; the role's
+    # probe (roles/cu130_wheels/tasks/check.yml: stack_probe.py torch sgl_kernel
+    # flashinfer with the venv's python) and verdict (the sandbox's
+    # cu130_wheels_driver_library_optional, the nvidia-smi double's 12.0)
+    # refuse it by that object, although every label says cu130.
+    from sandbox_mirror import testkit
+
+    from cuda13_upgrade import scriptout
+
+    python = testkit.make_venv(tmp_path / "venv")
+    testkit.install_stack(python, mirror_url, "cu130", kernel_index="sgl-whl/cu130-mixed")
+    env = testkit.clean_env(CUDA_HOME=str(toolkits["13.0"]), SANDBOX_LD_SO_CONF_D=str(no_ld_conf))
+    out = testkit.run([str(python), stack_probe.__file__, "torch", "sgl_kernel", "flashinfer"], env).stdout
+    probe = scriptout.result_document(out)
+    assert probe["dists"]["sgl-kernel"] == "0.3.21+cu130"
+    assert probe["imports"] == {"torch": None, "sgl_kernel": None, "flashinfer": None}
+    # The stand-in's placeholders are not ELF; the real object is read, and
+    # import sgl_kernel (which loads sm100/common_ops) did not map it.
+    assert probe["objects"] == {
+        "sgl-kernel": {
+            "sgl_kernel/spatial_ops.abi3.so": {
+                "needed": ["libnvrtc.so.12", "libcuda.so.1", "libcudart.so.12"],
+                "mapped": False,
+            }
+        }
+    }
+    # The labels alone pass.
+    assert wheels.check_stack_consistency(probe["dists"], target_cuda_major=13) == []
+    verdict = stack.stack_verdict(probe, 13, driver_library_optional=True, compute_capabilities=["12.0"])
+    assert verdict["consistent"] is False
+    assert verdict["problems"] == [
+        "sgl-kernel 0.3.21+cu130 ships shared objects built for another CUDA major than the target "
+        "CUDA 13, whatever its version label says: sgl_kernel/spatial_ops.abi3.so needs "
+        "libnvrtc.so.12, libcudart.so.12; install the build of sgl-kernel made for CUDA 13 (one "
+        "whose objects need libcudart.so.13 and its libraries)"
+    ]
 
 
 def test_loader_cache_reads_ldconfig_p():

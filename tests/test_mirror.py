@@ -198,6 +198,19 @@ def _wheel_metadata(path: Path) -> tuple[str, str, zipfile.ZipFile]:
     return zf.read(f"{info}/METADATA").decode(), zf.read(f"{info}/WHEEL").decode(), zf
 
 
+def _check_record(zf: zipfile.ZipFile) -> None:
+    """RECORD lists every file of the wheel with its sha256 and size."""
+    record_name = next(n for n in zf.namelist() if n.endswith("/RECORD"))
+    rows = list(csv.reader(io.StringIO(zf.read(record_name).decode())))
+    assert {r[0] for r in rows} == set(zf.namelist())
+    for name, digest, size in rows:
+        if name == record_name:
+            continue
+        data = zf.read(name)
+        expected = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        assert digest == f"sha256={expected}" and int(size) == len(data), name
+
+
 @pytest.mark.parametrize(
     ("relpath", "requires"),
     [
@@ -219,15 +232,7 @@ def test_torch_wheel_metadata_and_record(sandbox_mirror, relpath, requires):
     assert f"Requires-Dist: {requires}" in metadata
     assert "Root-Is-Purelib: false" in wheel
     assert "Tag: cp311-cp311-manylinux_2_28_x86_64" in wheel
-    record_name = next(n for n in zf.namelist() if n.endswith("/RECORD"))
-    rows = list(csv.reader(io.StringIO(zf.read(record_name).decode())))
-    assert {r[0] for r in rows} == set(zf.namelist())
-    for name, digest, size in rows:
-        if name == record_name:
-            continue
-        data = zf.read(name)
-        expected = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-        assert digest == f"sha256={expected}" and int(size) == len(data), name
+    _check_record(zf)
 
 
 def test_kernel_wheel_names_and_tags(sandbox_mirror):
@@ -240,6 +245,64 @@ def test_kernel_wheel_names_and_tags(sandbox_mirror):
     assert "Name: flashinfer-python\nVersion: 0.6.3\n" in metadata
     assert "Requires-Dist: torch\n" in metadata
     assert "Root-Is-Purelib: true" in wheel
+
+
+def test_the_mixed_kernel_is_the_cu130_stand_in_plus_one_real_cuda_12_object(sandbox_mirror):
+    out = sandbox_mirror.out
+    name = "sgl_kernel-0.3.21+cu130-cp310-abi3-manylinux2014_x86_64.whl"
+    assert sandbox_mirror.manifest["indexes"]["sgl-whl/cu130-mixed"] == [name]
+    metadata, wheel, mixed = _wheel_metadata(out / "sgl-whl/cu130-mixed" / name)
+    plain_metadata, plain_wheel, plain = _wheel_metadata(out / "sgl-whl/cu130" / name)
+    _check_record(mixed)
+    info = "sgl_kernel-0.3.21+cu130.dist-info"
+    # Every file of the cu130 stand-in, the same bytes; METADATA differs only in its description.
+    same = set(plain.namelist()) - {f"{info}/METADATA", f"{info}/RECORD"}
+    assert set(mixed.namelist()) == set(plain.namelist()) | {"sgl_kernel/spatial_ops.abi3.so"}
+    assert all(mixed.read(n) == plain.read(n) for n in same)
+    assert wheel == plain_wheel
+    head, _, description = metadata.partition("\n\n")
+    assert head == plain_metadata.partition("\n\n")[0]
+    obj = catalog.SPATIAL_OPS_CUDA_12
+    for fact in (
+        "Sandbox stand-in",
+        "sgl-whl/cu130-mixed, which has no real counterpart",
+        "sgl-project/sglang-omni#620",
+        f"`{obj.path}` (sha256 {obj.sha256}) from `{obj.wheel}` (sha256 {obj.wheel_sha256})",
+        "libnvrtc.so.12, libcuda.so.1, libcudart.so.12",
+    ):
+        assert fact in description, fact
+    # The real object, its bytes as committed and as SOURCES.md records them.
+    data = mixed.read(obj.path)
+    assert data == (REPO / obj.source).read_bytes()
+    assert hashlib.sha256(data).hexdigest() == obj.sha256
+    sources = (REPO / "tests/fixtures/elf/SOURCES.md").read_text()
+    row = next(
+        line for line in sources.splitlines() if line.startswith(f"| `{obj.source.split('elf/', 1)[1]}`")
+    )
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1] == f"`{obj.wheel}` (`{obj.wheel_sha256}`)"
+    assert cells[2] == f"`{obj.path}`"
+    assert cells[3] == f"`{obj.sha256}`"
+    assert cells[4] == " ".join(obj.needed)
+
+
+def test_the_real_object_is_an_input_of_the_stamp_and_a_changed_copy_is_refused(monkeypatch, tmp_path):
+    from sandbox_mirror import standins
+
+    obj = catalog.SPATIAL_OPS_CUDA_12
+    sources = standins.real_object_sources()
+    assert list(sources) == [obj.source]
+    before = builder.compute_stamp("F", [])
+    monkeypatch.setattr(standins, "real_object_sources", lambda: {obj.source: sources[obj.source] + b"\0"})
+    assert builder.compute_stamp("F", []) != before
+    # A copy whose bytes are not the recorded ones is refused, not built into the wheel.
+    (tmp_path / obj.source).parent.mkdir(parents=True)
+    (tmp_path / obj.source).write_bytes(sources[obj.source] + b"\0")
+    monkeypatch.setattr(standins, "REPO_ROOT", tmp_path)
+    with pytest.raises(
+        ValueError, match=rf"spatial_ops\.abi3\.so: sha256 [0-9a-f]{{64}}, recorded {obj.sha256}"
+    ):
+        standins.real_object_bytes(obj)
 
 
 # -- installs into a venv ---------------------------------------------------------------

@@ -11,6 +11,7 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 from playbook import mirror_preflight_vars, run_playbook
 
 REPO = Path(__file__).resolve().parents[1]
@@ -91,18 +92,30 @@ def test_a_coherent_target_resolves_and_is_recorded(tmp_path, mirror_url):
     assert not (tmp_path / "venv").exists()
 
 
-def test_the_cuda_12_8_kernel_resolves_so_only_the_check_after_install_refuses_it(tmp_path, mirror_url):
-    # Molecule midway's bad-wheel host: SGLang 0.5.9 requires sgl-kernel==0.3.21, which the
-    # +cu128 build satisfies, so pip's resolver accepts it; the stack check after the install
-    # refuses it ("is built for CUDA 12.8", tests/test_filters.py).
+@pytest.mark.parametrize(
+    ("kernel_index", "kernel"),
+    [
+        # The CUDA 12.8 build: SGLang 0.5.9 requires sgl-kernel==0.3.21, which the +cu128
+        # build satisfies; the stack check after the install refuses its label ("is built
+        # for CUDA 12.8", tests/test_wheels.py::test_cu128_kernel_under_cu130_torch).
+        ("sgl-whl/cu128", "sgl-kernel==0.3.21+cu128"),
+        # Molecule midway's bad-wheel host: the +cu130 build with a CUDA 12 object; the
+        # check refuses that object, label-blind (tests/test_elf_objects.py,
+        # test_the_mirrors_mixed_kernel_installs_and_the_check_refuses_its_cuda_12_object).
+        ("sgl-whl/cu130-mixed", "sgl-kernel==0.3.21+cu130"),
+    ],
+)
+def test_a_kernel_that_only_the_check_after_install_refuses_resolves(
+    tmp_path, mirror_url, kernel_index, kernel
+):
     pins = [
         "torch==2.9.1+cu130",
-        "sgl-kernel==0.3.21+cu128",
+        kernel,
         "flashinfer-python==0.6.3",
         "flashinfer-cubin==0.6.3",
         "flashinfer-jit-cache==0.6.3+cu130",
     ]
-    proc = _preflight(tmp_path, mirror_url, pins, kernel_index="sgl-whl/cu128")
+    proc = _preflight(tmp_path, mirror_url, pins, kernel_index=kernel_index)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
-    assert "sgl-kernel==0.3.21+cu128" in out
+    assert kernel in out

@@ -10,7 +10,8 @@ The host serves the result at ``http://127.0.0.1:8080/`` (``python3 -m http.serv
   key generated once per checkout (``--gnupg-home``, never committed); the public key is
   ``cuda/repos/debian12/x86_64/cuda-sandbox-keyring.gpg``;
 * ``whl/cu128/``, ``whl/cu130/``, ``whl/nightly/cu130/``, ``sgl-whl/cu1xx/``,
-  ``flashinfer-whl/cu1xx/``, ``pypi/simple/`` -- PEP 503 indexes of stand-in wheels;
+  ``sgl-whl/cu130-mixed/``, ``flashinfer-whl/cu1xx/``, ``pypi/simple/`` -- PEP 503 indexes of
+  stand-in wheels;
 * ``git/sglang.git`` -- a bare repository of the stand-in SGLang (tags v0.5.8, v0.5.9);
 * ``sglang-sim/scenarios/`` -- the simulated server's scenario files;
 * ``manifest.json`` -- what was built (packages, files, tags, key fingerprint).

@@ -1,8 +1,10 @@
 """Build the whole mirror tree, incrementally.
 
 The inputs (this directory's sources and stubs, ``sandbox/sglang-src``, the scenarios, the
-genuine setuptools/wheel wheels and the signing key's fingerprint) are hashed into a stamp,
-``<out>/.build-stamp``. A rebuild with the same stamp returns at once and touches nothing.
+genuine setuptools/wheel wheels, the real shared objects some stand-ins carry
+(``catalog.RealObject``, committed under ``tests/fixtures/elf/``) and the signing key's
+fingerprint) are hashed into a stamp, ``<out>/.build-stamp``. A rebuild with the same stamp
+returns at once and touches nothing.
 Otherwise everything is built in a sibling directory and then moved into ``<out>`` entry by
 entry, so ``<out>`` itself keeps its inode (the sandbox host bind-mounts it read-only).
 """
@@ -56,6 +58,7 @@ def compute_stamp(fingerprint: str, python_wheels: list[Path]) -> str:
     inputs = _mirror_sources()
     inputs.update({f"sglang-src/{k}": v for k, v in gitrepo.source_files(SGLANG_SRC).items()})
     inputs.update({f"python-wheels/{p.name}": p.read_bytes() for p in python_wheels})
+    inputs.update({f"real-objects/{k}": v for k, v in standins.real_object_sources().items()})
     inputs["gpg-fingerprint"] = fingerprint.encode()
     for name in sorted(inputs):
         h.update(name.encode() + b"\0" + hashlib.sha256(inputs[name]).digest())

@@ -361,6 +361,67 @@ SGL_KERNEL_BUILDS: tuple[KernelBuild, ...] = (
     KernelBuild("sgl-kernel", "0.3.21+cu130", "sgl-whl/cu130", torch_series="2.9"),
 )
 
+
+@dataclass(frozen=True)
+class RealObject:
+    """A real shared object, its bytes unchanged, that a stand-in wheel carries.
+
+    ``source`` is the committed copy (relative to the repository root); ``path`` its path
+    inside the real wheel (= relative to site-packages), where the stand-in puts it too;
+    ``sha256`` the file's, ``wheel`` and ``wheel_sha256`` the real wheel it was taken from,
+    ``needed`` the CUDA libraries among its ELF ``NEEDED`` entries (``readelf -d``), in order.
+    Each value is the row of ``tests/fixtures/elf/SOURCES.md`` that records the file (a unit
+    test compares them); the build refuses a copy whose sha256 differs.
+    """
+
+    source: str
+    path: str
+    sha256: str
+    wheel: str
+    wheel_sha256: str
+    needed: tuple[str, ...]
+
+
+# sglang-kernel 0.4.0's spatial_ops (PyPI, a CUDA 12 build), tests/fixtures/elf/SOURCES.md.
+SPATIAL_OPS_CUDA_12 = RealObject(
+    source="tests/fixtures/elf/sglang_kernel-0.4.0/sgl_kernel/spatial_ops.abi3.so",
+    path="sgl_kernel/spatial_ops.abi3.so",
+    sha256="5acce66b49bb55c2494bca314dc6be5bb4234d88b908f327c8d1f66fd480e129",
+    wheel="sglang_kernel-0.4.0-cp310-abi3-manylinux2014_x86_64.whl",
+    wheel_sha256="859eb83c312b327d1998ba05b7cfb759d438192117fded43d475ef9f32f284d8",
+    needed=("libnvrtc.so.12", "libcuda.so.1", "libcudart.so.12"),
+)
+
+
+@dataclass(frozen=True)
+class MixedKernelBuild:
+    """A kernel stand-in that mixes CUDA majors: ``build``'s stand-in wheel, the same in every
+    file (record, metadata, placeholder objects), plus ``objects``, real shared objects that
+    need another CUDA major than the build's label, each at its real path. Served by ``index``,
+    which has no real counterpart; the wheel's description says so and names ``field_case``.
+    """
+
+    build: KernelBuild
+    index: str
+    objects: tuple[RealObject, ...]
+    field_case: str
+
+
+# The shape of sgl-project/sglang-omni#620 ("sgl-kernel ships a sm100/common_ops.abi3.so
+# binary that is linked against CUDA 12 runtime libraries" on a CUDA 13 host; the report
+# names sgl-kernel 0.3.21, no local label): one object of the wheel needs libcudart.so.12.
+# Here under the +cu130 label, whose stand-in objects stand for libcudart.so.13 ones, so that
+# only a per-object check, blind to the label, can refuse it. The combination is the
+# sandbox's: no real sgl-kernel 0.3.21+cu130 wheel is known to carry this object.
+MIXED_KERNEL_BUILDS: tuple[MixedKernelBuild, ...] = (
+    MixedKernelBuild(
+        build=next(b for b in SGL_KERNEL_BUILDS if b.index == "sgl-whl/cu130"),
+        index="sgl-whl/cu130-mixed",
+        objects=(SPATIAL_OPS_CUDA_12,),
+        field_case="sgl-project/sglang-omni#620",
+    ),
+)
+
 # flashinfer: flashinfer-python and flashinfer-cubin are on PyPI (recorded); the jit-cache
 # (precompiled kernels) is per CUDA release at flashinfer.ai/whl/cu1xx. SGLang 0.5.8 pins
 # 0.6.1, 0.5.9 pins 0.6.3 (their PKG-INFO).

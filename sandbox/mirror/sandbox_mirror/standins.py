@@ -5,6 +5,8 @@ Index layout (paths under the mirror root, shaped like the real servers):
 * ``whl/cu128/``, ``whl/cu130/`` -- download.pytorch.org/whl/...: torch and the CUDA runtime
   wheels and triton it requires (files beside the index pages);
 * ``sgl-whl/cu128/``, ``sgl-whl/cu130/`` -- docs.sglang.ai/whl/cu1xx: sgl-kernel;
+* ``sgl-whl/cu130-mixed/`` -- no real counterpart: sgl-kernel's +cu130 stand-in plus one real
+  shared object that needs CUDA 12 (``catalog.MIXED_KERNEL_BUILDS``, ``mixed_kernel_spec``);
 * ``flashinfer-whl/cu128/``, ``flashinfer-whl/cu130/`` -- flashinfer.ai/whl/cu1xx:
   flashinfer-jit-cache;
 * ``pypi/simple/`` (files in ``pypi/packages/``) -- PyPI: flashinfer-python, flashinfer-cubin,
@@ -23,7 +25,9 @@ CUDA release, library placeholders).
 
 from __future__ import annotations
 
+import dataclasses
 import email.parser
+import hashlib
 import json
 import zipfile
 from collections.abc import Iterable
@@ -33,16 +37,20 @@ from sandbox_mirror import catalog, gitrepo, records
 from sandbox_mirror.catalog import (
     FLASHINFER_JIT_CACHE_BUILDS,
     FLASHINFER_VERSIONS,
+    MIXED_KERNEL_BUILDS,
     RUNTIME_WHEEL_LIBDIR,
     SGL_KERNEL_BUILDS,
     TORCH_BUILDS,
     KernelBuild,
+    MixedKernelBuild,
     NvidiaWheel,
+    RealObject,
     TorchBuild,
 )
 from sandbox_mirror.wheels import IndexedFile, WheelSpec, write_index, write_wheel
 
 STUBS = Path(__file__).resolve().parent.parent / "stubs"
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 _STANDIN_NOTE = (
     "Sandbox stand-in of the real distribution of this name and version, built by "
@@ -187,6 +195,61 @@ RUNPATH = ("{RUNTIME_WHEEL_LIBDIR[major]}",)
     )
 
 
+def real_object_bytes(obj: RealObject) -> bytes:
+    """The committed copy of a real shared object; ``ValueError`` when its sha256 is not the
+    recorded one (``catalog.RealObject``), ``FileNotFoundError`` when it is absent."""
+    data = (REPO_ROOT / obj.source).read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != obj.sha256:
+        raise ValueError(
+            f"{obj.source}: sha256 {digest}, recorded {obj.sha256} (tests/fixtures/elf/SOURCES.md)"
+        )
+    return data
+
+
+def real_object_sources() -> dict[str, bytes]:
+    """Every real shared object the mirror's wheels carry, by ``source`` (inputs of the stamp)."""
+    return {obj.source: real_object_bytes(obj) for mixed in MIXED_KERNEL_BUILDS for obj in mixed.objects}
+
+
+def _mixed_note(mixed: MixedKernelBuild) -> str:
+    build = mixed.build
+    lines = [
+        f"Sandbox stand-in of {build.name} {build.version} that mixes CUDA majors, built by "
+        "sandbox/mirror/build.py of the cuda13-upgrade project and served by its index "
+        f"{mixed.index}, which has no real counterpart. It is the stand-in that {build.index} serves "
+        "(same name, version, tags, dependency relations and placeholder objects; no GPU code) "
+        "plus these real shared objects, their bytes unchanged, each at its path in the real "
+        "wheel it comes from:",
+        "",
+    ]
+    lines += [
+        f"- `{obj.path}` (sha256 {obj.sha256}) from `{obj.wheel}` (sha256 {obj.wheel_sha256}); "
+        f"its ELF NEEDED entries name {', '.join(obj.needed)}."
+        for obj in mixed.objects
+    ]
+    lines += [
+        "",
+        f"The shape of {mixed.field_case}: a wheel with an object linked against the CUDA runtime "
+        f"libraries of another major than the host's. The label says {build.label}; only a check of "
+        "each object's NEEDED libraries finds the other major. No real "
+        f"{build.name} {build.version} wheel is known to carry these objects.",
+    ]
+    return "\n".join(lines)
+
+
+def mixed_kernel_spec(mixed: MixedKernelBuild) -> WheelSpec:
+    """``mixed.build``'s stand-in wheel (:func:`sgl_kernel_spec`) plus the real objects of
+    ``mixed``; only the description differs in METADATA."""
+    spec = sgl_kernel_spec(mixed.build)
+    files = dict(spec.files)
+    for obj in mixed.objects:
+        if obj.path in files:
+            raise ValueError(f"{obj.path} is already in {spec.filename}")
+        files[obj.path] = real_object_bytes(obj)
+    return dataclasses.replace(spec, files=files, description=_mixed_note(mixed))
+
+
 def _pure_metadata(record: dict) -> tuple[tuple[str, str], ...]:
     meta = record["metadata"]
     fields: list[tuple[str, str]] = [("Summary", meta.get("Summary") or "")]
@@ -284,6 +347,7 @@ def all_specs(python_wheels_dir: Path | None = None) -> list[tuple[str, WheelSpe
         wheels = {w.name: w for b in TORCH_BUILDS if b.index == index for w in b.library_wheels}
         specs += [(index, nvidia_spec(w)) for _, w in sorted(wheels.items())]
     specs += [(b.index, sgl_kernel_spec(b)) for b in SGL_KERNEL_BUILDS]
+    specs += [(m.index, mixed_kernel_spec(m)) for m in MIXED_KERNEL_BUILDS]
     specs += [(b.index, flashinfer_jit_cache_spec(b)) for b in FLASHINFER_JIT_CACHE_BUILDS]
     for version in FLASHINFER_VERSIONS:
         specs.append(("pypi/simple", flashinfer_python_spec(version)))

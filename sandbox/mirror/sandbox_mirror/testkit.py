@@ -150,13 +150,14 @@ def stack_requirements(tag: str) -> list[str]:
 FLASHINFER_OF_TAG = {"cu128": "0.6.1", "cu130": "0.6.3"}
 
 
-def index_args(mirror_url: str, tag: str) -> list[str]:
-    """``--index-url`` PyTorch's index, extra indexes for sgl-kernel, flashinfer and PyPI."""
+def index_args(mirror_url: str, tag: str, kernel_index: str | None = None) -> list[str]:
+    """``--index-url`` PyTorch's index, extra indexes for sgl-kernel (``kernel_index``, default
+    ``sgl-whl/<tag>``), flashinfer and PyPI."""
     return [
         "--index-url",
         f"{mirror_url}/whl/{tag}",
         "--extra-index-url",
-        f"{mirror_url}/sgl-whl/{tag}",
+        f"{mirror_url}/{kernel_index or f'sgl-whl/{tag}'}",
         "--extra-index-url",
         f"{mirror_url}/flashinfer-whl/{tag}",
         "--extra-index-url",
@@ -164,8 +165,9 @@ def index_args(mirror_url: str, tag: str) -> list[str]:
     ]
 
 
-def install_stack(python: Path, mirror_url: str, tag: str) -> None:
-    """torch first (the way the PyTorch docs say), then the kernels and flashinfer."""
+def install_stack(python: Path, mirror_url: str, tag: str, kernel_index: str | None = None) -> None:
+    """torch first (the way the PyTorch docs say), then the kernels and flashinfer
+    (sgl-kernel from ``kernel_index``, see :func:`index_args`)."""
     pip(
         python,
         "--index-url",
@@ -174,7 +176,7 @@ def install_stack(python: Path, mirror_url: str, tag: str) -> None:
         f"{mirror_url}/pypi/simple",
         f"torch==2.9.1+{tag}",
     )
-    pip(python, *index_args(mirror_url, tag), *stack_requirements(tag)[1:])
+    pip(python, *index_args(mirror_url, tag, kernel_index), *stack_requirements(tag)[1:])
 
 
 def extract_toolkit(mirror_dir: Path, release: CudaRelease, root: Path) -> Path:
