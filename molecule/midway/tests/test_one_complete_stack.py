@@ -41,11 +41,17 @@ def test_failed_host_is_back_on_the_old_stack(hosts, name, step):
 
 
 def test_bad_wheel_resolved_installed_and_refused_by_the_stack_check(hosts):
-    # pip's resolver accepted the CUDA 12.8 kernel (its version is SGLang's pin); the
-    # host got exactly the resolved set, and the check after the install refused it.
+    # pip's resolver accepted the +cu130 kernel with a CUDA 12 object (its version is
+    # SGLang's pin); the host got exactly the resolved set, and the check after the
+    # install refused that object, although the label says cu130 (the same text:
+    # tests/test_elf_objects.py::test_the_mirrors_mixed_kernel_installs_and_the_check_refuses_its_cuda_12_object).
     result = json.loads(hosts["bad-wheel"].file("/var/lib/cuda13-upgrade/result.json").content_string)
-    assert "sgl-kernel==0.3.21+cu128" in result["resolved_target"]
-    assert "sgl-kernel 0.3.21+cu128 is built for CUDA 12.8 (cu128)" in result["error"]
+    assert "sgl-kernel==0.3.21+cu130" in result["resolved_target"]
+    assert (
+        "sgl-kernel 0.3.21+cu130 ships shared objects built for another CUDA major than the target "
+        "CUDA 13, whatever its version label says: sgl_kernel/spatial_ops.abi3.so needs "
+        "libnvrtc.so.12, libcudart.so.12" in result["error"]
+    )
 
 
 def test_full_disk_is_named_and_what_the_run_wrote_there_is_gone(hosts):
