@@ -203,3 +203,19 @@ def test_until_passes_while_a_batch_runs(tmp_path):
     assert rc == 0, out
     assert played == [["gpu-node-01"]]
     assert f"not started: past cuda13_until ({until}) (hosts gpu-node-02, gpu-node-03" in out
+
+
+def test_the_hosts_not_started_are_in_the_run_s_report_at_once(tmp_path):
+    # Written by the gate itself: under a --limit that leaves localhost out the
+    # Report play does not run, and the command's own summary reads this record.
+    until = (datetime.now(UTC) + timedelta(seconds=12)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    rc, out, played = _run(tmp_path, "--limit", ",".join(HOSTS), "-e", f"cuda13_until={until}", pause=15)
+    assert rc == 0, out
+    assert played == [["gpu-node-01"]]
+    (record,) = (tmp_path / "reports").glob("*/not_started.json")
+    not_started = json.loads(record.read_text())
+    assert not_started["said"] == "not started"
+    assert not_started["reason"].startswith(f"past cuda13_until ({until})")
+    assert not_started["hosts"] == HOSTS[1:]
+    summary = (record.parent / "summary.md").read_text()
+    assert f"| gpu-node-02 | not started: past cuda13_until ({until})" in summary

@@ -86,6 +86,7 @@ def _run(tmp_path: Path, n_hosts: int, stand_in: dict[str, str], *extra: str, gr
     book = tmp_path / "playbooks" / "book.yml"
     book.parent.mkdir()
     (tmp_path / "playbooks" / "start.yml").symlink_to(REPO / "playbooks" / "start.yml")
+    (tmp_path / "playbooks" / "tasks").symlink_to(REPO / "playbooks" / "tasks")
     book.write_text(
         yaml.safe_dump(
             [
