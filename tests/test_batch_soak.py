@@ -130,7 +130,7 @@ def test_a_server_killed_by_sigfpe_is_a_crash_named_by_its_signal():
     judged = batch_soak.verdict(_record(_served(0), lost, after=after), reference_ids=[REFERENCE])
     assert judged["outcome"] == "crash"
     assert judged["reason"].endswith(
-        "check 2 at 5 s got the server was lost ([Errno 111] Connection refused); "
+        "check 2 at 5 s lost the server ([Errno 111] Connection refused); "
         "the unit's main process 4242 killed by SIGFPE (unit failed/failed, no main process)"
     )
 

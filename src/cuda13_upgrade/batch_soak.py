@@ -103,10 +103,10 @@ def _check_text(check: Mapping[str, Any], deadline_s: float) -> str:
     outcome = check.get("outcome")
     detail = str(check.get("detail") or "").strip()
     if outcome == "stall":
-        return f"no answer within {deadline_s:g} s"
+        return f"got no answer within {deadline_s:g} s"
     if outcome == "error":
-        return f"an error ({detail})" if detail else "an error"
-    return f"the server was lost ({detail})" if detail else "the server was lost"
+        return f"got an error ({detail})" if detail else "got an error"
+    return f"lost the server ({detail})" if detail else "lost the server"
 
 
 def verdict(
@@ -164,7 +164,7 @@ def verdict(
     for number, check in enumerate(checks, start=1):
         at = f"{float(check.get('at_s') or 0):.0f} s"
         if check.get("outcome") != "served":
-            text = f"check {number} at {at} got {_check_text(check, deadline_s)}"
+            text = f"check {number} at {at} {_check_text(check, deadline_s)}"
             found = (
                 "crash" if gone else str(check.get("outcome") or "crash"),
                 f"{text}; {gone}" if gone else text,
