@@ -74,6 +74,31 @@ def test_out_of_service_without_undrain_hooks_ends_before_the_result():
     assert timeline.out_of_service_s(before_drain) is None
 
 
+def test_out_of_service_twice_for_a_host_the_soak_between_batches_rolled_back():
+    steps = timeline.step_durations(
+        _records(
+            ("drain", "12:10:00"),
+            ("verify", "12:20:00"),
+            ("undrain", "12:25:00"),
+            ("batch_soak", "12:25:10"),
+            ("rollback", "12:30:00"),
+            ("undrain", "12:31:00"),
+            ("result", "12:31:05"),
+        ),
+        FINISHED,
+    )
+    # 12:10:00 to 12:25:10 drained for the upgrade, in service for the watch, then
+    # 12:30:00 to 12:31:05 drained again for the rollback.
+    assert timeline.out_of_service_s(steps) == 910.0 + 65.0
+    kept = timeline.step_durations(
+        _records(
+            ("drain", "12:10:00"), ("undrain", "12:25:00"), ("batch_soak", "12:25:10"), ("result", "12:30:00")
+        ),
+        FINISHED,
+    )
+    assert timeline.out_of_service_s(kept) == 910.0
+
+
 @pytest.mark.parametrize(
     ("records", "message"),
     [

@@ -90,15 +90,25 @@ def step_durations(records: Sequence[Mapping[str, Any]], finished_at: str) -> li
 def out_of_service_s(steps: Sequence[Mapping[str, Any]]) -> float | None:
     """Seconds the host was out of service: from the start of ``drain`` to the
     end of ``undrain``, or, when no undrain ran, to the start of ``result``
-    (or the end of the last step). ``steps`` as :func:`step_durations`
-    returns them. None when the host never reached ``drain``."""
+    (or the end of the last step). A host the soak between batches rolled back
+    (``batch_soak``, then ``rollback``) was out of service a second time, drained
+    again for its rollback: from the start of ``rollback`` to the end of the
+    undrain after it (or, without one, to the start of ``result``), added.
+    ``steps`` as :func:`step_durations` returns them. None when the host never
+    reached ``drain``."""
     names = [str(step.get("step")) for step in steps]
     if OUT_OF_SERVICE_FROM not in names:
         return None
-    first = names.index(OUT_OF_SERVICE_FROM)
-    last = names.index(SERVICE_BACK) if SERVICE_BACK in names[first:] else None
-    if last is None:
-        last = names.index(RESULT_STEP) - 1 if RESULT_STEP in names[first:] else len(names) - 1
-    if last < first:
-        return 0.0
-    return round(sum(float(step.get("duration_s") or 0.0) for step in steps[first : last + 1]), 1)
+
+    def period(first: int) -> float:
+        last = names.index(SERVICE_BACK, first) if SERVICE_BACK in names[first:] else None
+        if last is None:
+            last = names.index(RESULT_STEP, first) - 1 if RESULT_STEP in names[first:] else len(names) - 1
+        if last < first:
+            return 0.0
+        return sum(float(step.get("duration_s") or 0.0) for step in steps[first : last + 1])
+
+    total = period(names.index(OUT_OF_SERVICE_FROM))
+    if "batch_soak" in names and "rollback" in names[names.index("batch_soak") :]:
+        total += period(names.index("rollback", names.index("batch_soak")))
+    return round(total, 1)
