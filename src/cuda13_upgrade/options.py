@@ -876,6 +876,7 @@ def _cross_checks(values: Mapping[str, Any], given: Mapping[str, Any]) -> list[d
 def validate(
     values: Mapping[str, Any],
     specs: Mapping[str, Mapping[str, Any]],
+    defaults: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Check and convert every option the upgrade's steps read.
 
@@ -885,12 +886,16 @@ def validate(
         specs: ``{option: argument spec entry}`` of every role (their
             ``meta/argument_specs.yml`` options, merged); :data:`PLAY_OPTIONS`
             are added. Values of options without a spec are ignored.
+        defaults: ``{option: value}`` of the options not given, as the roles'
+            ``defaults/main.yml`` give them once templated (Ansible's own
+            templating, by the action plugin cuda13_options); None to take the
+            specs' literal defaults and aliases (``{{ other_option }}``) only.
 
     Returns:
         ``{"ok": bool, "failures": [{"option", "value", "message"}, ...],
         "values": {option: converted value}}``; ``values`` holds the given
         options converted to their spec's type (``"0.005"`` -> ``0.005`` for a
-        float) and the literal defaults of the others, for later steps to use.
+        float) and the defaults of the others, for later steps to use.
 
     Raises:
         Nothing for bad values (each is a failure); ``TypeError`` when
@@ -915,7 +920,10 @@ def validate(
             failures.append(_failure(option, given[option], *problem))
     if failures:
         return {"ok": False, "failures": failures, "values": converted}
-    effective = _effective(converted, all_specs)
+    if defaults is None:
+        effective = _effective(converted, all_specs)
+    else:
+        effective = {**{k: v for k, v in defaults.items() if k in all_specs}, **converted}
     for option, value in effective.items():
         if option in converted:
             continue

@@ -622,6 +622,220 @@ def bench_serving_trial(python: str, url: str, *, max_tokens: int, prompt_len: i
         return {"method": "bench_serving", "record": json.loads(lines[-1]), "stdout_tail": tail}
 
 
+class BenchError(Exception):
+    """The server cannot be reached, or answers something that is not what was asked for."""
+
+
+#: The options of :func:`run` and their defaults (the command line's, with ``workload``
+#: the prompt file's content instead of its path).
+DEFAULTS = {
+    "url": "http://127.0.0.1:30000",
+    "max_tokens": 256,
+    "prompt_len": 128,
+    "trials": 5,
+    "min_trials": 0,
+    "warmup": 1,
+    "model": None,
+    "timeout": 300.0,
+    "append": None,
+    "series": None,
+    "method": "builtin",
+    "python": None,
+    "prompts": 4,
+    "workload": None,
+    "flush_cache": False,
+    "load_metrics": False,
+    "ttft_prompt_len": 0,
+    "ttft_requests": 3,
+    "concurrency": 0,
+    "soak_requests": 0,
+    "soak_concurrency": 8,
+    "soak_deadline_s": 60.0,
+    "soak_max_tokens": None,
+    "unit": None,
+    "journal_lines": 30,
+    "probe": 0,
+    "max_new_tokens": 32,
+    "watch_seconds": 0.0,
+    "watch_interval_s": 15.0,
+    "watch_deadline_s": 60.0,
+}
+
+
+def run(options: dict) -> dict:
+    """One run of the benchmark: trials (default), ``probe`` > 0, ``load_metrics`` or
+    ``watch_seconds`` > 0, as the module docstring describes; ``options`` as :data:`DEFAULTS`
+    (``workload``: ``{"seed": int, "prompts": [str]}`` or None). Returns the JSON object the
+    command prints. Raises :class:`BenchError` where the command exits with status 2."""
+    o = {**DEFAULTS, **{k: v for k, v in options.items() if v is not None or k not in DEFAULTS}}
+    url = o["url"]
+    workload = o["workload"]
+    if o["probe"] > 0 or o["watch_seconds"] > 0:
+        if not workload:
+            raise BenchError("--probe and --watch-seconds need --prompt-file")
+        prompts = workload["prompts"]
+        if o["watch_seconds"] > 0:
+            if o["watch_interval_s"] <= 0:
+                raise BenchError(f"--watch-interval-s must be > 0 (got {o['watch_interval_s']})")
+            record = watch(
+                url,
+                prompt=prompts[0],
+                max_new_tokens=o["max_new_tokens"],
+                seconds=o["watch_seconds"],
+                interval_s=o["watch_interval_s"],
+                deadline_s=o["watch_deadline_s"],
+                unit=o["unit"],
+                journal_lines=o["journal_lines"],
+            )
+            return {"url": url, "watch": record}
+        try:
+            outputs = [generate(url, p, o["max_new_tokens"], o["timeout"]) for p in prompts[: o["probe"]]]
+        except (urllib.error.URLError, OSError) as exc:
+            raise BenchError(f"cannot reach the server at {url}: {exc}") from exc
+        except (ValueError, json.JSONDecodeError) as exc:
+            raise BenchError(f"unexpected answer from {url}: {exc}") from exc
+        return {"url": url, "max_new_tokens": o["max_new_tokens"], "outputs": outputs}
+
+    if o["load_metrics"]:
+        if not workload:
+            raise BenchError("--load-metrics needs --prompt-file")
+        try:
+            load = load_metrics(
+                url,
+                prompts=workload["prompts"],
+                seed=int(workload.get("seed", 0)),
+                max_tokens=o["max_tokens"],
+                ttft_prompt_len=o["ttft_prompt_len"],
+                ttft_requests=o["ttft_requests"],
+                concurrency=o["concurrency"],
+                model=o["model"],
+                timeout=o["timeout"],
+            )
+        except (urllib.error.URLError, OSError) as exc:
+            raise BenchError(f"cannot reach the server at {url}: {exc}") from exc
+        except (ValueError, json.JSONDecodeError) as exc:
+            raise BenchError(f"unexpected answer from {url}: {exc}") from exc
+        document = {"url": url, "load": load}
+        if o["soak_requests"] > 0:
+            document["soak"] = soak(
+                url,
+                prompts=workload["prompts"],
+                requests=o["soak_requests"],
+                concurrency=o["soak_concurrency"],
+                deadline_s=o["soak_deadline_s"],
+                max_tokens=o["soak_max_tokens"] or o["max_tokens"],
+                model=o["model"],
+                unit=o["unit"],
+                journal_lines=o["journal_lines"],
+            )
+        return document
+
+    previous: list[dict] = []
+    if o["append"]:
+        try:
+            with open(o["append"], encoding="utf-8") as handle:
+                kept = json.load(handle)
+        except FileNotFoundError:
+            kept = {}
+        if o["series"] is None or kept.get("series") == o["series"]:
+            previous = kept.get("trials", [])
+    count = o["trials"]
+    if o["append"] and o["min_trials"]:
+        count = max(1, o["min_trials"] - len(previous)) if previous else o["min_trials"]
+    try:
+        if o["method"] == "bench_serving":
+            if not o["python"]:
+                raise BenchError("--method bench_serving needs --python <venv>/bin/python")
+            trials = [
+                bench_serving_trial(
+                    o["python"], url, max_tokens=o["max_tokens"], prompt_len=o["prompt_len"], prompts=o["prompts"]
+                )
+                for _ in range(count)
+            ]
+            result = {"url": url, "method": "bench_serving", "trials": trials}
+        else:
+            workload = workload or {"prompts": None, "seed": 0}
+            result = measure(
+                url,
+                max_tokens=o["max_tokens"],
+                prompt_len=o["prompt_len"],
+                trials=count,
+                warmup=0 if previous else o["warmup"],
+                model=o["model"],
+                timeout=o["timeout"],
+                prompts=workload.get("prompts"),
+                seed=int(workload.get("seed", 0)),
+                first_index=len(previous),
+                flush=o["flush_cache"],
+            )
+            result["method"] = "builtin"
+    except (urllib.error.URLError, OSError) as exc:
+        raise BenchError(f"cannot reach the server at {url}: {exc}") from exc
+    except (ValueError, json.JSONDecodeError, RuntimeError) as exc:
+        raise BenchError(f"unexpected answer from {url}: {exc}") from exc
+    result["trials"] = previous + result["trials"]
+    if o["series"] is not None:
+        result["series"] = o["series"]
+    if o["append"]:
+        import os
+
+        directory = os.path.dirname(o["append"])
+        if directory:
+            os.makedirs(directory, mode=0o755, exist_ok=True)
+        tmp = o["append"] + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as handle:
+            json.dump(result, handle)
+        os.replace(tmp, o["append"])
+    return result
+
+
+#: The argument spec of the module cuda13_bench.
+BENCH_SPEC = {
+    "mode": {"type": "str", "choices": ["trials", "probe", "load", "watch"], "required": True},
+    "url": {"type": "str", "default": "http://127.0.0.1:30000"},
+    "workload": {"type": "dict"},
+    "max_tokens": {"type": "int", "default": 256},
+    "prompt_len": {"type": "int", "default": 128},
+    "trials": {"type": "int", "default": 5},
+    "min_trials": {"type": "int", "default": 0},
+    "warmup": {"type": "int", "default": 1},
+    "append": {"type": "path"},
+    "series": {"type": "str"},
+    "method": {"type": "str", "choices": ["builtin", "bench_serving"], "default": "builtin"},
+    "python": {"type": "str"},
+    "prompts": {"type": "int", "default": 4},
+    "flush_cache": {"type": "bool", "default": False},
+    "ttft_prompt_len": {"type": "int", "default": 0},
+    "ttft_requests": {"type": "int", "default": 3},
+    "concurrency": {"type": "int", "default": 0},
+    "soak_requests": {"type": "int", "default": 0},
+    "soak_concurrency": {"type": "int", "default": 8},
+    "soak_deadline_s": {"type": "float", "default": 60.0},
+    "unit": {"type": "str"},
+    "probe": {"type": "int", "default": 0},
+    "max_new_tokens": {"type": "int", "default": 32},
+    "watch_seconds": {"type": "float", "default": 0.0},
+    "watch_interval_s": {"type": "float", "default": 15.0},
+    "watch_deadline_s": {"type": "float", "default": 60.0},
+    "timeout": {"type": "float", "default": 300.0},
+}
+
+
+def bench_module(params: dict, check_mode: bool) -> dict:
+    """The module cuda13_bench: one :func:`run` in the mode ``params["mode"]``."""
+    options = dict(params)
+    mode = options.pop("mode")
+    options["load_metrics"] = mode == "load"
+    if mode != "probe":
+        options["probe"] = 0
+    if mode != "watch":
+        options["watch_seconds"] = 0.0
+    try:
+        return {"changed": False, "bench": run(options)}
+    except BenchError as exc:
+        return {"failed": True, "msg": str(exc)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", default="http://127.0.0.1:30000")
@@ -682,149 +896,16 @@ def main(argv: list[str] | None = None) -> int:
         "--watch-deadline-s", type=float, default=60.0, help="seconds each watch check may take"
     )
     args = parser.parse_args(argv)
-
-    if args.probe > 0 or args.watch_seconds > 0:
-        if not args.prompt_file:
-            print("--probe and --watch-seconds need --prompt-file", file=sys.stderr)
-            return 2
+    options = {k: v for k, v in vars(args).items() if k != "prompt_file"}
+    if args.prompt_file:
         with open(args.prompt_file, encoding="utf-8") as handle:
-            prompts = json.load(handle)["prompts"]
-        if args.watch_seconds > 0:
-            if args.watch_interval_s <= 0:
-                print(f"--watch-interval-s must be > 0 (got {args.watch_interval_s})", file=sys.stderr)
-                return 2
-            record = watch(
-                args.url,
-                prompt=prompts[0],
-                max_new_tokens=args.max_new_tokens,
-                seconds=args.watch_seconds,
-                interval_s=args.watch_interval_s,
-                deadline_s=args.watch_deadline_s,
-                unit=args.unit,
-                journal_lines=args.journal_lines,
-            )
-            json.dump({"url": args.url, "watch": record}, sys.stdout)
-            sys.stdout.write("\n")
-            return 0
-        try:
-            outputs = [
-                generate(args.url, p, args.max_new_tokens, args.timeout) for p in prompts[: args.probe]
-            ]
-        except (urllib.error.URLError, OSError) as exc:
-            print(f"cannot reach the server at {args.url}: {exc}", file=sys.stderr)
-            return 2
-        except (ValueError, json.JSONDecodeError) as exc:
-            print(f"unexpected answer from {args.url}: {exc}", file=sys.stderr)
-            return 2
-        json.dump({"url": args.url, "max_new_tokens": args.max_new_tokens, "outputs": outputs}, sys.stdout)
-        sys.stdout.write("\n")
-        return 0
-
-    if args.load_metrics:
-        if not args.prompt_file:
-            print("--load-metrics needs --prompt-file", file=sys.stderr)
-            return 2
-        with open(args.prompt_file, encoding="utf-8") as handle:
-            workload = json.load(handle)
-        try:
-            load = load_metrics(
-                args.url,
-                prompts=workload["prompts"],
-                seed=int(workload.get("seed", 0)),
-                max_tokens=args.max_tokens,
-                ttft_prompt_len=args.ttft_prompt_len,
-                ttft_requests=args.ttft_requests,
-                concurrency=args.concurrency,
-                model=args.model,
-                timeout=args.timeout,
-            )
-        except (urllib.error.URLError, OSError) as exc:
-            print(f"cannot reach the server at {args.url}: {exc}", file=sys.stderr)
-            return 2
-        except (ValueError, json.JSONDecodeError) as exc:
-            print(f"unexpected answer from {args.url}: {exc}", file=sys.stderr)
-            return 2
-        document = {"url": args.url, "load": load}
-        if args.soak_requests > 0:
-            document["soak"] = soak(
-                args.url,
-                prompts=workload["prompts"],
-                requests=args.soak_requests,
-                concurrency=args.soak_concurrency,
-                deadline_s=args.soak_deadline_s,
-                max_tokens=args.soak_max_tokens or args.max_tokens,
-                model=args.model,
-                unit=args.unit,
-                journal_lines=args.journal_lines,
-            )
-        json.dump(document, sys.stdout)
-        sys.stdout.write("\n")
-        return 0
-
-    previous: list[dict] = []
-    if args.append:
-        try:
-            with open(args.append, encoding="utf-8") as handle:
-                kept = json.load(handle)
-        except FileNotFoundError:
-            kept = {}
-        if args.series is None or kept.get("series") == args.series:
-            previous = kept.get("trials", [])
-    count = args.trials
-    if args.append and args.min_trials:
-        count = max(1, args.min_trials - len(previous)) if previous else args.min_trials
+            options["workload"] = json.load(handle)
     try:
-        if args.method == "bench_serving":
-            if not args.python:
-                print("--method bench_serving needs --python <venv>/bin/python", file=sys.stderr)
-                return 2
-            trials = [
-                bench_serving_trial(
-                    args.python,
-                    args.url,
-                    max_tokens=args.max_tokens,
-                    prompt_len=args.prompt_len,
-                    prompts=args.prompts,
-                )
-                for _ in range(count)
-            ]
-            result = {"url": args.url, "method": "bench_serving", "trials": trials}
-        else:
-            workload = {"prompts": None, "seed": 0}
-            if args.prompt_file:
-                with open(args.prompt_file, encoding="utf-8") as handle:
-                    workload = json.load(handle)
-            result = measure(
-                args.url,
-                max_tokens=args.max_tokens,
-                prompt_len=args.prompt_len,
-                trials=count,
-                warmup=0 if previous else args.warmup,
-                model=args.model,
-                timeout=args.timeout,
-                prompts=workload.get("prompts"),
-                seed=int(workload.get("seed", 0)),
-                first_index=len(previous),
-                flush=args.flush_cache,
-            )
-            result["method"] = "builtin"
-    except (urllib.error.URLError, OSError) as exc:
-        print(f"cannot reach the server at {args.url}: {exc}", file=sys.stderr)
+        document = run(options)
+    except BenchError as exc:
+        print(str(exc), file=sys.stderr)
         return 2
-    except (ValueError, json.JSONDecodeError, RuntimeError) as exc:
-        print(f"unexpected answer from {args.url}: {exc}", file=sys.stderr)
-        return 2
-    result["trials"] = previous + result["trials"]
-    if args.series is not None:
-        result["series"] = args.series
-    if args.append:
-        tmp = args.append + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as handle:
-            json.dump(result, handle)
-        import os
-
-        os.replace(tmp, args.append)
-    json.dump(result, sys.stdout)
+    json.dump(document, sys.stdout)
     sys.stdout.write("\n")
     return 0
 

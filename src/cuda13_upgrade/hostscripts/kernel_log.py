@@ -118,6 +118,24 @@ def read(argv: list[str], marker: dict[str, object]) -> dict[str, object]:
     return {"lines": keep, "since": since, "marker_found": found, "error": None}
 
 
+#: The argument spec of the module cuda13_kernel_log.
+KERNEL_LOG_SPEC = {
+    "action": {"type": "str", "choices": ["mark", "read"], "required": True},
+    "command": {"type": "str", "default": "journalctl -k -o short-iso --no-pager"},
+    "marker": {"type": "dict", "default": {}},
+}
+
+
+def kernel_log_module(params: dict, check_mode: bool) -> dict:
+    """The module cuda13_kernel_log: :func:`mark` or :func:`read` of the command's log."""
+    argv = shlex.split(params["command"])
+    if not argv:
+        return {"changed": False, "log": {"error": "the kernel log command is empty"}}
+    if params["action"] == "mark":
+        return {"changed": False, "log": mark(argv)}
+    return {"changed": False, "log": read(argv, params.get("marker") or {})}
+
+
 def main(args: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("action", choices=("mark", "read"))

@@ -432,6 +432,157 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
+def cycle(
+    unit: str,
+    *,
+    restart: str = "never",
+    files_changed: bool = False,
+    exec_start: str = "",
+    venv: str = "",
+    args: Sequence[str] = (),
+    leftover_timeout: float = 30.0,
+    kill_after: float = 10.0,
+    nvidia_smi: str = "nvidia-smi",
+    interval: float = 0.5,
+    release_only: bool = False,
+    ready_url: str = "",
+    ready_timeout: float = 900.0,
+    journal_lines: int = 30,
+    server_info_too: bool = False,
+    startup_lines: int = 2000,
+) -> tuple[dict, bool]:
+    """Steps 1-6 of the module docstring for ``unit``; returns (the result object, whether
+    every step that ran succeeded). The keyword arguments are the command line's options."""
+    result: dict = {
+        "unit": unit,
+        "restart": restart,
+        "restarted": False,
+        "release": None,
+        "start_error": None,
+        "ready": None,
+        "journal": [],
+    }
+    ok = True
+    do_restart = restart == "always"
+    if restart == "when-changed":
+        _, before = main_process(unit)
+        result["cmdline_before_b64"] = _b64(before)
+        do_restart = files_changed or not serves(before, exec_start, venv, list(args))
+    if do_restart and not release_only:
+        result["restarted"] = True
+        _systemctl("daemon-reload")
+        ok = _step(result, "stop", unit)
+    if ok and (release_only or do_restart):
+        result["release"] = release(
+            unit, timeout=leftover_timeout, kill_after=kill_after, nvidia_smi=nvidia_smi, interval=interval
+        )
+        ok = result["release"]["free"]
+    if ok and do_restart and not release_only:
+        _systemctl("reset-failed", unit)
+        ok = _step(result, "start", unit)
+    if ok and ready_url:
+        result["ready"] = wait_until_generates(ready_url.rstrip("/"), ready_timeout)
+        ok = result["ready"]["generated"]
+        if ok and server_info_too:
+            result["server_info"], result["server_info_error"] = server_info(ready_url.rstrip("/"))
+            result["startup_log"] = startup_log(unit, startup_lines)
+    if not ok and (result["start_error"] or result["ready"]):
+        result["journal"] = journal_tail(unit, journal_lines)
+    result["main_pid"], cmdline = main_process(unit)
+    result["cmdline_b64"] = _b64(cmdline)
+    return result, ok
+
+
+def profile_dropin(exec_start: str, args: Sequence[str], *, unit: str, about: str, managed: str) -> str:
+    """The profile drop-in's text: ExecStart reset, then the service's own command with the
+    profile's arguments, each shell-quoted (systemd.service(5) splits ExecStart by its own
+    quoting rules, which accept POSIX single quotes). ``managed``: the first comment line."""
+    command = " ".join([exec_start, *(shlex.quote(str(a)) for a in args)])
+    return (
+        f"# {managed}\n"
+        f"# cuda13-upgrade: {unit} with the arguments of\n"
+        f"# {about}.\n"
+        "[Service]\n"
+        "ExecStart=\n"
+        f"ExecStart={command}\n"
+    )
+
+
+def set_dropin(path: str, content: str | None, *, check_mode: bool = False) -> bool:
+    """Write the drop-in ``path`` with ``content`` (0644, its directory 0755), or remove it
+    when ``content`` is None; returns whether it changed."""
+    if content is None:
+        if not os.path.lexists(path):
+            return False
+        if not check_mode:
+            os.unlink(path)
+        return True
+    try:
+        with open(path, encoding="utf-8") as handle:
+            if handle.read() == content and (os.stat(path).st_mode & 0o7777) == 0o644:
+                return False
+    except OSError:
+        pass
+    if not check_mode:
+        os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+        scratch = path + ".cuda13-tmp"
+        with open(scratch, "w", encoding="utf-8") as handle:
+            handle.write(content)
+        os.chmod(scratch, 0o644)
+        os.replace(scratch, path)
+    return True
+
+
+#: The argument spec of the module cuda13_service.
+SERVICE_SPEC = {
+    "unit": {"type": "str", "required": True},
+    "dropin_path": {"type": "path"},
+    "dropin_content": {"type": "str"},
+    "restart": {"type": "str", "choices": ["always", "never", "when-changed"], "default": "always"},
+    "changed": {"type": "bool", "default": False},
+    "exec_start": {"type": "str", "default": ""},
+    "venv": {"type": "str", "default": ""},
+    "args": {"type": "list", "elements": "str", "default": []},
+    "leftover_timeout": {"type": "float", "default": 30.0},
+    "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
+    "url": {"type": "str", "default": ""},
+    "ready_timeout": {"type": "float", "default": 900.0},
+    "server_info": {"type": "bool", "default": True},
+}
+
+
+def service_module(params: dict, check_mode: bool) -> dict:
+    """The module cuda13_service: the profile drop-in (unless ``restart`` is never), then
+    :func:`cycle` (not in check mode)."""
+    dropin_changed = False
+    if params["restart"] != "never" and params.get("dropin_path"):
+        try:
+            dropin_changed = set_dropin(params["dropin_path"], params.get("dropin_content"), check_mode=check_mode)
+        except OSError as exc:
+            return {"failed": True, "msg": f"cannot write the profile drop-in {params['dropin_path']}: {exc}"}
+    if check_mode:
+        return {"changed": dropin_changed, "dropin_changed": dropin_changed, "cycle": None, "ok": True}
+    record, ok = cycle(
+        params["unit"],
+        restart=params["restart"],
+        files_changed=params["changed"] or dropin_changed,
+        exec_start=params["exec_start"],
+        venv=params["venv"],
+        args=params["args"],
+        leftover_timeout=params["leftover_timeout"],
+        nvidia_smi=params["nvidia_smi"],
+        ready_url=params["url"],
+        ready_timeout=params["ready_timeout"],
+        server_info_too=params["server_info"],
+    )
+    return {
+        "changed": dropin_changed or record["restarted"],
+        "dropin_changed": dropin_changed,
+        "cycle": record,
+        "ok": ok,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--unit", required=True)
@@ -468,48 +619,24 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--args-json: not JSON: {exc}")
     if not isinstance(profile_args, list):
         parser.error(f"--args-json must be a JSON list, got {args.args_json!r}")
-
-    result: dict = {
-        "unit": args.unit,
-        "restart": args.restart,
-        "restarted": False,
-        "release": None,
-        "start_error": None,
-        "ready": None,
-        "journal": [],
-    }
-    ok = True
-    restart = args.restart == "always"
-    if args.restart == "when-changed":
-        _, before = main_process(args.unit)
-        result["cmdline_before_b64"] = _b64(before)
-        restart = args.files_changed or not serves(before, args.exec_start, args.venv, profile_args)
-    if restart and not args.release_only:
-        result["restarted"] = True
-        _systemctl("daemon-reload")
-        ok = _step(result, "stop", args.unit)
-    if ok and (args.release_only or restart):
-        result["release"] = release(
-            args.unit,
-            timeout=args.leftover_timeout,
-            kill_after=args.kill_after,
-            nvidia_smi=args.nvidia_smi,
-            interval=args.interval,
-        )
-        ok = result["release"]["free"]
-    if ok and restart and not args.release_only:
-        _systemctl("reset-failed", args.unit)
-        ok = _step(result, "start", args.unit)
-    if ok and args.ready_url:
-        result["ready"] = wait_until_generates(args.ready_url.rstrip("/"), args.ready_timeout)
-        ok = result["ready"]["generated"]
-        if ok and args.server_info:
-            result["server_info"], result["server_info_error"] = server_info(args.ready_url.rstrip("/"))
-            result["startup_log"] = startup_log(args.unit, args.startup_lines)
-    if not ok and (result["start_error"] or result["ready"]):
-        result["journal"] = journal_tail(args.unit, args.journal_lines)
-    result["main_pid"], cmdline = main_process(args.unit)
-    result["cmdline_b64"] = _b64(cmdline)
+    result, ok = cycle(
+        args.unit,
+        restart=args.restart,
+        files_changed=args.files_changed,
+        exec_start=args.exec_start,
+        venv=args.venv,
+        args=profile_args,
+        leftover_timeout=args.leftover_timeout,
+        kill_after=args.kill_after,
+        nvidia_smi=args.nvidia_smi,
+        interval=args.interval,
+        release_only=args.release_only,
+        ready_url=args.ready_url,
+        ready_timeout=args.ready_timeout,
+        journal_lines=args.journal_lines,
+        server_info_too=args.server_info,
+        startup_lines=args.startup_lines,
+    )
     json.dump(result, sys.stdout)
     sys.stdout.write("\n")
     return 0 if ok else 1

@@ -162,6 +162,47 @@ def state(directory: str) -> dict:
     }
 
 
+def read(directory: str, venv: str, unit: str, nvidia_smi: str = "nvidia-smi") -> dict:
+    """What ``--state DIR`` prints: the state directory read and, where its last result is
+    ``kept``, the digest of the stack the host serves (else ``digest`` and ``parts`` None)."""
+    found = state(directory)
+    if (found["result"] or {}).get("status") == "kept":
+        out = digest(venv, unit, nvidia_smi)
+    else:
+        out = {"digest": None, "parts": None, "errors": {}}
+    return {**out, "state": found}
+
+
+def freeze_lines(venv: str) -> dict:
+    """``<venv>/bin/python -m pip --isolated freeze --all``: ``{"rc": int, "lines": [str],
+    "error": str}`` (rc 127 and the error when the venv's Python cannot run)."""
+    rc, out, err = _run([os.path.join(venv, "bin", "python"), "-m", "pip", "--isolated", "freeze", "--all"])
+    return {"rc": rc, "lines": [line for line in out.splitlines() if line.strip()], "error": err.strip()}
+
+
+#: The argument spec of the module cuda13_state_read.
+STATE_SPEC = {
+    "state_dir": {"type": "path", "required": True},
+    "venv": {"type": "path", "required": True},
+    "unit": {"type": "str", "required": True},
+    "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
+    "freeze": {"type": "bool", "default": False},
+    "digest": {"type": "bool", "default": False},
+}
+
+
+def state_module(params: dict, check_mode: bool) -> dict:
+    """The module cuda13_state_read: :func:`read`; with ``digest`` the digest whatever the last
+    result; with ``freeze`` the new venv's :func:`freeze_lines` too."""
+    if params.get("digest"):
+        found = {**digest(params["venv"], params["unit"], params["nvidia_smi"]), "state": state(params["state_dir"])}
+    else:
+        found = read(params["state_dir"], params["venv"], params["unit"], params["nvidia_smi"])
+    if params.get("freeze"):
+        found["freeze"] = freeze_lines(params["venv"])
+    return {"changed": False, **found}
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description="Digest the stack a host serves.")
     parser.add_argument(
@@ -173,12 +214,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     if args.state is None:
         return digest(args.venv, args.unit, args.nvidia_smi)
-    found = state(args.state)
-    if (found["result"] or {}).get("status") == "kept":
-        out = digest(args.venv, args.unit, args.nvidia_smi)
-    else:
-        out = {"digest": None, "parts": None, "errors": {}}
-    return {**out, "state": found}
+    return read(args.state, args.venv, args.unit, args.nvidia_smi)
 
 
 if __name__ == "__main__":

@@ -337,10 +337,12 @@ def _pip_check() -> dict:
     return {"rc": done.returncode, "output": (done.stdout + done.stderr).strip()}
 
 
-def main() -> int:
+def probe(modules=MODULES) -> dict:
+    """What the Python running this reads of its stack (see the module docstring), after
+    importing each of ``modules``."""
     dists, shadowed = _distributions()
     imports: dict[str, str | None] = {}
-    for module in sys.argv[1:] or MODULES:
+    for module in modules or MODULES:
         try:
             importlib.import_module(module)
             imports[module] = None
@@ -348,8 +350,7 @@ def main() -> int:
             imports[module] = traceback.format_exc().strip()
     mapped = mapped_files()
     objects = {k: _objects(dists[k], mapped) for k in sorted(dists)}
-    json.dump(
-        {
+    return {
             "python": platform.python_version(),
             "prefix": sys.prefix,
             "dists": {k: dists[k].version for k in sorted(dists)},
@@ -363,9 +364,30 @@ def main() -> int:
             "imports": imports,
             "driver_library": _driver_library(),
             "pip_check": _pip_check(),
-        },
-        sys.stdout,
-    )
+    }
+
+
+#: The argument spec of the module cuda13_stack_probe.
+PROBE_SPEC = {"modules": {"type": "list", "elements": "str", "default": list(MODULES)}}
+
+
+def probe_module(params: dict, check_mode: bool) -> dict:
+    """The module cuda13_stack_probe: :func:`probe`, what the imports print sent to stderr so
+    that stdout carries the module's result alone."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        found = probe(params.get("modules") or MODULES)
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+    return {"changed": False, "probe": found}
+
+
+def main() -> int:
+    json.dump(probe(sys.argv[1:]), sys.stdout)
     sys.stdout.write("\n")
     return 0
 

@@ -1,0 +1,145 @@
+"""Putting the service into a profile: the one way every step starts the server (action ``cuda13_serve``).
+
+:func:`serve` writes the profile drop-in, restarts the unit as planned and waits
+until the server generates (module ``cuda13_service`` on the host,
+``hostscripts/service_cycle.py``), then judges what that came to
+(:func:`cuda13_upgrade.restarts.serve_outcome`): the server must run the
+service's own command with the profile's arguments on the venv's Python, or
+nothing may be measured on it. The baseline, the switch, the verify, its restore
+and the rollback all go through here; so do the sandbox's readiness wait and an
+operator's own play (``include_role: {name: cuda13, tasks_from: serve}``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from cuda13_upgrade import restarts
+from cuda13_upgrade.hostscripts.service_cycle import profile_dropin
+from cuda13_upgrade.steps.host import Host, StepFailed
+
+#: The first comment line of the drop-ins the package writes (Ansible's default ``ansible_managed``).
+MANAGED = "Ansible managed"
+
+
+def serve(
+    host: Host,
+    *,
+    service: str,
+    exec_start: str,
+    venv: str = "",
+    args: Sequence[Any] = (),
+    restart: str = "always",
+    changed: bool = False,
+    check: bool = True,
+    dropin: str = "60-cuda13-profile.conf",
+    url: str = "http://127.0.0.1:30000",
+    timeout: float = 900,
+    leftover_timeout: float = 30,
+    nvidia_smi: str = "nvidia-smi",
+    what: str = "the service",
+    about: str = "a profile",
+    service_user: str = "",
+    managed: str = MANAGED,
+) -> dict[str, Any]:
+    """Put ``service`` into the profile ``args`` and wait until it generates.
+
+    ``restart``: ``always``, ``never`` (the drop-in is left as it is; the server is
+    only waited for and read) or ``when-changed`` (restart when a drop-in changed,
+    ``changed`` or this one, or the main process does not run ``venv``'s Python with
+    ``args``). ``check``: the main process must run ``exec_start`` with ``args`` on
+    ``venv``'s Python. ``timeout`` (s): the wait until it generates at ``url``.
+
+    Returns :func:`cuda13_upgrade.restarts.serve_outcome`'s record plus ``"cycle"``
+    (what the host's side recorded, None in check mode) and ``"dropin_changed"``.
+    Raises StepFailed with the outcome's message (the cause, the remedy, the
+    journal's last lines) when the server did not start, did not generate in time,
+    left processes on the GPUs, or runs something else.
+    """
+    args = [str(a) for a in args]
+    content = (
+        profile_dropin(exec_start, args, unit=service, about=about, managed=managed) if args else None
+    )
+    result = host.module(
+        "cuda13_service",
+        {
+            "unit": service,
+            "dropin_path": f"/etc/systemd/system/{service}.d/{dropin}",
+            "dropin_content": content,
+            "restart": restart,
+            "changed": bool(changed),
+            "exec_start": exec_start,
+            "venv": venv,
+            "args": args,
+            "leftover_timeout": float(leftover_timeout),
+            "nvidia_smi": nvidia_smi,
+            "url": url,
+            "ready_timeout": float(timeout),
+        },
+    )
+    outcome = restarts.serve_outcome(
+        result.get("cycle") or {},
+        service=service,
+        what=what,
+        exec_start=exec_start,
+        venv=venv,
+        args=args,
+        check=check,
+        restart=restart,
+        files_changed=bool(changed or result.get("dropin_changed")),
+        url=url,
+        timeout=int(timeout),
+        leftover_timeout=float(leftover_timeout),
+        service_user=service_user,
+    )
+    record = {**outcome, "cycle": result.get("cycle"), "dropin_changed": bool(result.get("dropin_changed"))}
+    if outcome["failed"]:
+        raise StepFailed(outcome["msg"], record)
+    return record
+
+
+def running(host: Host, *, service: str, exec_start: str) -> dict[str, Any]:
+    """What the service runs now, read only (no restart, no wait): ``{"running_args": list or
+    None, "running_venv": str or None, "running_command": str}`` (see
+    :func:`cuda13_upgrade.restarts.running_args`)."""
+    result = host.module(
+        "cuda13_service", {"unit": service, "restart": "never", "url": ""}, check_mode=False
+    )
+    outcome = restarts.serve_outcome(
+        result.get("cycle") or {"cmdline_b64": ""},
+        service=service,
+        what="what it runs now",
+        exec_start=exec_start,
+        venv="",
+        args=[],
+        check=False,
+        restart="never",
+        url="",
+        timeout=0,
+        leftover_timeout=0,
+    )
+    return {key: outcome[key] for key in ("running_args", "running_venv", "running_command")}
+
+
+def serve_options(options: Mapping[str, Any], prefix: str = "verify_throughput") -> dict[str, Any]:
+    """The keyword arguments of :func:`serve` that the options give, for a role's own
+    variables (``verify_throughput_server_url``, ``stack_switch_health_timeout``, ...)."""
+    names = {
+        "verify_throughput": ("verify_throughput_service_name", "verify_throughput_profile_dropin",
+                              "verify_throughput_server_url", "verify_throughput_health_timeout"),
+        "stack_switch": ("stack_switch_service_name", "stack_switch_profile_dropin",
+                         "stack_switch_server_url", "stack_switch_health_timeout"),
+        "rollback": ("rollback_service_name", "rollback_profile_dropin",
+                     "rollback_server_url", "rollback_health_timeout"),
+        "cuda13": ("cuda13_service_name", "cuda13_profile_dropin", "cuda13_server_url", "cuda13_health_timeout"),
+    }[prefix]
+    service, dropin, url, timeout = (options.get(n) for n in names)
+    return {
+        "service": service or options.get("cuda13_service_name"),
+        "dropin": dropin or options.get("cuda13_profile_dropin"),
+        "url": url or options.get("cuda13_server_url"),
+        "timeout": float(timeout or options.get("cuda13_health_timeout") or 900),
+        "leftover_timeout": float(options.get("cuda13_leftover_timeout") or 30),
+        "nvidia_smi": options.get("nvidia_driver_check_nvidia_smi") or "nvidia-smi",
+    }
