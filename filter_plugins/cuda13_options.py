@@ -19,6 +19,13 @@ from cuda13_upgrade import options
 from cuda13_upgrade.filtering import ansible_filters
 
 DOCUMENTATION = r"""
+  - name: cuda13_deprecated_alias
+    short_description: The value as it is, with a deprecation warning that its former name was read.
+    positional: _input, old, new
+    options:
+      _input: {description: the value (the options record), type: raw, required: true}
+      old: {description: the former name, type: str, required: true}
+      new: {description: the name to read instead, type: str, required: true}
   - name: cuda13_validate_options
     short_description: Check and convert every option (types, ranges, formats, values against each other).
     positional: _input, specs
@@ -126,6 +133,24 @@ def cuda13_option_host_failures(facts: Any, values: Any) -> list[dict[str, Any]]
     return options.host_failures(facts, values)
 
 
+def cuda13_deprecated_alias(value: Any, old: Any, new: Any) -> Any:
+    """Filter: ``value`` as it is, with a deprecation warning that ``old`` is read (use ``new``).
+
+    The options record was named ``nvidia_driver_check_options`` before it was
+    ``cuda13_options``; the old name keeps working for one release
+    (roles/upgrade_host/vars/main.yml) and says so when something reads it.
+    """
+    from ansible.utils.display import Display
+
+    Display().deprecated(
+        msg=f"the variable {old} is the options record's former name",
+        version="0.3.0",
+        collection_name="cuda13-upgrade",
+        help_text=f"Read {new} instead; {old} goes in cuda13-upgrade 0.3.0.",
+    )
+    return value
+
+
 def cuda13_option_names(specs: Any) -> list[str]:
     """Filter: the names of every option in the specs and of the playbooks' own options."""
     if not isinstance(specs, list) or not all(isinstance(s, Mapping) for s in specs):
@@ -146,5 +171,6 @@ class FilterModule:
                 "cuda13_read_specs": cuda13_read_specs,
                 "cuda13_option_host_failures": cuda13_option_host_failures,
                 "cuda13_option_names": cuda13_option_names,
+                "cuda13_deprecated_alias": cuda13_deprecated_alias,
             }
         )

@@ -17,11 +17,25 @@ from typing import Any
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
-from cuda13_upgrade.hostscripts import completion_bench, kernel_log, service_cycle, stack_digest, stack_probe, statedir
+from cuda13_upgrade.hostscripts import (
+    aptstate,
+    completion_bench,
+    kernel_log,
+    pip_resolve,
+    preflight_facts,
+    service_cycle,
+    snapshot,
+    stack_digest,
+    stack_probe,
+    statedir,
+    venv_read,
+)
 from cuda13_upgrade.steps.host import ModuleFailed
 
 #: The package's host modules: name -> (argument spec, function(params, check_mode) -> result).
 MODULES: dict[str, tuple[dict, Callable[[dict, bool], dict]]] = {
+    "cuda13_apt_read": (aptstate.APT_READ_SPEC, aptstate.apt_read_module),
+    "cuda13_apt_simulate": (aptstate.APT_SIMULATE_SPEC, aptstate.apt_simulate_module),
     "cuda13_record": (statedir.RECORD_SPEC, statedir.record_module),
     "cuda13_lock_dir": (statedir.LOCK_SPEC, statedir.lock_module),
     "cuda13_state_read": (stack_digest.STATE_SPEC, stack_digest.state_module),
@@ -29,6 +43,10 @@ MODULES: dict[str, tuple[dict, Callable[[dict, bool], dict]]] = {
     "cuda13_bench": (completion_bench.BENCH_SPEC, completion_bench.bench_module),
     "cuda13_kernel_log": (kernel_log.KERNEL_LOG_SPEC, kernel_log.kernel_log_module),
     "cuda13_stack_probe": (stack_probe.PROBE_SPEC, stack_probe.probe_module),
+    "cuda13_resolve": (pip_resolve.RESOLVE_SPEC, pip_resolve.resolve_module),
+    "cuda13_venv_read": (venv_read.VENV_READ_SPEC, venv_read.venv_read_module),
+    "cuda13_snapshot_read": (snapshot.SNAPSHOT_SPEC, snapshot.snapshot_module),
+    "cuda13_host_facts": (preflight_facts.FACTS_SPEC, preflight_facts.facts_module),
 }
 
 

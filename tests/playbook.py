@@ -49,6 +49,9 @@ def run_playbook(
         environ["ANSIBLE_ROLES_PATH"] = str(REPO / "roles")
     if filters:
         environ["ANSIBLE_FILTER_PLUGINS"] = str(REPO / "filter_plugins")
+    environ.setdefault("ANSIBLE_ACTION_PLUGINS", str(REPO / "action_plugins"))
+    environ.setdefault("ANSIBLE_LIBRARY", str(REPO / "library"))
+    environ.setdefault("ANSIBLE_MODULE_UTILS", str(REPO / "module_utils"))
     environ.update(env or {})
     argv = [str(ANSIBLE_PLAYBOOK), str(playbook), "-i", str(inventory)]
     if str(inventory) == "localhost,":

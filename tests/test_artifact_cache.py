@@ -118,7 +118,7 @@ def _inventory(tmp_path: Path, hosts: tuple[str, ...]) -> Path:
     return inventory
 
 
-def _run(tmp_path: Path, playbook: Path, inventory: Path) -> subprocess.CompletedProcess[str]:
+def _run(tmp_path: Path, playbook: Path, inventory: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = dict(
         testkit.clean_env(),
         ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
@@ -132,7 +132,7 @@ def _run(tmp_path: Path, playbook: Path, inventory: Path) -> subprocess.Complete
     )
     return subprocess.run(
         [str(ANSIBLE_PLAYBOOK), "-i", str(inventory), "-e", f"ansible_python_interpreter={sys.executable}",
-         str(playbook)],
+         *args, str(playbook)],
         cwd=tmp_path, env=env, capture_output=True, text=True, check=False, timeout=120,
     )  # fmt: skip
 
@@ -193,6 +193,9 @@ def test_the_first_run_fetches_each_wheel_once_for_the_fleet(rollout):
     torch = [n for n in fetched if n.startswith("torch-")]
     assert torch == ["torch-2.9.1+cu130-cp311-cp311-manylinux_2_28_x86_64.whl"]
     assert all(_changed(output)[host] > 0 for host in HOSTS), output
+    # The operator is told once what came from upstream.
+    told = f"Fetched {len(fetched)} wheels, {fact['fetched_bytes']} bytes, from upstream; {cache} holds"
+    assert output.count(told) == 1, output
 
 
 def test_every_host_gets_a_copy_of_the_cache(rollout):
@@ -243,3 +246,18 @@ def test_cu130_wheels_installs_from_the_hosts_copy_alone(rollout, upstream):
     for requirement in SANDBOX_VARS["cu130_wheels_requirements"]:
         assert requirement in freeze, freeze
     assert not (root / "old-venv").exists()
+
+
+def test_check_mode_fetches_nothing_and_creates_nothing(upstream, tmp_path):
+    url, log, _ = upstream
+    before = _wheel_gets(log)
+    playbook, inventory = _play(tmp_path, url, ["artifact_cache"]), _inventory(tmp_path, HOSTS)
+    result = _run(tmp_path, playbook, inventory, "--check")
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert _wheel_gets(log) == before
+    assert not (tmp_path / "reports").exists()
+    assert not any((tmp_path / host).exists() for host in HOSTS)
+    # Fetched 0 of an empty cache: nothing to send, and the hosts' directories would be made.
+    assert "Fetched 0 wheels, 0 bytes, from upstream;" in output
+    assert _changed(output) == {host: 1 for host in HOSTS}, output

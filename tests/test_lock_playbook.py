@@ -1,41 +1,44 @@
-"""roles/upgrade_host/tasks/lock.yml on localhost: a live run's lock is refused, a dead run's taken over."""
+"""The action cuda13_lock through ansible-playbook on localhost: a live run's lock is refused,
+a dead run's taken over, the lock released; nothing taken in check mode."""
 
 import json
 import socket
 import subprocess
-from datetime import UTC, datetime
-from pathlib import Path
+from datetime import datetime
 
 import pytest
 from playbook import extra_vars, run_playbook
 
-REPO = Path(__file__).resolve().parents[1]
-
 PLAY = """
 - hosts: all
   gather_facts: false
-  vars:
-    cuda13_run_id: test-run-2
   tasks:
-    - ansible.builtin.import_role:
-        name: upgrade_host
-        tasks_from: lock
+    - name: Take the host's upgrade lock
+      cuda13_lock:
+        state: acquired
+        state_dir: "{{ state_dir }}"
+        run_id: test-run-2
+      register: lock
     - name: Keep a copy of the lock's owner
       ansible.builtin.copy:
-        src: "{{{{ cuda13_state_dir }}}}/run.lock/owner.json"
-        dest: "{{{{ cuda13_state_dir }}}}/owner-seen.json"
+        src: "{{ state_dir }}/run.lock/owner.json"
+        dest: "{{ state_dir }}/owner-seen.json"
         remote_src: true
         mode: "0600"
-    - ansible.builtin.import_role:
-        name: upgrade_host
-        tasks_from: unlock
+      when: not ansible_check_mode
+    - name: Release the lock
+      cuda13_lock:
+        state: released
+        state_dir: "{{ state_dir }}"
+        run_id: test-run-2
+        lock: "{{ lock }}"
 """
 
 
 def _run(tmp_path, *extra):
     play = tmp_path / "lock-play.yml"
-    play.write_text(PLAY.format(repo=REPO))
-    return run_playbook(play, *extra_vars(cuda13_state_dir=f"{tmp_path}/state"), *extra, timeout=120)
+    play.write_text(PLAY)
+    return run_playbook(play, *extra_vars(state_dir=f"{tmp_path}/state"), *extra, timeout=120)
 
 
 def _hold(tmp_path, **owner):
@@ -86,7 +89,12 @@ def test_a_killed_run_on_this_control_node_is_taken_over(tmp_path):
     assert owner["run_id"] == "test-run-2"
     assert owner["control_node"] == socket.gethostname()
     assert int(owner["pid"]) > 1 and int(owner["pid"]) != dead.pid
-    started = datetime.fromisoformat(owner["started_at"]).replace(tzinfo=UTC)  # now(utc=true): naive UTC
-    lease = datetime.fromisoformat(owner["lease_expires_at"]) - started
+    lease = datetime.fromisoformat(owner["lease_expires_at"]) - datetime.fromisoformat(owner["started_at"])
     assert abs(lease.total_seconds() - 24 * 3600) < 60
     assert not (tmp_path / "state" / "run.lock").exists()
+
+
+def test_check_mode_takes_no_lock(tmp_path):
+    proc = _run(tmp_path, "--check")
+    assert proc.returncode == 0, proc.stdout
+    assert not (tmp_path / "state").exists()

@@ -138,4 +138,4 @@ def test_no_task_reads_a_script_stdout_or_stderr_directly():
     found = {
         name for path in paths for name in _script_registers(yaml.safe_load(path.read_text(encoding="utf-8")))
     }
-    assert {"__cu130_wheels_probe", "__cuda13_serve_cycle", "__verify_throughput_run"} <= found
+    assert {"__cuda13_serve_cycle", "__verify_throughput_run"} <= found

@@ -157,6 +157,9 @@ def build(base_image: str, mirror: Path, image: str) -> None:
             env.setdefault("ANSIBLE_CONFIG", str(ROOT / "ansible.cfg"))
             env["ANSIBLE_ROLES_PATH"] = f"{ROOT / 'roles'}:{ROOT / 'sandbox' / 'roles'}"
             env["ANSIBLE_FILTER_PLUGINS"] = str(ROOT / "filter_plugins")
+            env["ANSIBLE_ACTION_PLUGINS"] = str(ROOT / "action_plugins")
+            env["ANSIBLE_LIBRARY"] = str(ROOT / "library")
+            env["ANSIBLE_MODULE_UTILS"] = str(ROOT / "module_utils")
             playbook = ROOT / "molecule" / "shared" / "provision.yml"
             print(f"building {image}: provisioning {name} ({playbook.relative_to(ROOT)})", file=sys.stderr)
             ansible_playbook = Path(sys.executable).with_name("ansible-playbook")

@@ -20,13 +20,15 @@ Only the action plugins import this module; the rest of the package needs no Ans
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from cuda13_upgrade.steps.host import RUN_FACT, ModuleFailed, StepFailed
+from cuda13_upgrade.steps.host import RUN_FACT, ModuleFailed, StepFailed, begin_step
 
 display = Display()
 
@@ -93,6 +95,11 @@ class StepAction(ActionBase):
 
     #: The task's arguments, as Ansible's ``validate_argument_spec`` takes them.
     ARGUMENT_SPEC: dict[str, Any] = {}
+    #: The step of the host's life this action begins in the host's run record (the fact
+    #: ``cuda13_host_run``, when the play keeps one), or None.
+    STEP: str | None = None
+    #: From this step on a failure rolls the host back (the run record's ``changed``).
+    CHANGES_HOST: bool = False
 
     #: The prefixes of the options a step reads, for a role's entry point called on its own
     #: (:meth:`step_options`).
@@ -125,11 +132,25 @@ class StepAction(ActionBase):
         del tmp
         _, args = self.validate_argument_spec(argument_spec=self.ARGUMENT_SPEC)
         host = HostSession(self, task_vars)
+        #: The host's run record (the fact cuda13_host_run), with this step begun (STEP).
+        self.run_state = run_record(task_vars)
+        if self.STEP and self.run_state:
+            self.run_state = begin_step(
+                host, self.run_state, self.STEP, record_on_host=not self.run_state.get("already_kept")
+            )
+            if self.CHANGES_HOST and not host.check_mode:
+                self.run_state["changed"] = True
         try:
             record = self.run_step(host, args, task_vars)
         except StepFailed as exc:
             result.update(exc.record)
             result.update(failed=True, msg=exc.msg, changed=bool(exc.record.get("changed", host.changed)))
+            if self.run_state:
+                # Not applied as a fact (the task failed): the rescue reads it from ansible_failed_result.
+                result["ansible_facts"] = {
+                    **(exc.record.get("ansible_facts") or {}),
+                    RUN_FACT: self.run_state,
+                }
             return result
         finally:
             tmpdir = getattr(self._connection._shell, "tmpdir", None)
@@ -137,7 +158,35 @@ class StepAction(ActionBase):
                 self._remove_tmp_path(tmpdir)
         result.update(record)
         result.setdefault("changed", host.changed)
+        if self.run_state:
+            result["ansible_facts"] = {**(record.get("ansible_facts") or {}), RUN_FACT: self.run_state}
         return result
+
+
+def roles_dir(task_vars: Mapping[str, Any]) -> Path:
+    """The roles' directory: the running role's parent, else the checkout's ``roles/``."""
+    role_path = task_vars.get("role_path")
+    return Path(role_path).parent if role_path else Path(__file__).resolve().parents[2] / "roles"
+
+
+def prompt_set(task_vars: Mapping[str, Any]) -> dict[str, Any]:
+    """The probe's and the workload's prompt set (``roles/verify_throughput/files/prompts.json``)."""
+    with open(
+        roles_dir(task_vars) / "verify_throughput" / "files" / "prompts.json", encoding="utf-8"
+    ) as handle:
+        return json.load(handle)
+
+
+def trial_line(host: HostSession, phase: str) -> Any:
+    """A callback that shows each run of trials' last tok/s (the command's progress reads the line)."""
+
+    def tell(profile: str, trials: list) -> None:
+        last = trials[-1] if trials else {}
+        value = last.get("output_tok_s", last.get("decode_tok_s")) if isinstance(last, Mapping) else None
+        if isinstance(value, int | float):
+            host.tell(f"{profile} ({phase}) trial {len(trials)}: {value:.1f} tok/s")
+
+    return tell
 
 
 def run_record(task_vars: Mapping[str, Any], given: Any = None) -> dict[str, Any]:

@@ -802,7 +802,7 @@ def host_outcomes(run: RunResult, command: Command) -> dict[str, dict[str, Any]]
         seen = run.outcomes.get(host) or HostOutcome()
         if seen.unreachable or seen.failed:
             # An unreachable host ran no rescue and wrote no result: the step
-            # it was in is the last one the play recorded (__cuda13_step).
+            # it was in is the last one its run record named (cuda13_host_run).
             outcomes[host] = {
                 "status": "unreachable" if seen.unreachable else "failed",
                 "failed_step": (seen.step if seen.unreachable else None) or seen.role or seen.play,
@@ -932,7 +932,7 @@ def run_command(options: Options, stream: TextIO | None = None) -> int:
 #: Commands that ask for confirmation before they run (confirm_command).
 _CONFIRMED = ("rollout", "rollback")
 
-#: Commands whose playbooks take the hosts' locks (roles/upgrade_host/tasks/lock.yml).
+#: Commands whose playbooks take the hosts' locks (action cuda13_lock).
 _LOCKING = ("rollout", "stage", "rollback")
 
 

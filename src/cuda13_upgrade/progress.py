@@ -11,15 +11,17 @@ and a heartbeat line every :data:`HEARTBEAT_S` seconds of a step that runs
 longer. Failed tasks are printed at once with their message in both modes
 (:class:`Progress`, which this class extends).
 
-Where the steps come from: the upgrade play names each host's step in the
-fact ``__cuda13_step`` (``roles/upgrade_host/tasks/upgrade.yml``: snapshot,
-toolkit, wheels, sglang_build, drain, baseline, switch, verify, rollback,
-undrain, result); a set_fact event carrying it starts the step. Plays without
-it (preflight, verify) take the role, task file or task as the step. A
-host's final state comes from the ``cuda13_result`` fact
-(``roles/upgrade_host/tasks/result.yml``) or the run's final stats. The batches of a
-serial play are its repeated ``playbook_on_play_start`` events, and their
-number is the run's printed batch plan (the ``cuda13_fleet`` fact of
+Where the steps come from: each step of a host's upgrade is one task calling
+an action plugin (``roles/upgrade_host/tasks/main.yml``), so a task of
+:data:`STEP_ACTIONS` starting on a host starts its step; the drain and undrain
+steps begin with ``cuda13_step`` and end with the operator's hooks, so the host's
+run record (the fact ``cuda13_host_run``, in each step's result) names them.
+Plays without steps (preflight, verify) take the role, task file or task as the
+step. The last trial's tok/s comes from the line the measuring steps print for
+each run of trials (:func:`trial_of_line`). A host's final state comes from the
+``cuda13_result`` fact (action ``cuda13_result``) or the run's final stats. The
+batches of a serial play are its repeated ``playbook_on_play_start`` events, and
+their number is the run's printed batch plan (the ``cuda13_fleet`` fact of
 ``playbooks/start.yml``; before it, :func:`cuda13_upgrade.batches.batch_sizes`).
 
 Times are the events' ``created`` stamps (UTC, as ansible-runner writes
@@ -28,8 +30,6 @@ them), so a recorded run renders exactly as it did live.
 
 from __future__ import annotations
 
-import json
-import math
 import re
 import sys
 import threading
@@ -45,11 +45,35 @@ import yaml
 from cuda13_upgrade import batches
 from cuda13_upgrade.errors import UsageError
 from cuda13_upgrade.report import NOT_REACHED, format_duration
+from cuda13_upgrade.steps.host import RUN_FACT, STEPS
 
-#: The role that walks a host through its upgrade: each of its task files
-#: (roles/upgrade_host/tasks/<file>.yml: lock, upgrade, result, ...) is a step of
-#: the display, the roles it calls are theirs.
+#: The role that walks a host through its upgrade (roles/upgrade_host/tasks/main.yml).
 HOST_ROLE = "upgrade_host"
+
+#: The step of a host's upgrade each action plugin runs (action_plugins/cuda13_*.py).
+STEP_ACTIONS = STEPS
+
+
+_TRIAL_LINE = re.compile(
+    r"^(?P<host>\S+): (?P<profile>\S+) \((?P<phase>\w+)\) trial (?P<n>\d+): (?P<tok_s>[0-9.]+) tok/s$"
+)
+
+
+def trial_of_line(line: str) -> tuple[str, float] | None:
+    """``(host, tok/s)`` of a measuring step's trial line (``"gpu-node-01: plain (candidate) trial 7:
+    96.1 tok/s"``, cuda13_upgrade.actionbase.trial_line), else None."""
+    match = _TRIAL_LINE.match(line.strip())
+    return (match["host"], float(match["tok_s"])) if match else None
+
+
+def run_step(facts: Mapping[str, Any]) -> str | None:
+    """The step the host's run record in a result's facts says the host is in, or None."""
+    record = facts.get(RUN_FACT)
+    steps = record.get("steps") if isinstance(record, Mapping) else None
+    if isinstance(steps, list) and steps and isinstance(steps[-1], Mapping):
+        return str(steps[-1].get("step") or "") or None
+    return None
+
 
 _HOST_EVENTS = ("runner_on_ok", "runner_on_failed", "runner_on_unreachable", "runner_on_skipped")
 
@@ -90,7 +114,7 @@ class HostOutcome:
     role: str | None = None
     task: str | None = None
     message: str | None = None
-    #: The upgrade step the host was in (the play's ``__cuda13_step``), if any.
+    #: The upgrade step the host was in (its run record's), if any.
     step: str | None = None
 
 
@@ -155,7 +179,7 @@ class Progress:
         self.pid: int | None = None
         #: Per host, the step of its last event (what an interrupted run was doing).
         self.last_step: dict[str, str] = {}
-        #: Per host, the upgrade step it was in (the play's ``__cuda13_step``).
+        #: Per host, the upgrade step it was in (its run record's).
         self.upgrade_step: dict[str, str] = {}
 
     def __call__(self, event: Mapping[str, Any]) -> bool:
@@ -217,8 +241,10 @@ class Progress:
             return
         res = data.get("res")
         facts = res.get("ansible_facts") if isinstance(res, Mapping) else None
-        if kind == "runner_on_ok" and isinstance(facts, Mapping) and facts.get("__cuda13_step"):
-            self.upgrade_step[host] = str(facts["__cuda13_step"])
+        if kind in ("runner_on_ok", "runner_on_failed") and isinstance(facts, Mapping) and run_step(facts):
+            self.upgrade_step[host] = str(run_step(facts))
+        elif kind == "runner_on_start" and action in STEP_ACTIONS:
+            self.upgrade_step[host] = STEP_ACTIONS[action]
         key, label = self._step_of(host, data)
         if data.get("play_pattern") != "localhost":
             task_name = str(data.get("task") or "")
@@ -249,6 +275,9 @@ class Progress:
         step.state = "changed" if changed or step.state == "changed" else "ok"
 
     def _step_of(self, host: str, data: Mapping[str, Any]) -> tuple[tuple[str, str], str]:
+        if _action(data) in STEP_ACTIONS:
+            step = STEP_ACTIONS[_action(data)]
+            return ("step", step), step
         role = _role(data)
         if role:
             included = self._included.get(host)
@@ -315,7 +344,6 @@ STATE_TEXT = {
 }
 
 _TIMESTAMP = "%Y-%m-%dT%H:%M:%SZ"
-_TRIAL_METRICS = ("output_tok_s", "decode_tok_s")
 
 
 def extra_var(extra_vars: Iterable[str], name: str, default: Any = None) -> Any:
@@ -368,27 +396,6 @@ def _stamp(at: float) -> str:
     return datetime.fromtimestamp(at, UTC).strftime(_TIMESTAMP)
 
 
-def _last_trial_tok_s(res: Any) -> float | None:
-    """The last trial's tok/s from a measuring task's result (``stdout``: the
-    JSON ``{"trials": [...]}`` of ``hostscripts/completion_bench.py``)."""
-    if not isinstance(res, Mapping):
-        return None
-    stdout = res.get("stdout")
-    if not isinstance(stdout, str) or '"trials"' not in stdout:
-        return None
-    try:
-        trials = json.loads(stdout).get("trials")
-    except (json.JSONDecodeError, AttributeError):
-        return None
-    if not isinstance(trials, list) or not trials or not isinstance(trials[-1], Mapping):
-        return None
-    for metric in _TRIAL_METRICS:
-        value = trials[-1].get(metric)
-        if isinstance(value, int | float) and math.isfinite(value):
-            return float(value)
-    return None
-
-
 @dataclass
 class HostView:
     """What the view knows of one host. Times are epoch seconds (UTC)."""
@@ -401,7 +408,7 @@ class HostView:
     task: str | None = None
     last_tok_s: float | None = None
     heartbeat_at: float | None = None
-    explicit_steps: bool = False  # the play names the step (__cuda13_step)
+    explicit_steps: bool = False  # the play's tasks are steps (STEP_ACTIONS, the run record)
 
 
 class RunProgress(Progress):
@@ -511,6 +518,11 @@ class RunProgress(Progress):
                 self._batch_line = False  # once the batch's hosts are known
                 if not self.live:
                     self._line(at, f"{self.batch_text()} ({self.counts_text()})")
+            if kind == "verbose":
+                for line in str(event.get("stdout") or "").splitlines():
+                    found = trial_of_line(line)
+                    if found and found[0] in self.views:
+                        self.views[found[0]].last_tok_s = found[1]
             if kind == "playbook_on_stats":
                 self._finish(at)
             elif kind in ("runner_on_start", "runner_on_ok", "runner_on_failed", "runner_retry"):
@@ -562,27 +574,29 @@ class RunProgress(Progress):
         if kind == "runner_on_ok" and isinstance(plan, Mapping) and isinstance(plan.get("sizes"), list):
             # playbooks/start.yml's batch plan (and upgrade.yml's, without the hosts already kept)
             self.batch_sizes = [int(size) for size in plan["sizes"]]
-        if kind == "runner_on_ok" and "__cuda13_step" in facts:
+        action = _action_of(data)
+        if kind == "runner_on_start" and action in STEP_ACTIONS:
             view.explicit_steps = True
-            self._begin_step(view, str(facts["__cuda13_step"]), at)
+            self._begin_step(view, STEP_ACTIONS[action], at)
+        elif kind == "runner_on_ok" and run_step(facts):
+            view.explicit_steps = True
+            self._begin_step(view, str(run_step(facts)), at)
         elif not view.explicit_steps:
             _, label = self._step_of(host, data)
             if label and label != view.step and _action_of(data) not in _QUIET_ACTIONS:
                 self._begin_step(view, label, at)
         if kind == "runner_on_start":
             view.task = str(data.get("task") or "") or view.task
-        tok_s = _last_trial_tok_s(res)
-        if tok_s is not None:
-            view.last_tok_s = tok_s
         result = facts.get("cuda13_result")
         if kind == "runner_on_ok" and isinstance(result, Mapping) and result.get("status"):
             self._final(host, str(result["status"]), at)
+            self._begin_step(view, "done", at)
 
     def _begin_step(self, view: HostView, step: str, at: float) -> None:
         if step == view.step:
             return
         self._end_step(view, at)
-        if step == "done":  # roles/upgrade_host/tasks/upgrade.yml: the decision is made
+        if step == "done":  # the host's result is recorded
             return
         view.step, view.step_started, view.heartbeat_at = step, at, at
         view.task = None

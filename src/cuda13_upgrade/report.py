@@ -1115,8 +1115,11 @@ def fleet_summary(
 
 
 def _script_document(result: Any, *, succeeded: bool = True) -> dict[str, Any] | None:
-    """The JSON a host script task printed, or None (skipped, no JSON; with
-    ``succeeded``, also when the script exited non-zero)."""
+    """A host module's document (a dict, as the steps pass it), or the JSON a host script task
+    printed; None when there is none (skipped, no JSON; with ``succeeded``, also when the script
+    exited non-zero)."""
+    if isinstance(result, dict) and result and "stdout" not in result and not result.get("skipped"):
+        return result
     if not isinstance(result, dict) or result.get("stdout") is None:
         return None
     if succeeded and result.get("rc", 1) != 0:

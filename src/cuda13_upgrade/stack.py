@@ -12,6 +12,9 @@ import re
 import shlex
 from typing import Any
 
+# Read on the host too (the snapshot and the toolkit step), standard library only.
+from .hostscripts.alternatives import cuda_alternatives_groups, parse_alternatives_selections
+
 SNAPSHOT_SCHEMA = 1
 
 
@@ -57,42 +60,6 @@ def parse_alternatives_query(text: str) -> dict[str, Any]:
         "best": header.get("Best"),
         "alternatives": alternatives,
     }
-
-
-_CUDA_GROUP_RE = re.compile(r"^cuda(-[0-9][0-9.]*)?$")
-
-
-def parse_alternatives_selections(text: str) -> dict[str, dict[str, str]]:
-    """Parse ``update-alternatives --get-selections`` (Debian's alternatives system).
-
-    Each line is ``<name> <auto|manual> <current value>`` (dpkg's
-    ``utils/update-alternatives.c`` prints ``%-30s %-8s %s``). Returns
-    ``{name: {"status": "auto"|"manual", "value": path}}``. Raises
-    ``ValueError`` naming the line when one has another shape or status.
-    """
-    out: dict[str, dict[str, str]] = {}
-    for raw in text.splitlines():
-        if not raw.strip():
-            continue
-        fields = raw.split()
-        if len(fields) != 3 or fields[1] not in ("auto", "manual"):
-            raise ValueError(f"not an update-alternatives --get-selections line: {raw!r}")
-        out[fields[0]] = {"status": fields[1], "value": fields[2]}
-    return out
-
-
-def cuda_alternatives_groups(text: str, named: list[str] | None = None) -> list[str]:
-    """The CUDA toolkit's link groups on a host: the names of
-    ``update-alternatives --get-selections`` that are ``cuda`` or
-    ``cuda-<release>`` (``cuda-12``, ``cuda-12.8``; NVIDIA's packages register
-    ``/usr/local/cuda`` and ``/usr/local/cuda-<major>``), plus the ``named``
-    groups that exist there, sorted. Raises ``ValueError`` as
-    :func:`parse_alternatives_selections`.
-    """
-    selections = parse_alternatives_selections(text)
-    wanted = {name for name in selections if _CUDA_GROUP_RE.match(name)}
-    wanted |= {name for name in (named or []) if name in selections}
-    return sorted(wanted)
 
 
 def service_exec_start(systemctl_cat: str) -> str:

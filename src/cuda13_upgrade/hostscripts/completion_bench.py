@@ -748,7 +748,11 @@ def run(options: dict) -> dict:
                 raise BenchError("--method bench_serving needs --python <venv>/bin/python")
             trials = [
                 bench_serving_trial(
-                    o["python"], url, max_tokens=o["max_tokens"], prompt_len=o["prompt_len"], prompts=o["prompts"]
+                    o["python"],
+                    url,
+                    max_tokens=o["max_tokens"],
+                    prompt_len=o["prompt_len"],
+                    prompts=o["prompts"],
                 )
                 for _ in range(count)
             ]

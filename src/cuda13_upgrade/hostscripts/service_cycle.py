@@ -557,7 +557,9 @@ def service_module(params: dict, check_mode: bool) -> dict:
     dropin_changed = False
     if params["restart"] != "never" and params.get("dropin_path"):
         try:
-            dropin_changed = set_dropin(params["dropin_path"], params.get("dropin_content"), check_mode=check_mode)
+            dropin_changed = set_dropin(
+                params["dropin_path"], params.get("dropin_content"), check_mode=check_mode
+            )
         except OSError as exc:
             return {"failed": True, "msg": f"cannot write the profile drop-in {params['dropin_path']}: {exc}"}
     if check_mode:

@@ -195,7 +195,10 @@ def state_module(params: dict, check_mode: bool) -> dict:
     """The module cuda13_state_read: :func:`read`; with ``digest`` the digest whatever the last
     result; with ``freeze`` the new venv's :func:`freeze_lines` too."""
     if params.get("digest"):
-        found = {**digest(params["venv"], params["unit"], params["nvidia_smi"]), "state": state(params["state_dir"])}
+        found = {
+            **digest(params["venv"], params["unit"], params["nvidia_smi"]),
+            "state": state(params["state_dir"]),
+        }
     else:
         found = read(params["state_dir"], params["venv"], params["unit"], params["nvidia_smi"])
     if params.get("freeze"):

@@ -351,19 +351,19 @@ def probe(modules=MODULES) -> dict:
     mapped = mapped_files()
     objects = {k: _objects(dists[k], mapped) for k in sorted(dists)}
     return {
-            "python": platform.python_version(),
-            "prefix": sys.prefix,
-            "dists": {k: dists[k].version for k in sorted(dists)},
-            "shadowed": shadowed,
-            "requires": {k: list(dists[k].requires or []) for k in CUDA_DISTRIBUTIONS if k in dists},
-            "needed": {k: _needed(dists[k]) for k in CUDA_DISTRIBUTIONS if k in dists},
-            "objects": {k: v for k, v in objects.items() if v},
-            "libraries": _libraries(dists, objects),
-            "marker_environment": _marker_environment(),
-            "torch": _torch_info() if imports.get("torch", "absent") is None else None,
-            "imports": imports,
-            "driver_library": _driver_library(),
-            "pip_check": _pip_check(),
+        "python": platform.python_version(),
+        "prefix": sys.prefix,
+        "dists": {k: dists[k].version for k in sorted(dists)},
+        "shadowed": shadowed,
+        "requires": {k: list(dists[k].requires or []) for k in CUDA_DISTRIBUTIONS if k in dists},
+        "needed": {k: _needed(dists[k]) for k in CUDA_DISTRIBUTIONS if k in dists},
+        "objects": {k: v for k, v in objects.items() if v},
+        "libraries": _libraries(dists, objects),
+        "marker_environment": _marker_environment(),
+        "torch": _torch_info() if imports.get("torch", "absent") is None else None,
+        "imports": imports,
+        "driver_library": _driver_library(),
+        "pip_check": _pip_check(),
     }
 
 

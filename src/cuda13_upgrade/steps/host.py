@@ -34,6 +34,25 @@ from typing import Any, Protocol
 #: The fact that holds the host's run record.
 RUN_FACT = "cuda13_host_run"
 
+#: The step of a host's life each action plugin begins (action_plugins/cuda13_*.py); the drain
+#: and undrain steps begin with the action ``cuda13_step``.
+STEPS = {
+    "cuda13_artifacts": "artifact_cache",
+    "cuda13_snapshot": "snapshot",
+    "cuda13_toolkit": "toolkit",
+    "cuda13_wheels": "wheels",
+    "cuda13_sglang": "sglang_build",
+    "cuda13_baseline": "baseline",
+    "cuda13_switch": "switch",
+    "cuda13_verify": "verify",
+    "cuda13_batch_soak": "batch_soak",
+    "cuda13_rollback": "rollback",
+    "cuda13_result": "result",
+}
+
+#: The steps from which on the host has changed: a failure there rolls it back.
+CHANGING_STEPS = ("toolkit", "wheels", "sglang_build", "switch")
+
 
 class StepFailed(Exception):
     """A step cannot go on: ``msg`` is what the operator reads (what went wrong, what to do),
@@ -164,9 +183,26 @@ def begin_step(
         }
         host.module(
             "cuda13_record",
-            {"files": [{"path": f"{run['state_dir']}/step.json", "content": json_text(record), "mode": "0600"}]},
+            {
+                "files": [
+                    {"path": f"{run['state_dir']}/step.json", "content": json_text(record), "mode": "0600"}
+                ]
+            },
             allow_failure=True,
         )
+    return updated
+
+
+def failed_in(run: Mapping[str, Any], action: str) -> dict[str, Any]:
+    """The run record as it was when a task of ``action`` failed: a failed task's facts are not
+    kept, so the step it had begun (:data:`STEPS`) is added here, and the host counts as changed
+    from a step of :data:`CHANGING_STEPS` on."""
+    step = STEPS.get(str(action).rsplit(".", 1)[-1])
+    updated = dict(run)
+    if step and current_step(run, "") != step:
+        updated["steps"] = [*run.get("steps", []), {"step": step, "started_at": now_iso()}]
+    if step in CHANGING_STEPS:
+        updated["changed"] = True
     return updated
 
 

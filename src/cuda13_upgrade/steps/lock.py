@@ -17,7 +17,13 @@ from cuda13_upgrade.steps.host import Host, StepFailed
 
 
 def owner_record(
-    *, run_id: str, control_node: str, pid: int, playbook: str, lease_hours: float, now: datetime | None = None
+    *,
+    run_id: str,
+    control_node: str,
+    pid: int,
+    playbook: str,
+    lease_hours: float,
+    now: datetime | None = None,
 ) -> dict[str, Any]:
     """The lock's ``owner.json``: ``{"run_id", "control_node", "pid" (this run's
     ansible-playbook), "started_at", "lease_expires_at" (ISO 8601, UTC), "playbook"}``."""
@@ -56,7 +62,10 @@ def acquire(
     if not found.get("acquired"):
         holder = found.get("held_by") or {}
         verdict = runlock.lock_verdict(
-            holder, control_node=str(owner.get("control_node")), result=found.get("result"), pid_alive=pid_alive
+            holder,
+            control_node=str(owner.get("control_node")),
+            result=found.get("result"),
+            pid_alive=pid_alive,
         )
         lock_dir = f"{state_dir}/run.lock"
         if not break_lock and not verdict["dead"]:
@@ -73,7 +82,9 @@ def acquire(
             if step.get("run_id") and step.get("run_id") == verdict.get("run_id")
             else ""
         )
-        notice = f"{host.name}: took over the lock {lock_dir} of run {verdict.get('run_id') or '?'}: {why}.{began}"
+        notice = (
+            f"{host.name}: took over the lock {lock_dir} of run {verdict.get('run_id') or '?'}: {why}.{began}"
+        )
         taken_over = holder
         host.tell(notice)
     host.module("cuda13_lock_dir", {"action": "own", "state_dir": state_dir, "owner": dict(owner)})

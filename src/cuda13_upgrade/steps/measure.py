@@ -60,9 +60,10 @@ def _load_on(options: Mapping[str, Any], phase: str) -> tuple[bool, int]:
     soak_requests = int(options.get("verify_throughput_soak_requests") or 0)
     if not (phase == "candidate" or (phase == "baseline" and options.get("verify_throughput_soak_baseline"))):
         soak_requests = 0
-    metrics = int(options.get("verify_throughput_ttft_prompt_len") or 0) > 0 or int(
-        options.get("verify_throughput_concurrency") or 0
-    ) > 0
+    metrics = (
+        int(options.get("verify_throughput_ttft_prompt_len") or 0) > 0
+        or int(options.get("verify_throughput_concurrency") or 0) > 0
+    )
     return metrics or soak_requests > 0, soak_requests
 
 
@@ -93,7 +94,7 @@ def phase(
     Returns ``{"phase", "plan", "results": {profile: {"server_args", "new_stack_args", "command",
     "effective", "method", "trials", "probe", "load", "soak", "summary"}}, "restarts": int,
     "leftovers": [process], "soak_failed": profile or None}``. Raises StepFailed (the server did
-    not serve a profile, the benchmark failed on every try) with that record so far.
+    not serve a profile, the benchmark failed on every try) with the restarts and leftovers so far.
     """
     prompts = dict(prompts or prompt_set())
     settings = serve_options(options)
@@ -145,10 +146,26 @@ def phase(
             )
         except StepFailed as exc:
             _count(record, exc.record)
-            raise StepFailed(exc.msg, {"measured": record}) from exc
+            raise StepFailed(exc.msg, _counts(record)) from exc
         _count(record, served)
-        entry = _profile(host, profile, args, phase, options, run_id, prompts, served, baseline, on_trial,
-                         exec_start, venv, probe_on, load_on, soak_requests, record)
+        entry = _profile(
+            host,
+            profile,
+            args,
+            phase,
+            options,
+            run_id,
+            prompts,
+            served,
+            baseline,
+            on_trial,
+            exec_start,
+            venv,
+            probe_on,
+            load_on,
+            soak_requests,
+            record,
+        )
         record["results"][str(profile["name"])] = entry
         if phase == "candidate" and soak_requests > 0:
             record["soak_failed"] = soak.failed_profile(record["results"])
@@ -166,9 +183,15 @@ def phase(
             )
         except StepFailed as exc:
             _count(record, exc.record)
-            raise StepFailed(exc.msg, {"measured": record}) from exc
+            raise StepFailed(exc.msg, _counts(record)) from exc
         _count(record, served)
     return record
+
+
+def _counts(record: Mapping[str, Any]) -> dict[str, Any]:
+    """What a failed phase's record keeps (a failed task's result is printed whole): the
+    restarts it made and the processes the service left."""
+    return {"restarts": record["restarts"], "leftovers": list(record["leftovers"])}
 
 
 def _running(host: Host, service: str, exec_start: str) -> list[str] | None:
@@ -185,7 +208,7 @@ def _count(record: dict[str, Any], served: Mapping[str, Any]) -> None:
 def _bench(host: Host, mode: str, args: Mapping[str, Any], what: str, record: Mapping[str, Any]) -> dict:
     result = host.module("cuda13_bench", {"mode": mode, **args}, allow_failure=True)
     if result.get("failed"):
-        raise StepFailed(f"{host.name}: {what}: {result.get('msg')}", {"measured": dict(record)})
+        raise StepFailed(f"{host.name}: {what}: {result.get('msg')}", _counts(record))
     return result["bench"]
 
 
@@ -317,7 +340,9 @@ def _trials(
         if phase != "candidate":
             return trials
         verdict = throughput.gate_verdict(
-            {name: {"trials": throughput.normalize_trials(trials)}}, {name: list((baseline or {})[name])}, **gate
+            {name: {"trials": throughput.normalize_trials(trials)}},
+            {name: list((baseline or {})[name])},
+            **gate,
         )
         if verdict["final"]:
             return trials
@@ -325,7 +350,7 @@ def _trials(
         raise StepFailed(
             f"{host.name}: the decode benchmark of {name}/{phase} failed on every try"
             f" ({retries + 1} tries): {error}",
-            {"measured": dict(record)},
+            _counts(record),
         )
     return trials
 

@@ -54,13 +54,12 @@ def serve(
     Returns :func:`cuda13_upgrade.restarts.serve_outcome`'s record plus ``"cycle"``
     (what the host's side recorded, None in check mode) and ``"dropin_changed"``.
     Raises StepFailed with the outcome's message (the cause, the remedy, the
-    journal's last lines) when the server did not start, did not generate in time,
-    left processes on the GPUs, or runs something else.
+    journal's last lines) and ``{"restarted", "leftovers", "running_command"}`` when
+    the server did not start, did not generate in time, left processes on the
+    GPUs, or runs something else.
     """
     args = [str(a) for a in args]
-    content = (
-        profile_dropin(exec_start, args, unit=service, about=about, managed=managed) if args else None
-    )
+    content = profile_dropin(exec_start, args, unit=service, about=about, managed=managed) if args else None
     result = host.module(
         "cuda13_service",
         {
@@ -93,19 +92,21 @@ def serve(
         leftover_timeout=float(leftover_timeout),
         service_user=service_user,
     )
-    record = {**outcome, "cycle": result.get("cycle"), "dropin_changed": bool(result.get("dropin_changed"))}
     if outcome["failed"]:
-        raise StepFailed(outcome["msg"], record)
-    return record
+        # The message holds the cause, the remedy and the journal's last lines; the record, what counts.
+        raise StepFailed(
+            outcome["msg"],
+            {"restarted": outcome["restarted"], "leftovers": outcome["leftovers"],
+             "running_command": outcome["running_command"]},
+        )
+    return {**outcome, "cycle": result.get("cycle"), "dropin_changed": bool(result.get("dropin_changed"))}
 
 
 def running(host: Host, *, service: str, exec_start: str) -> dict[str, Any]:
     """What the service runs now, read only (no restart, no wait): ``{"running_args": list or
     None, "running_venv": str or None, "running_command": str}`` (see
     :func:`cuda13_upgrade.restarts.running_args`)."""
-    result = host.module(
-        "cuda13_service", {"unit": service, "restart": "never", "url": ""}, check_mode=False
-    )
+    result = host.module("cuda13_service", {"unit": service, "restart": "never", "url": ""}, check_mode=False)
     outcome = restarts.serve_outcome(
         result.get("cycle") or {"cmdline_b64": ""},
         service=service,
@@ -126,13 +127,30 @@ def serve_options(options: Mapping[str, Any], prefix: str = "verify_throughput")
     """The keyword arguments of :func:`serve` that the options give, for a role's own
     variables (``verify_throughput_server_url``, ``stack_switch_health_timeout``, ...)."""
     names = {
-        "verify_throughput": ("verify_throughput_service_name", "verify_throughput_profile_dropin",
-                              "verify_throughput_server_url", "verify_throughput_health_timeout"),
-        "stack_switch": ("stack_switch_service_name", "stack_switch_profile_dropin",
-                         "stack_switch_server_url", "stack_switch_health_timeout"),
-        "rollback": ("rollback_service_name", "rollback_profile_dropin",
-                     "rollback_server_url", "rollback_health_timeout"),
-        "cuda13": ("cuda13_service_name", "cuda13_profile_dropin", "cuda13_server_url", "cuda13_health_timeout"),
+        "verify_throughput": (
+            "verify_throughput_service_name",
+            "verify_throughput_profile_dropin",
+            "verify_throughput_server_url",
+            "verify_throughput_health_timeout",
+        ),
+        "stack_switch": (
+            "stack_switch_service_name",
+            "stack_switch_profile_dropin",
+            "stack_switch_server_url",
+            "stack_switch_health_timeout",
+        ),
+        "rollback": (
+            "rollback_service_name",
+            "rollback_profile_dropin",
+            "rollback_server_url",
+            "rollback_health_timeout",
+        ),
+        "cuda13": (
+            "cuda13_service_name",
+            "cuda13_profile_dropin",
+            "cuda13_server_url",
+            "cuda13_health_timeout",
+        ),
     }[prefix]
     service, dropin, url, timeout = (options.get(n) for n in names)
     return {

@@ -1,0 +1,80 @@
+"""Action cuda13_fleet: the rollout's gates on the control node (documentation: library/cuda13_fleet.py)."""
+
+from __future__ import annotations
+
+from cuda13_upgrade.actionbase import StepAction, display
+from cuda13_upgrade.steps import fleet
+from cuda13_upgrade.steps.host import StepFailed
+
+
+class ActionModule(StepAction):
+    _requires_connection = False
+    ARGUMENT_SPEC = {
+        "action": {"type": "str", "choices": ["start", "kept", "batch"], "required": True},
+        "run_id": {"type": "str", "required": True},
+        "reports_dir": {"type": "path", "required": True},
+        "breaker": {"type": "bool", "default": False},
+        "started": {"type": "str", "default": ""},
+    }
+
+    def run_step(self, host, args, task_vars):
+        hostvars = task_vars["hostvars"]
+        localhost = hostvars["localhost"] if "localhost" in hostvars else {}
+        play_hosts = list(task_vars.get("ansible_play_hosts_all") or [])
+        if args["action"] == "start":
+            given = {
+                h: {name: hostvars[h][name] for name in fleet.FLEET_OPTIONS if name in hostvars[h]}
+                for h in play_hosts
+            }
+            gate = fleet.start(
+                play_hosts,
+                given,
+                run_id=args["run_id"],
+                reports_dir=args["reports_dir"],
+                use_breaker=args["breaker"],
+                started=args["started"] or None,
+            )
+            if gate["failures"]:
+                lines = "\n".join(f"- {failure}" for failure in gate["failures"])
+                raise StepFailed(
+                    "The rollout's batches, window, failure budget or breaker have bad values; no host was"
+                    f" changed.\n{lines}"
+                )
+            if gate["not_started"] is not None:
+                raise StepFailed(gate["breaker"]["message"], {"not_started": gate["not_started"]})
+            display.display("\n".join(gate["lines"]))
+            facts = {"cuda13_fleet": gate["fleet"]}
+            if gate["breaker"] is not None:
+                facts["cuda13_breaker"] = gate["breaker"]
+            return {"lines": gate["lines"], "changed": False, "ansible_facts": facts}
+        the_fleet = dict(localhost.get("cuda13_fleet") or {})
+        if args["action"] == "kept":
+            active = list(task_vars.get("ansible_play_hosts") or [])
+            kept = [h for h in active if (hostvars[h].get("cuda13_host_run") or {}).get("already_kept")]
+            upgrade = [h for h in play_hosts if h not in kept]
+            facts = {"cuda13_run_hosts": play_hosts, "cuda13_upgrade_hosts": upgrade}
+            if the_fleet and len(upgrade) < len(play_hosts):
+                the_fleet = fleet.plan(upgrade, the_fleet.get("options") or {}, the_fleet.get("started"))
+                display.display("\n".join(the_fleet["lines"]))
+                facts["cuda13_fleet"] = the_fleet
+            return {"kept": kept, "upgrade": upgrade, "changed": False, "ansible_facts": facts}
+        statuses = {}
+        for h in play_hosts:
+            result = hostvars[h].get("cuda13_result")
+            statuses[h] = result.get("status") if isinstance(result, dict) else None
+        gate = fleet.batch_gate(
+            the_fleet,
+            hosts=play_hosts,
+            batch=list(task_vars.get("ansible_play_batch") or []),
+            active=list(task_vars.get("ansible_play_hosts") or []),
+            statuses=statuses,
+            run_id=args["run_id"],
+            reports_dir=args["reports_dir"],
+            run_hosts=list(localhost.get("cuda13_run_hosts") or play_hosts),
+        )
+        facts = {}
+        if gate["not_started"] is not None:
+            said = gate["not_started"]
+            display.display(f"{said['said']}: {said['reason']} (hosts {', '.join(said['hosts'])})")
+            facts["cuda13_not_started"] = said
+        return {**gate, "changed": False, "ansible_facts": facts}

@@ -1,0 +1,29 @@
+"""Action cuda13_report: the run's summary on the control node (documentation: library/cuda13_report.py)."""
+
+from __future__ import annotations
+
+from cuda13_upgrade import report
+from cuda13_upgrade.actionbase import StepAction, display
+from cuda13_upgrade.reportfiles import run_dir
+
+
+class ActionModule(StepAction):
+    _requires_connection = False
+    ARGUMENT_SPEC = {
+        "reports_dir": {"type": "path", "required": True},
+        "run_id": {"type": "str", "required": True},
+        "hosts": {"type": "list", "elements": "str"},
+        "not_started": {"type": "dict", "default": {}},
+        "show": {"type": "bool", "default": False},
+    }
+
+    def run_step(self, host, args, task_vars):
+        directory = run_dir({"cuda13_reports_dir": args["reports_dir"]}, args["run_id"])
+        summary = report.fleet_summary(directory, args["hosts"], args["not_started"] or None)
+        if args["show"]:
+            display.display(summary["markdown"])
+        return {
+            "markdown": summary["markdown"],
+            "files": summary["files"],
+            "changed": False,
+        }

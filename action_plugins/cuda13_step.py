@@ -1,0 +1,19 @@
+"""Action cuda13_step: one side of the drain bracket (documentation: library/cuda13_step.py)."""
+
+from __future__ import annotations
+
+from cuda13_upgrade.actionbase import StepAction
+from cuda13_upgrade.steps import drain
+
+
+class ActionModule(StepAction):
+    ARGUMENT_SPEC = {
+        "step": {"type": "str", "choices": ["drain", "undrain"], "required": True},
+        "options": {"type": "dict", "required": True},
+        "command": {"type": "str", "choices": ["upgrade", "verify", "rollback"], "default": "upgrade"},
+    }
+
+    def run_step(self, host, args, task_vars):
+        record = drain.side(host, self.run_state, args["options"], step=args["step"], command=args["command"])
+        self.run_state = record["run"]
+        return {**record, "changed": False}

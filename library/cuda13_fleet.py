@@ -1,0 +1,44 @@
+#!/usr/bin/python
+"""Action cuda13_fleet (action_plugins/cuda13_fleet.py): the rollout's gates on the control node."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: cuda13_fleet
+short_description: Plan the rollout's batches and check its window, failure budget and breaker, before the run and each batch
+description:
+  - C(start) - the batch plan over the play's hosts (C(cuda13_serial), or the ramp capped at C(cuda13_max_parallel)),
+    the window (C(cuda13_window), C(cuda13_until)), the failure budget (C(cuda13_max_failed_hosts)) and, with O(breaker),
+    the breaker across runs (from the reports); bad values refuse the run before any change, each named; a tripped
+    breaker writes the refused run's report and refuses. Sets C(cuda13_fleet) (and C(cuda13_breaker)).
+  - C(kept) - the hosts already kept leave the run (C(cuda13_run_hosts), C(cuda13_upgrade_hosts)); the batches are
+    planned again over the hosts that upgrade.
+  - C(batch) - before each batch, within the failure budget and inside the window; else C(start) is false, the
+    hosts not started and why are written into the run's report at once and kept as C(cuda13_not_started).
+  - Runs on the control node; the play delegates it to localhost with C(delegate_facts).
+options:
+  action: {description: Which gate., type: str, choices: [start, kept, batch], required: true}
+  run_id: {description: This run's identifier., type: str, required: true}
+  reports_dir: {description: The reports directory., type: path, required: true}
+  breaker: {description: With C(start), consult the breaker across runs., type: bool, default: false}
+  started: {description: With C(start), the run's start (ISO 8601; default now)., type: str, default: ""}
+attributes:
+  check_mode: {support: full, description: The same in check mode.}
+author: cuda13-upgrade
+"""
+
+EXAMPLES = r"""
+- name: Plan the rollout's batches, window and failure budget
+  cuda13_fleet:
+    action: start
+    run_id: "{{ cuda13_run_id }}"
+    reports_dir: reports
+  delegate_to: localhost
+  delegate_facts: true
+  run_once: true
+"""
+
+RETURN = r"""
+start: {description: (C(batch)) the batch may start., type: bool, returned: always}
+lines: {description: (C(start)) the plan as printed., type: list, elements: str, returned: always}
+"""

@@ -1,0 +1,36 @@
+#!/usr/bin/python
+"""Action cuda13_report (action_plugins/cuda13_report.py): the run's summary on the control node."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: cuda13_report
+short_description: Write the run's summary - summary.md, summary.json, summary.png and the run's metrics
+description:
+  - One row per host of the run (cuda13_upgrade.report.fleet_summary); a host without a result is
+    C(not reached), or C(not started) with the reason O(not_started) gives (the failure budget, the window,
+    the breaker).
+  - Runs on the control node only.
+options:
+  reports_dir: {description: The reports directory (C(cuda13_reports_dir))., type: path, required: true}
+  run_id: {description: The run., type: str, required: true}
+  hosts: {description: The hosts of the run, in report order (default - every result file)., type: list, elements: str}
+  not_started: {description: The hosts not started and why., type: dict, default: {}}
+  show: {description: Print the summary., type: bool, default: false}
+attributes:
+  check_mode: {support: full, description: Writes the summary in check mode too (the run's report says what it checked).}
+author: cuda13-upgrade
+"""
+
+EXAMPLES = r"""
+- name: Write and show the run's summary
+  cuda13_report:
+    reports_dir: reports
+    run_id: "{{ cuda13_run_id }}"
+    show: true
+"""
+
+RETURN = r"""
+markdown: {description: The summary's text., type: str, returned: always}
+files: {description: The files written., type: dict, returned: always}
+"""

@@ -1,0 +1,264 @@
+"""The rollout's gates on the control node (action ``cuda13_fleet``): the batch plan, the breaker,
+the hosts that upgrade, and before each batch the failure budget and the window.
+
+``start`` (before any change, ``playbooks/start.yml``): the batch plan over the
+hosts the play takes (:func:`cuda13_upgrade.batches.plan`: ``cuda13_serial``, or
+the ramp capped at ``cuda13_max_parallel``), the window (``cuda13_window``,
+``cuda13_until``), the failure budget (``cuda13_max_failed_hosts``) and the
+breaker across runs (:mod:`cuda13_upgrade.breaker`, from the reports on the
+control node). The play-wide options must have one value for every host. Bad
+values refuse the run before any change, listing each; a tripped breaker writes
+the refused run's report (every host "not started", and why) and refuses.
+
+``kept`` (after the early pass): the hosts already kept leave the run; the
+plan is made again over the hosts that upgrade, so the canary is a host that
+upgrades.
+
+``batch`` (before each batch of the serial upgrade play): the batch starts only
+while no more hosts of earlier batches failed or rolled back than the budget
+allows (:func:`cuda13_upgrade.budget.decide`), and inside the window
+(:func:`cuda13_upgrade.window.decide`, on the control node's clock). Otherwise
+this batch and every later one do not start: the hosts not started and why are
+written into the run's report at once (``not_started.json``, ``summary.md``),
+since a ``--limit`` that leaves localhost out skips the report play.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from cuda13_upgrade import batches, breaker, budget, report, window
+
+#: The play-wide options: one value for every host of the rollout.
+FLEET_OPTIONS = (
+    "cuda13_serial",
+    "cuda13_max_parallel",
+    "cuda13_window",
+    "cuda13_until",
+    "cuda13_max_failed_hosts",
+    "cuda13_breaker_rollbacks",
+    "cuda13_breaker_days",
+    "cuda13_breaker_ack",
+)
+
+_STAMP = "%Y-%m-%dT%H:%M:%SZ"
+
+
+def _instant(text: Any, what: str) -> datetime:
+    if text in (None, ""):
+        return datetime.now(UTC)
+    try:
+        stamp = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise ValueError(f"{what}: {text!r} is not an ISO 8601 time") from exc
+    if stamp.tzinfo is None:
+        raise ValueError(f"{what} must have an offset (e.g. Z), got {text!r}")
+    return stamp
+
+
+def fleet_options(hosts: Sequence[str], given: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """``{"values": {option: value}, "failures": [message]}`` of the play-wide options over ``hosts``.
+
+    ``given``: per host, the options its inventory or ``-e`` set. An option set on none of the hosts
+    is left out; one with different values on different hosts (or set on some only) is a failure
+    naming the hosts and values: the plan is one for the whole play.
+    """
+    values: dict[str, Any] = {}
+    failures: list[str] = []
+    for name in FLEET_OPTIONS:
+        seen = [(host, given[host][name]) for host in hosts if name in given.get(host, {})]
+        if not seen:
+            continue
+        distinct: list[Any] = []
+        for _, value in seen:
+            if value not in distinct:
+                distinct.append(value)
+        if len(distinct) > 1 or len(seen) < len(hosts):
+            by_value = "; ".join(
+                f"{value!r} on {', '.join(h for h, v in seen if v == value)}" for value in distinct
+            )
+            unset = [h for h in hosts if h not in {h for h, _ in seen}]
+            if unset:
+                by_value += f"; not set on {', '.join(unset)}"
+            failures.append(
+                f"{name} differs between the hosts of the rollout ({by_value}). Option: {name}. "
+                "Fix: give one value for the whole group (group_vars of the target group, or -e)."
+            )
+        else:
+            values[name] = distinct[0]
+    return {"values": values, "failures": failures}
+
+
+def plan(hosts: Sequence[str], options: Mapping[str, Any], started: Any = None) -> dict[str, Any]:
+    """The plan of ``hosts``: batches, window, until and failure budget, checked (bad values are
+    ``failures``, not errors). Returns ``{"sizes", "batches", "source", "lines", "ok", "failures",
+    "options", "started", "window", "window_text", "until_at", "gated", "max_failed_hosts"}``."""
+    hosts = list(hosts)
+    started_at = _instant(started, "the run's start")
+    failures: list[str] = []
+    result: dict[str, Any] = {"sizes": [], "batches": [], "source": "", "lines": []}
+    try:
+        the_plan = batches.plan(hosts, options.get("cuda13_serial"), options.get("cuda13_max_parallel"))
+        result = {**the_plan, "lines": batches.format_plan(the_plan)}
+    except ValueError as exc:
+        failures.append(str(exc))
+    window_text = ""
+    try:
+        parsed = window.parse_window(options.get("cuda13_window"))
+        window_text = parsed.describe() if parsed else ""
+    except ValueError as exc:
+        failures.append(str(exc))
+    until_at = ""
+    if options.get("cuda13_until") not in (None, ""):
+        try:
+            until_at = window.parse_until(options["cuda13_until"], started_at).strftime(_STAMP)
+        except ValueError as exc:
+            failures.append(str(exc))
+    max_failed = budget.DEFAULT
+    try:
+        max_failed = budget.allowed(options.get("cuda13_max_failed_hosts"), len(hosts))
+    except ValueError as exc:
+        failures.append(str(exc))
+    return {
+        **result,
+        "ok": not failures,
+        "failures": failures,
+        "options": dict(options),
+        "started": started_at.astimezone(UTC).strftime(_STAMP),
+        "window": options.get("cuda13_window") or {},
+        "window_text": window_text,
+        "until_at": until_at,
+        "gated": bool(window_text or until_at),
+        "max_failed_hosts": max_failed,
+    }
+
+
+def breaker_verdict(
+    options: Mapping[str, Any], reports_dir: str | Path, run_id: str, now: Any = None
+) -> dict:
+    """The breaker across runs (:func:`cuda13_upgrade.breaker.decide` over the reports), with its
+    bad values and unreadable reports as ``failures``."""
+    failures: list[str] = []
+    for name, check in (
+        ("cuda13_breaker_rollbacks", breaker.threshold_of),
+        ("cuda13_breaker_days", breaker.days_of),
+        ("cuda13_breaker_ack", breaker.ack_of),
+    ):
+        try:
+            check(options.get(name))
+        except ValueError as exc:
+            failures.append(str(exc))
+    off = {
+        "tripped": False,
+        "rollbacks": [],
+        "acknowledged": [],
+        "newest_run": None,
+        "reason": "",
+        "message": "",
+        "failures": failures,
+    }
+    if failures:
+        return off
+    threshold = options.get("cuda13_breaker_rollbacks")
+    if breaker.threshold_of(threshold) == 0:
+        return {**breaker.decide({"records": []}, 0), "failures": []}
+    try:
+        history = breaker.history(
+            str(reports_dir),
+            _instant(now, "now"),
+            options.get("cuda13_breaker_days"),
+            exclude_run=str(run_id),
+        )
+    except (OSError, ValueError) as exc:
+        return {**off, "failures": [f"the breaker cannot read the reports: {exc}"]}
+    return {**breaker.decide(history, threshold, options.get("cuda13_breaker_ack")), "failures": []}
+
+
+def start(
+    hosts: Sequence[str],
+    given: Mapping[str, Mapping[str, Any]],
+    *,
+    run_id: str,
+    reports_dir: str | Path,
+    use_breaker: bool,
+    started: Any = None,
+) -> dict[str, Any]:
+    """The ``start`` gate (see the module docstring). Returns ``{"fleet": plan, "breaker": verdict or
+    None, "failures": [message], "not_started": record or None, "lines": [line to print]}``."""
+    options = fleet_options(hosts, given)
+    the_plan = plan(hosts, options["values"], started)
+    the_breaker = breaker_verdict(the_plan["options"], reports_dir, run_id) if use_breaker else None
+    failures = options["failures"] + the_plan["failures"] + ((the_breaker or {}).get("failures") or [])
+    not_started = None
+    if not failures and the_breaker and the_breaker["tripped"]:
+        not_started = {
+            "said": "not started",
+            "reason": the_breaker["reason"],
+            "hosts": list(hosts),
+            "before_any_change": True,
+        }
+        report.fleet_summary(Path(reports_dir) / run_id, list(hosts), not_started)
+    lines = list(the_plan["lines"])
+    if the_plan["window_text"]:
+        lines.append(f"batches start only inside the window cuda13_window: {the_plan['window_text']}")
+    if the_plan["until_at"]:
+        lines.append(f"no batch starts after cuda13_until: {the_plan['until_at']}")
+    lines.append(
+        f"no batch starts once more than {the_plan['max_failed_hosts']} host(s) of the fleet failed or rolled"
+        " back (cuda13_max_failed_hosts)"
+    )
+    if the_breaker is not None:
+        lines.append(the_breaker["message"])
+    return {
+        "fleet": the_plan,
+        "breaker": the_breaker,
+        "failures": failures,
+        "not_started": not_started,
+        "lines": lines,
+    }
+
+
+def batch_gate(
+    fleet: Mapping[str, Any],
+    *,
+    hosts: Sequence[str],
+    batch: Sequence[str],
+    active: Sequence[str],
+    statuses: Mapping[str, Any],
+    run_id: str,
+    reports_dir: str | Path,
+    run_hosts: Sequence[str],
+    now: Any = None,
+) -> dict[str, Any]:
+    """The ``batch`` gate (see the module docstring). ``hosts``: the play's hosts; ``batch``: this
+    batch's; ``active``: those Ansible has not removed; ``statuses``: each host's result status (None
+    without one). Returns ``{"start": bool, "not_started": record or None}``."""
+    spent = budget.decide(
+        hosts, batch, active, statuses, (fleet.get("options") or {}).get("cuda13_max_failed_hosts")
+    )
+    not_started = None
+    if spent["spent"]:
+        not_started = {
+            "said": "not reached",
+            "reason": spent["reason"],
+            "failed": spent["failed"],
+            "hosts": spent["hosts"],
+        }
+    elif fleet.get("gated"):
+        parsed = window.parse_window(fleet.get("window") or None)
+        until = _instant(fleet["until_at"], "until_at") if fleet.get("until_at") else None
+        gate = window.decide(parsed, until, _instant(now, "now"))
+        if not gate["open"]:
+            first = list(hosts).index(batch[0]) if batch and batch[0] in hosts else 0
+            not_started = {
+                "said": "not started",
+                "reason": gate["reason"],
+                "opens_at": gate["opens_at"],
+                "hosts": list(hosts)[first:],
+            }
+    if not_started is not None:
+        report.fleet_summary(Path(reports_dir) / run_id, list(run_hosts), not_started)
+    return {"start": not_started is None, "not_started": not_started}

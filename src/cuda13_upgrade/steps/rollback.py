@@ -1,0 +1,405 @@
+"""The step ``rollback``: a host put back on its snapshot's stack (action ``cuda13_rollback``).
+
+In the upgrade's rescue (:func:`after_failure`): what failed is noted and
+diagnosed (:func:`cuda13_upgrade.diagnosis.diagnose`, a full disk by
+:func:`cuda13_upgrade.nospace.diagnose_no_space` from ``df``); the kernel log
+since the switch is read when the gate did not read it (a GPU that fell off the
+bus stops the new server from starting); the space a failed step took before
+the switch is freed, so the rollback has room; then, when the host changed,
+:func:`restore` puts the snapshot's stack back, and the old stack is measured
+again against its baseline (the restart plan's rollback phase,
+``cuda13_rollback_verify``). A rollback that itself fails says what it left on
+the host (the unit's state and drop-ins, ``/usr/local/cuda``) and how to go on.
+
+:func:`restore`, the rollback itself (also ``playbooks/rollback.yml`` on demand):
+the upgrade's drop-ins removed, every CUDA alternatives group put back as the
+snapshot recorded it (:func:`cuda13_upgrade.ondemand.alternatives_restore`), the
+toolkit step's apt changes undone (:func:`cuda13_upgrade.steps.toolkit.revert`),
+the new stack's caches cleared, the old stack started (into the re-check's
+first profile), and the host checked against its snapshot (the venv's ``pip
+freeze``, ``/usr/local/cuda``, the service's command).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from cuda13_upgrade import diagnosis, nospace, ondemand, stack, throughput
+from cuda13_upgrade.steps import measure
+from cuda13_upgrade.steps.host import Host, ModuleFailed, StepFailed, begin_step, current_step
+from cuda13_upgrade.steps.serve import serve, serve_options
+from cuda13_upgrade.steps.verify import read_kernel_log
+
+#: The steps before the switch: a failure there leaves the old stack serving and the new one unused.
+BEFORE_SWITCH = ("snapshot", "artifact_cache", "toolkit", "wheels", "sglang_build", "drain", "baseline")
+
+
+def _truncate(text: str, width: int) -> str:
+    if len(text) <= width:
+        return text
+    return text[: width - 3].rsplit(" ", 1)[0] + "..."
+
+
+def failure_texts(failed: Mapping[str, Any]) -> list[str]:
+    """What a failed task said, all of it: its message, its output's lines, its items' messages."""
+    lines = [str(failed.get("msg") or "")]
+    lines += [str(x) for x in failed.get("stdout_lines") or []]
+    lines += [str(x) for x in failed.get("stderr_lines") or []]
+    lines += [str(item.get("msg") or "") for item in failed.get("results") or [] if isinstance(item, Mapping)]
+    module_result = failed.get("module_result") or {}
+    if isinstance(module_result, Mapping):
+        for key in ("stdout", "stderr", "module_stderr"):
+            lines += str(module_result.get(key) or "").splitlines()
+    return lines
+
+
+def _df(host: Host, paths: list[str]) -> dict[str, int | None]:
+    done = host.module(
+        "ansible.builtin.command",
+        {"argv": ["df", "--output=avail", "--block-size=1", *paths]},
+        check_mode=False,
+        allow_failure=True,
+    )
+    if done.get("rc") != 0:
+        return {}
+    try:
+        return nospace.parse_df_avail(str(done.get("stdout") or ""), paths)
+    except ValueError:
+        return {}
+
+
+def free_space(host: Host, options: Mapping[str, Any], written: list[str]) -> dict[str, Any]:
+    """Remove what the upgrade wrote beside the old stack (the partial new venv and SGLang tree,
+    apt's downloaded archives), while the new stack does not serve; returns ``{"removed", "free"}``."""
+    old = {options["cuda13_old_venv"], options["cuda13_old_sglang_src"]}
+    removed = [p for p in (options["cuda13_new_venv"], options["cuda13_new_sglang_src"]) if p not in old]
+    for path in removed:
+        host.module("ansible.builtin.file", {"path": path, "state": "absent"})
+    host.module("ansible.builtin.apt", {"clean": True})
+    return {"removed": removed, "free": _df(host, written)}
+
+
+def _restore_alternatives(host: Host, recorded: Mapping[str, Any]) -> list[dict[str, Any]]:
+    left = []
+    for group, entry in recorded.items():
+        if entry is None:
+            continue
+        done = host.module(
+            "ansible.builtin.command",
+            {"argv": ["update-alternatives", "--query", group]},
+            check_mode=False,
+            allow_failure=True,
+        )
+        query = stack.parse_alternatives_query(done["stdout"]) if done.get("rc") == 0 else None
+        plan = ondemand.alternatives_restore(group, entry, query)
+        if plan["action"] == "auto":
+            host.module("ansible.builtin.command", {"argv": ["update-alternatives", "--auto", group]})
+        elif plan["action"] == "select":
+            host.module(
+                "community.general.alternatives",
+                {"name": group, "path": entry["value"], "link": entry["link"], "state": "selected"},
+            )
+        if plan["left_manual"] is not None:
+            left.append(plan["left_manual"])
+    return left
+
+
+def _check_restored(
+    host: Host, options: Mapping[str, Any], manifest: Mapping[str, Any], args: list[str]
+) -> None:
+    venv = manifest["venv"]["path"]
+    freeze = host.module(
+        "ansible.builtin.command",
+        {"argv": [f"{venv}/bin/python", "-m", "pip", "freeze", "--all", "--isolated"]},
+        check_mode=False,
+    )
+    cuda = host.module(
+        "ansible.builtin.command", {"argv": ["readlink", "-f", "/usr/local/cuda"]}, check_mode=False
+    )
+    unit = host.module(
+        "ansible.builtin.command",
+        {"argv": ["systemctl", "cat", options["rollback_service_name"]]},
+        check_mode=False,
+    )
+    diff = stack.freeze_difference(
+        manifest["venv"]["pip_freeze"], stack.parse_pip_freeze_lines(freeze["stdout"])
+    )
+    expected = manifest["service"]["exec_start"] + "".join(f" {shlex.quote(str(a))}" for a in args)
+    runs = stack.service_exec_start(unit["stdout"])
+    if diff["removed"] or diff["added"] or cuda["stdout"] != manifest["cuda"]["resolved"] or runs != expected:
+        with_args = (
+            f", with the first profile arguments {' '.join(shlex.quote(str(a)) for a in args)}"
+            if args
+            else ""
+        )
+        raise StepFailed(
+            f"After the rollback the host differs from its snapshot {options['rollback_snapshot_file']}: venv"
+            f" {venv} lost {diff['removed']} and gained {diff['added']}; /usr/local/cuda resolves to"
+            f" {cuda['stdout']} (snapshot: {manifest['cuda']['resolved']}); the service runs {runs} (snapshot:"
+            f" {manifest['service']['exec_start']}{with_args})."
+        )
+
+
+def _remove_new_stack(host: Host, options: Mapping[str, Any], manifest: Mapping[str, Any]) -> list[str]:
+    record_path = options["rollback_sglang_build_record"]
+    found = host.module("cuda13_record", {"read": [record_path]}, check_mode=False)["read"][record_path]
+    paths = [options["rollback_new_venv"], options["rollback_new_sglang_src"]]
+    if found["content"]:
+        try:
+            paths = list(json.loads(found["content"]).get("paths") or [])
+        except ValueError:
+            pass
+    keep = {options["cuda13_old_venv"], options["cuda13_old_sglang_src"], manifest["venv"]["path"]}
+    removed = [p for p in paths if p not in keep]
+    host.module("cuda13_record", {"absent": [*removed, record_path]})
+    return removed
+
+
+def restore(
+    host: Host,
+    options: Mapping[str, Any],
+    *,
+    profile_args: list[str] | None = None,
+    revert_apt: Callable[[Host, Mapping[str, Any]], Any] | None = None,
+) -> dict[str, Any]:
+    """Put the host back on its snapshot's stack (``rollback_snapshot_file``).
+
+    ``profile_args``: the arguments the old stack starts with (the re-check's first profile).
+    ``revert_apt``: undoes the toolkit step's apt changes (:func:`cuda13_upgrade.steps.toolkit.revert`).
+    Returns ``{"seconds": until the old stack generated again, "alternatives_manual": [groups left
+    in manual mode], "served", "removed": [paths], "restarts", "leftovers", "manifest"}``. Raises
+    StepFailed naming the task that failed.
+    """
+    started = time.time()
+    args = [str(a) for a in profile_args or []]
+    path = options["rollback_snapshot_file"]
+    found = host.module("cuda13_record", {"read": [path]}, check_mode=False)["read"][path]
+    if not found["content"]:
+        raise StepFailed(f"Read the pre-upgrade snapshot: {path} cannot be read on {host.name}")
+    manifest = json.loads(found["content"])
+    service = options["rollback_service_name"]
+    host.module(
+        "cuda13_record",
+        {"absent": [f"/etc/systemd/system/{service}.d/{name}" for name in options["rollback_dropins"]]},
+    )
+    left = _restore_alternatives(host, (manifest.get("cuda") or {}).get("alternatives") or {})
+    if revert_apt is not None:
+        revert_apt(host, options)
+    if options.get("rollback_clear_dirs"):
+        host.module("cuda13_record", {"absent": list(options["rollback_clear_dirs"])})
+    served = serve(
+        host,
+        **serve_options(options, "rollback"),
+        exec_start=manifest["service"]["exec_start"],
+        args=args,
+        check=False,
+        what="the old stack, after the rollback",
+        about="the first profile the rollback's re-check measures on the old stack",
+        service_user=(manifest.get("service") or {}).get("user") or "",
+    )
+    seconds = round(time.time() - started, 2)
+    if not host.check_mode:
+        _check_restored(host, options, manifest, args)
+    removed = _remove_new_stack(host, options, manifest) if options.get("rollback_remove_new_stack") else []
+    return {
+        "seconds": seconds,
+        "alternatives_manual": left,
+        "served": served,
+        "removed": removed,
+        "restarts": int(bool(served.get("restarted"))),
+        "leftovers": list(served.get("leftovers") or []),
+        "manifest": manifest,
+    }
+
+
+def _left_on_host(host: Host, options: Mapping[str, Any]) -> str:
+    service = options["cuda13_service_name"]
+    unit = host.module(
+        "ansible.builtin.command",
+        {"argv": ["systemctl", "show", "--property=ActiveState", "--property=DropInPaths", service]},
+        check_mode=False,
+        allow_failure=True,
+    )
+    cuda = host.module(
+        "ansible.builtin.command",
+        {"argv": ["readlink", "-f", "/usr/local/cuda"]},
+        check_mode=False,
+        allow_failure=True,
+    )
+    shown = dict(line.split("=", 1) for line in str(unit.get("stdout") or "").splitlines() if "=" in line)
+    state = f"ActiveState={shown['ActiveState']}" if shown.get("ActiveState") else "ActiveState=unknown"
+    return (
+        f"Left on the host: service {service} {state}, its drop-ins {shown.get('DropInPaths') or 'none'}"
+        f" (the switch drop-in {options['cuda13_switch_dropin']} is the pointer to the new stack),"
+        f" /usr/local/cuda -> {cuda.get('stdout') or '?'}. Fix the cause, then run"
+        f" playbooks/rollback.yml --limit {host.name}."
+    )
+
+
+def after_failure(
+    host: Host,
+    options: Mapping[str, Any],
+    *,
+    run: Mapping[str, Any],
+    failed: Mapping[str, Any],
+    failed_task: str,
+    records: Mapping[str, Any],
+    prompts: Mapping[str, Any] | None = None,
+    revert_apt: Callable[[Host, Mapping[str, Any]], Any] | None = None,
+    undo: bool = True,
+) -> dict[str, Any]:
+    """The upgrade's rescue (see the module docstring); with ``undo`` false, the stage's: the
+    failure is noted and told, and nothing is undone (the service was never touched; the partial
+    new stack stays beside the old one for the next stage or rollout to continue).
+
+    ``run``: the host's run record (its current step is the one that failed; ``changed``: a step
+    changed the host). ``failed``: the failed task's result; ``failed_task``: its name.
+    ``records``: the steps' records so far (``switch``, ``baseline``, ``verify``, ``snapshot``).
+
+    Returns ``{"status": "rolled_back" | "failed", "failed_step", "failed_task", "error", "diagnosis",
+    "no_space", "kernel_log_read", "seconds", "alternatives_manual", "checks": {profile: decision},
+    "measured": the re-check's phase record or None, "space_freed", "restarts", "leftovers", "run"}``.
+    Never raises for a failed rollback: it is recorded (status ``failed``) with what it left.
+    """
+    step = current_step(run)
+    error = _truncate(str(failed.get("msg") or failed.get("stderr") or ""), 2000)
+    diagnosed = diagnosis.diagnose(failure_texts(failed), source=step).to_dict()
+    switch = records.get("switch") or {}
+    verify = records.get("verify") or {}
+    baseline = (records.get("baseline") or {}).get("baseline") or {}
+    plan = (records.get("baseline") or {}).get("restart_plan") or {}
+    out: dict[str, Any] = {
+        "status": "failed",
+        "failed_step": step,
+        "failed_task": failed_task,
+        "error": error,
+        "diagnosis": diagnosed,
+        "no_space": None,
+        "kernel_log_read": verify.get("kernel_log_read"),
+        "seconds": None,
+        "alternatives_manual": [],
+        "checks": {},
+        "measured": None,
+        "space_freed": None,
+        "restarts": 0,
+        "leftovers": [],
+    }
+    if switch.get("kernel_log_mark") and out["kernel_log_read"] is None and not host.check_mode:
+        out["kernel_log_read"] = read_kernel_log(host, options, switch)
+    written = [
+        options["cuda13_new_venv"].rsplit("/", 1)[0] or "/",
+        options["cuda13_new_sglang_src"].rsplit("/", 1)[0] or "/",
+        "/var/cache/apt/archives",
+    ]
+    text = "\n".join(str(failed.get(k) or "") for k in ("msg", "stderr", "stdout", "module_stderr"))
+    no_space = nospace.diagnose_no_space(text, _df(host, written)) if not host.check_mode else None
+    if no_space:
+        out["no_space"] = no_space
+        out["error"] = f"{no_space['cause']}; {no_space['remedy']}. The step said: {out['error']}"
+    changed = bool(run.get("changed")) and undo
+    cause = f" Cause: {diagnosed['cause']}. Fix: {diagnosed['remedy']}." if diagnosed.get("known") else ""
+    if not undo:
+        host.tell(
+            f"staging failed at step '{step}' ({failed_task}): {out['error']} The service was not touched and"
+            f" still runs {options['cuda13_old_venv']}. Fix the cause and run the stage again; the partial new"
+            " stack stays beside the old one until then (playbooks/rollback.yml removes it)."
+        )
+        out["run"] = {**run, "failure": {k: out[k] for k in ("failed_step", "failed_task", "error")}}
+        return out
+    host.tell(
+        f"step '{step}' failed ({failed_task}): {out['error']}{cause}"
+        + (" The host goes back to its old stack." if changed else " Nothing on the host was changed.")
+    )
+
+    def freed_note() -> None:
+        freed = free_space(host, options, written)
+        out["space_freed"] = freed["free"]
+        out["error"] += (
+            f" Removed {options['cuda13_new_venv']}, {options['cuda13_new_sglang_src']} and apt's archives."
+            f" Bytes free now: {json.dumps(freed['free'])}."
+        )
+
+    if no_space and step in BEFORE_SWITCH and not host.check_mode:
+        freed_note()
+    updated = dict(run)
+    if changed and not host.check_mode:
+        updated = begin_step(host, run, "rollback")
+        recheck = (
+            plan.get("rollback")
+            if options.get("cuda13_rollback_verify") and baseline.get("profiles")
+            else None
+        )
+        try:
+            restored = restore(
+                host,
+                options,
+                profile_args=list((recheck or {}).get("entry_args") or []),
+                revert_apt=revert_apt,
+            )
+            updated["serving"] = options["cuda13_old_venv"]
+            out.update(
+                seconds=restored["seconds"],
+                alternatives_manual=restored["alternatives_manual"],
+                restarts=restored["restarts"],
+                leftovers=restored["leftovers"],
+            )
+            if recheck:
+                measured = measure.phase(
+                    host,
+                    phase="rollback",
+                    options=options,
+                    profiles=list(options["cuda13_profiles"]),
+                    venv=options["cuda13_old_venv"],
+                    exec_start=restored["manifest"]["service"]["exec_start"],
+                    run_id=str(run.get("run_id")),
+                    plan=recheck,
+                    service_user=(restored["manifest"].get("service") or {}).get("user") or "",
+                    prompts=prompts,
+                )
+                out["measured"] = measured
+                out["restarts"] += measured["restarts"]
+                out["leftovers"] += measured["leftovers"]
+                for profile in options["cuda13_profiles"]:
+                    name = str(profile["name"])
+                    out["checks"][name] = throughput.decide(
+                        throughput.trial_metric(
+                            throughput.normalize_trials(list(baseline["profiles"][name]["trials"])),
+                            options.get("verify_throughput_metric", "output_tok_s"),
+                        ),
+                        throughput.trial_metric(
+                            throughput.normalize_trials(list(measured["results"][name]["trials"])),
+                            options.get("verify_throughput_metric", "output_tok_s"),
+                        ),
+                        profile=name,
+                        tolerance_pct=float(options["verify_throughput_tolerance_pct"]),
+                        max_trials=1,
+                    ).to_dict()
+            out["status"] = "rolled_back"
+            if no_space and out["space_freed"] is None:
+                freed_note()
+        except (StepFailed, ModuleFailed) as exc:
+            said = _truncate(" ".join(str(exc.msg).split()), 600)
+            out["error"] = (
+                f"{out['error']} Then the rollback itself failed at '{_where(exc)}': {said}. "
+                + _left_on_host(host, options)
+            )
+            out["status"] = "failed"
+    how = "rolled back" if out["status"] == "rolled_back" else "failed"
+    host.tell(f"{how} at step '{step}': {out['error']}{cause}")
+    out["run"] = {**updated, "failure": {k: out[k] for k in ("failed_step", "failed_task", "error")}}
+    return out
+
+
+def _where(exc: StepFailed) -> str:
+    """The part of the rollback that failed, for the message."""
+    module = getattr(exc, "module", None)
+    return {
+        "cuda13_service": "Start the old stack with the first profile's arguments",
+        "cuda13_record": "Remove the upgrade's drop-ins",
+        "ansible.builtin.apt": "Undo the toolkit step's apt changes",
+        "community.general.alternatives": "Restore the CUDA alternatives",
+    }.get(str(module), "Check the restored stack against the snapshot" if module is None else str(module))
