@@ -25,4 +25,9 @@ class ActionModule(StepAction):
             switch=args["switch"],
             prompts=prompt_set(task_vars),
         )
-        return {"batch_soak": record, "rollback": record["rollback"], "reason": record["msg"], "changed": False}
+        return {
+            "batch_soak": record,
+            "rollback": record["rollback"],
+            "reason": record["msg"],
+            "changed": False,
+        }

@@ -57,7 +57,7 @@ class ActionModule(StepAction):
         for name, result in record["results"].items():
             summary = result["summary"]
             host.tell(
-                f"{name}: median {summary['median']:.1f} tok/s (min {summary['min']:.1f}, max {summary['max']:.1f},"
-                f" {summary['n']} trials)"
+                f"{name}: median {summary['median']:.1f} tok/s (min {summary['min']:.1f},"
+                f" max {summary['max']:.1f}, {summary['n']} trials)"
             )
         return {"measured": record, "exec_start": exec_start, "venv": venv, "changed": False}

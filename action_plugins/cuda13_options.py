@@ -1,4 +1,5 @@
-"""Action cuda13_options: check every option once per host and run (documentation: library/cuda13_options.py)."""
+"""Action cuda13_options: check every option once per host and run (documentation:
+library/cuda13_options.py)."""
 
 from __future__ import annotations
 

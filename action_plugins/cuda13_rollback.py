@@ -1,4 +1,5 @@
-"""Action cuda13_rollback: a host put back on its snapshot's stack (documentation: library/cuda13_rollback.py)."""
+"""Action cuda13_rollback: a host put back on its snapshot's stack (documentation:
+library/cuda13_rollback.py)."""
 
 from __future__ import annotations
 

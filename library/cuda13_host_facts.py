@@ -42,7 +42,8 @@ RETURN = r"""
 facts:
   description: >-
     query, table, compute_apps, unit, uname, df, python, unit_show - each C({rc, stdout, stderr}) (C(timedout)
-    when given up); proc_version (text or null); cgroups ({pid - text}); space (space_probe's record or
+    when given up; table and compute_apps are C({skipped: true, msg}) when the query failed, so that a hung
+    nvidia-smi is waited for once); proc_version (text or null); cgroups ({pid - text}); space (space_probe's record or
     null); old_python_exists (bool).
   type: dict
   returned: always

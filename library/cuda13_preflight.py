@@ -42,13 +42,14 @@ EXAMPLES = r"""
 
 RETURN = r"""
 ok: {description: Every check passed., type: bool, returned: always}
-refusals: {description: With O(refuse) false, the refusal's message., type: list, elements: str, returned: always}
+refusals: {description: "With O(refuse) false, the refusal's message.", type: list, elements: str, returned: always}
 report: {description: The checks' record (passed and failures; cuda13_upgrade.preflight.evaluate)., type: dict, returned: always}
 gpus: {description: The GPUs nvidia-smi reported., type: list, elements: dict, returned: always}
-compute_capabilities: {description: The GPUs' compute capabilities, each once., type: list, elements: str, returned: always}
+compute_capabilities: {description: "The GPUs' compute capabilities, each once.", type: list, elements: str, returned: always}
 driver_version: {description: The driver version nvidia-smi reported., type: str, returned: always}
 toolkit: {description: What the toolkit step will do with apt (its plan)., type: dict, returned: always}
-resolved: {description: "The resolved target, C([{name, version, sha256, ...}])., or null", type: list, returned: always}
+resolved: {description: "The resolved target, C([{name, version, sha256, ...}]), or null.", type: list, returned: success}
+resolved_count: {description: "A refused host's result (kept small, it is printed whole) - the size of the resolved target in place of O(resolved), or null.", type: int, returned: failure}
 resolved_by: {description: The host whose resolution this target's hosts share., type: str, returned: always}
 stack_driver: {description: The driver against the resolved target's CUDA components., type: dict, returned: always}
 """

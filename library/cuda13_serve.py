@@ -69,4 +69,5 @@ leftovers: {description: Processes the stopped unit left, each ended before the 
 report: {description: What the operator reads., type: list, elements: str, returned: always}
 cycle: {description: The module's record of the cycle (see service_cycle.py)., type: dict, returned: always}
 dropin_changed: {description: The module changed the profile drop-in., type: bool, returned: always}
+diff: {description: "The profile drop-in's text before and after, shown by --diff.", type: dict, returned: when the drop-in changed or would change}
 """

@@ -41,6 +41,7 @@ RETURN = r"""
 cycle: {description: What service_cycle.py records (restarted, release, start_error, ready, journal, main_pid, cmdline_b64, server_info, startup_log), null in check mode., type: dict, returned: always}
 ok: {description: Every step that ran succeeded., type: bool, returned: always}
 dropin_changed: {description: The profile drop-in changed., type: bool, returned: always}
+diff: {description: "The profile drop-in's text before and after (before, after, before_header, after_header), shown by --diff.", type: dict, returned: when the drop-in changed or would change}
 """
 
 from ansible.module_utils.basic import AnsibleModule

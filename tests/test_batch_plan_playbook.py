@@ -1,7 +1,7 @@
 """The batch plan and the window, as playbooks/start.yml and playbooks/upgrade.yml
 apply them, on local hosts (ansible_connection local; nothing outside this machine).
 
-The test play takes the upgrade play's own ``serial`` and ``pre_tasks`` from
+The test play takes the upgrade play's own ``serial``, ``vars`` and ``pre_tasks`` from
 playbooks/upgrade.yml, so what runs here is what the rollout runs; its one task
 records which batch each host ran in.
 """
@@ -54,7 +54,6 @@ def _write(
     book = tmp_path / "playbooks" / "book.yml"
     book.parent.mkdir()
     (tmp_path / "playbooks" / "start.yml").symlink_to(REPO / "playbooks" / "start.yml")
-    (tmp_path / "playbooks" / "tasks").symlink_to(REPO / "playbooks" / "tasks")
     book.write_text(
         yaml.safe_dump(
             [
@@ -68,6 +67,7 @@ def _write(
                     "hosts": "blackwell",
                     "gather_facts": False,
                     "serial": upgrade["serial"],
+                    "vars": upgrade["vars"],
                     "pre_tasks": upgrade["pre_tasks"],
                     "tasks": [
                         {

@@ -1,7 +1,7 @@
 """The fleet's failure budget as playbooks/upgrade.yml enforces it, on local hosts
 (ansible_connection local; nothing outside this machine).
 
-The test play takes the upgrade play's own ``serial``, ``max_fail_percentage`` and
+The test play takes the upgrade play's own ``serial``, ``max_fail_percentage``, ``vars`` and
 ``pre_tasks`` from playbooks/upgrade.yml; a stand-in for roles/upgrade_host ends
 each host as the role does: kept, or failed inside a block whose ``rescue`` records
 ``cuda13_result`` (rolled_back or failed) and leaves the host running, or failed with
@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import json
 import re
+import tempfile
 from pathlib import Path
 
 import yaml
 from playbook import run_playbook
+
+from cuda13_upgrade.steps import fleet
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -86,7 +89,6 @@ def _run(tmp_path: Path, n_hosts: int, stand_in: dict[str, str], *extra: str, gr
     book = tmp_path / "playbooks" / "book.yml"
     book.parent.mkdir()
     (tmp_path / "playbooks" / "start.yml").symlink_to(REPO / "playbooks" / "start.yml")
-    (tmp_path / "playbooks" / "tasks").symlink_to(REPO / "playbooks" / "tasks")
     book.write_text(
         yaml.safe_dump(
             [
@@ -101,6 +103,7 @@ def _run(tmp_path: Path, n_hosts: int, stand_in: dict[str, str], *extra: str, gr
                     "gather_facts": False,
                     "serial": upgrade["serial"],
                     "max_fail_percentage": upgrade["max_fail_percentage"],
+                    "vars": upgrade["vars"],
                     "pre_tasks": upgrade["pre_tasks"],
                     "tasks": STAND_IN,
                 },
@@ -140,10 +143,24 @@ def _last_play() -> dict:
 def test_only_the_budget_step_counts_failures():
     # a limit Ansible reached would end the run before the budget step (the mixed batch below)
     assert _upgrade_play()["max_fail_percentage"] == 100
-    names = [t["name"] for t in _upgrade_play()["pre_tasks"]]
-    assert names.index("Start each batch only within the failure budget") < names.index(
-        "Start each batch only inside the window"
-    )
+    # One gate before each batch, the budget decided before the window (cuda13_upgrade.steps.fleet).
+    gate = _upgrade_play()["pre_tasks"][0]
+    assert gate["cuda13_fleet"]["action"] == "batch"
+    closed = {"start": "00:00", "end": "00:01", "timezone": "UTC"}
+    the_fleet = fleet.plan(["gpu-node-01", "gpu-node-02"], {"cuda13_window": closed})
+    with tempfile.TemporaryDirectory() as reports:
+        decided = fleet.batch_gate(
+            the_fleet,
+            hosts=["gpu-node-01", "gpu-node-02"],
+            batch=["gpu-node-02"],
+            active=["gpu-node-01", "gpu-node-02"],
+            statuses={"gpu-node-01": "rolled_back", "gpu-node-02": None},
+            run_id="20261201T101500Z",
+            reports_dir=reports,
+            run_hosts=["gpu-node-01", "gpu-node-02"],
+            now="2026-12-01T12:00:00Z",
+        )
+    assert decided["not_started"]["said"] == "not reached"
 
 
 def test_a_mixed_batch_spends_a_budget_of_0(tmp_path):

@@ -722,10 +722,12 @@ LONG_STEP = """\
   vars:
     cuda13_run_id: "{{{{ lookup('ansible.builtin.env', 'CUDA13_RUN_ID') }}}}"
   tasks:
-    - name: Take the lock
-      ansible.builtin.import_role:
-        name: upgrade_host
-        tasks_from: lock
+    - name: Take the host's upgrade lock
+      cuda13_lock:
+        state: acquired
+        state_dir: "{{{{ cuda13_state_dir }}}}"
+        run_id: "{{{{ cuda13_run_id }}}}"
+      register: __cuda13_lock
     - name: Build
       block:
         - name: A long step
@@ -733,9 +735,11 @@ LONG_STEP = """\
           changed_when: true
       always:
         - name: Release the lock
-          ansible.builtin.import_role:
-            name: upgrade_host
-            tasks_from: unlock
+          cuda13_lock:
+            state: released
+            state_dir: "{{{{ cuda13_state_dir }}}}"
+            run_id: "{{{{ cuda13_run_id }}}}"
+            lock: "{{{{ __cuda13_lock }}}}"
 """
 
 
@@ -835,9 +839,18 @@ def test_a_long_refusal_is_printed_whole_and_notices_are_shown():
 def test_an_unreachable_host_is_reported_at_the_step_the_play_recorded(tmp_path):
     """Ansible runs neither rescue nor always for a host that drops
     (ansible/ansible#13870): no result file, so the report's row comes from
-    the runner, at the upgrade step the host last began (__cuda13_step), not
-    the role of the task that found it gone."""
+    the runner, at the upgrade step the host last began: the step of the action
+    that found it gone (its result carries no run record), or the step its run
+    record (cuda13_host_run) names while an operator's hook task runs, not the
+    task or role that found it gone."""
     import io
+
+    def run_record(*steps):
+        return {
+            "cuda13_host_run": {
+                "steps": [{"step": s, "started_at": "2026-12-02T10:00:00+00:00"} for s in steps]
+            }
+        }
 
     progress = cli.Progress(io.StringIO())
     for event in [
@@ -845,19 +858,40 @@ def test_an_unreachable_host_is_reported_at_the_step_the_play_recorded(tmp_path)
         _event(
             "runner_on_ok",
             "gpu-node-03",
-            task="Begin step switch",
-            task_action="ansible.builtin.set_fact",
-            res={"ansible_facts": {"__cuda13_step": "switch", "__cuda13_steps": []}},
+            task="Measure the old stack, or reuse its recorded baseline",
+            task_action="cuda13_baseline",
+            res={"ansible_facts": run_record("snapshot", "drain", "baseline")},
+        ),
+        _event(
+            "runner_on_start",
+            "gpu-node-03",
+            task="Switch the service to the new stack",
+            task_action="cuda13_switch",
         ),
         _event(
             "runner_on_unreachable",
             "gpu-node-03",
-            task="Wait until /health_generate answers 200 at http://127.0.0.1:30000",
-            role="cuda13",
+            task="Switch the service to the new stack",
+            task_action="cuda13_switch",
+            res={"msg": "Failed to connect to the host via ssh: Connection timed out during banner exchange"},
+        ),
+        _event(
+            "runner_on_ok",
+            "gpu-node-04",
+            task="Begin the drain step",
+            task_action="cuda13_step",
+            res={"ansible_facts": run_record("snapshot", "drain")},
+        ),
+        _event(
+            "runner_on_unreachable",
+            "gpu-node-04",
+            task="Take the host out of the router",
             task_action="ansible.builtin.uri",
             res={"msg": "Failed to connect to the host via ssh: Connection timed out during banner exchange"},
         ),
-        _event("playbook_on_stats", failures={}, dark={"gpu-node-03": 1}, ok={}, processed={}),
+        _event(
+            "playbook_on_stats", failures={}, dark={"gpu-node-03": 1, "gpu-node-04": 1}, ok={}, processed={}
+        ),
     ]:
         progress(event)
     run = cli.RunResult(
@@ -866,7 +900,10 @@ def test_an_unreachable_host_is_reported_at_the_step_the_play_recorded(tmp_path)
     outcomes = cli.host_outcomes(run, cli.COMMANDS["rollout"])
     assert outcomes["gpu-node-03"]["status"] == "unreachable"
     assert outcomes["gpu-node-03"]["failed_step"] == "switch"
-    run_dir = _write_run(tmp_path, "r1", [], {"hosts": ["gpu-node-03"], "outcomes": outcomes})
+    assert outcomes["gpu-node-04"]["failed_step"] == "drain"
+    hosts = ["gpu-node-03", "gpu-node-04"]
+    run_dir = _write_run(tmp_path, "r1", [], {"hosts": hosts, "outcomes": outcomes})
     summary = report.fleet_summary(run_dir)
     assert summary["rows"][0]["decision"] == "unreachable at step switch"
     assert "| gpu-node-03 | unreachable at step switch |" in summary["markdown"]
+    assert "| gpu-node-04 | unreachable at step drain |" in summary["markdown"]

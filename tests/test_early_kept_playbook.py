@@ -25,7 +25,9 @@ DIGEST = REPO / "src" / "cuda13_upgrade" / "hostscripts" / "stack_digest.py"
 NVIDIA_SMI = REPO / "sandbox" / "host" / "nvidia-smi"
 STATES = REPO / "sandbox" / "host" / "nvidia-smi-states"
 UNIT = "nosuch-cuda13-test.service"
-PREFLIGHT_BEGUN = "TASK [nvidia_driver_check : Query the GPUs with nvidia-smi]"
+PREFLIGHT_BEGUN = (
+    "TASK [nvidia_driver_check : Check the host, the toolkit's apt transaction and the target's resolution]"
+)
 REFUSED = "localhost fails the preflight for CUDA 13.0.2; nothing was changed"
 
 
@@ -87,7 +89,7 @@ def test_an_unchanged_kept_host_is_already_kept_before_its_preflight(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
     assert "localhost: already kept: run 20261201T101500Z verified this target" in out
     assert PREFLIGHT_BEGUN not in proc.stdout
-    assert "TASK [upgrade_host : Take the upgrade lock]" not in proc.stdout
+    assert "TASK [upgrade_host : Take the host's upgrade lock]" not in proc.stdout
     # Nothing written on the host: no lock, no step record, the verified result as it was.
     assert _files(state) == before
     assert not (state / "run.lock").exists()
@@ -157,10 +159,9 @@ def test_the_preflight_and_the_batches_take_only_the_hosts_not_already_kept(tmp_
     out = " ".join(proc.stdout.split())
     assert "gpu-node-01: already kept: run 20261201T101500Z verified this target" in out
     # the batch plan: printed over the fleet at the start, then over the hosts that upgrade
-    assert "'batch 1 of 2 (canary, 1 host): gpu-node-01' - 'batch 2 of 2 (1 host): gpu-node-02'" in out
+    assert "batch 1 of 2 (canary, 1 host): gpu-node-01 batch 2 of 2 (1 host): gpu-node-02" in out
     assert (
-        "- '1 host in 1 batch, ramp capped at 1 host (cuda13_max_parallel ''25%''):'"
-        " - 'batch 1 of 1 (1 host): gpu-node-02'"
+        "1 host in 1 batch, ramp capped at 1 host (cuda13_max_parallel '25%'): batch 1 of 1 (1 host): gpu-node-02"
     ) in out
     preflight = proc.stdout.split("PLAY [Preflight (read-only)]", 1)[1]
     assert "[gpu-node-02]" in preflight and "[gpu-node-01]" not in preflight

@@ -179,9 +179,18 @@ def test_h200_every_part_passes_through_the_script(tmp_path, double_bin, torch_s
             }
         }
     }
+    assert json.loads((out / "preflight" / "result.json").read_text())["passed"][:2] == [
+        "not a WSL host",
+        "driver 580.95.05 supports CUDA 13.0 Update 2 (needs >= 580.95.05; CUDA Toolkit Release Notes,"
+        " 'CUDA Driver', Table 3 'CUDA Toolkit and Corresponding Driver Versions' (Linux x86_64))",
+    ]
     log = (out / "preflight" / "ansible.log").read_text()
-    assert "changed=0" in log and "TASK [Resolve the cu130 wheels with it]" in log
-    assert "Read the apt repository's package index" not in log and "Ask each package index" not in log
+    # offline: neither the checks against a serving host (apt repository, indexes, apt's
+    # transaction) nor pip's resolution ran, and the preflight says so
+    assert "changed=0" in log
+    assert "localhost: not checked: the options against the host, NVIDIA's repository" in log
+    assert "localhost: not checked: the target's resolution and its driver floor" in log
+    assert "resolved the target" not in log
     assert not (out / "preflight" / "new-venv").exists()
     md = (out / "summary.md").read_text()
     assert md.startswith("# GPU check: passed\n")
@@ -339,7 +348,7 @@ def test_bad_usage_exits_2_naming_outdir(tmp_path, args, message):
     assert message.format(tmp=tmp_path) in done.stderr
 
 
-def _role_queries() -> set[tuple[str, ...]]:
+def _task_queries() -> set[tuple[str, ...]]:
     """The arguments of each nvidia-smi command in the roles' and playbooks' tasks."""
     found = set()
     for path in [*REPO.glob("roles/*/tasks/*.yml"), *REPO.glob("playbooks/*.yml")]:
@@ -400,11 +409,13 @@ def _hostscript_queries() -> set[tuple[str, ...]]:
 
 
 def test_every_nvidia_smi_command_of_the_package_is_checked():
-    roles, scripts = _role_queries(), _hostscript_queries()
+    tasks, scripts = _task_queries(), _hostscript_queries()
     checked = {q.args for q in gpucheck.QUERIES}
-    assert len(roles) == 3 and len(scripts) == 2
-    assert roles | scripts <= checked
-    assert len(checked - roles - scripts) == 3  # -L, --version, topo -m: parsed, not run by a role
+    # No task runs nvidia-smi: the host modules do (the preflight's three in
+    # hostscripts/preflight_facts.py, the stack digest's, the service cycle's).
+    assert tasks == set() and len(scripts) == 5
+    assert scripts <= checked
+    assert len(checked - scripts) == 3  # -L, --version, topo -m: parsed, not run by the package
 
 
 @pytest.mark.parametrize(

@@ -1,30 +1,36 @@
-"""A looped include runs each host's items in that host's order.
+"""Each host measures its own profiles in its own planned order; after a failed soak, no further one.
 
-Ansible runs a looped ``include_tasks`` once per distinct item, for all the hosts that
-have that item, in the order the items first appear across hosts (ansible/ansible#36978,
-#80229). When the items differ per host, a host's items can run out of its order: the
-verify role's steps (a host's own ``new_stack_args``) made one host measure its second
-profile before its first, on a server started for the other profile, and a collapsed
-EAGLE-3 accept length passed unseen (molecule gate, cuda13-gate-3).
+A looped ``include_tasks`` once ran a host's profiles out of its order: Ansible runs a looped
+include once per distinct item, for all the hosts that have that item, in the order the items
+first appear across hosts (ansible/ansible#36978, #80229). When the items differed per host (a
+host's own ``new_stack_args``), one host measured its second profile before its first, on a server
+started for the other profile, and a collapsed EAGLE-3 accept length passed unseen (molecule gate,
+cuda13-gate-3). The profiles are now looped in Python, per host (``cuda13_upgrade.steps.measure.phase``,
+under the actions cuda13_baseline, cuda13_verify and cuda13_rollback); what the fault broke is kept
+here: on two hosts whose plans differ, measured at once as Ansible's forks measure them, each host
+serves and measures its profiles in its planned order, every measurement on a server started for
+that very profile, and a host whose soak failed measures no further profile while the other goes on.
 
-The behavioural test takes the real looped task of ``roles/verify_throughput/tasks/main.yml``
-and runs it on two local hosts whose plans differ, with a ``profile.yml`` that records the
-order. The static test holds every looped include of the project to host-invariant items.
+The static test holds every looped include left in the project to host-invariant items.
 """
 
 from __future__ import annotations
 
-import copy
-import json
-import os
-import subprocess
-import sys
+import base64
+import shlex
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
 import yaml
+from fakehost import FakeHost
+from test_steps import _options
+
+from cuda13_upgrade.steps import measure
 
 REPO = Path(__file__).resolve().parents[1]
-MEASURE_TASK = "Measure each profile in the planned order"
+VENV = "/opt/ml-env-cu130"
+EXEC_START = f"{VENV}/bin/python -m sglang.launch_server --model-path /models/m"
 
 EAGLE3 = ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3"]
 # The plans of molecule gate's hosts: one host's first profile has new-stack arguments.
@@ -38,117 +44,127 @@ PLANS = {
         {"profile": "plain", "args": [], "restart": True},
     ],
 }
-
-RECORDER = [
-    {
-        "name": "Record the step",
-        "ansible.builtin.lineinfile": {
-            "path": "{{ record_dir }}/{{ inventory_hostname }}.txt",
-            "line": "{{ __verify_throughput_step.profile }} {{ __verify_throughput_profile.name }}",
-            "create": True,
-            "mode": "0644",
-            "insertafter": "EOF",
-        },
-    }
-]
-
-
-def _measure_task() -> dict:
-    tasks = yaml.safe_load((REPO / "roles/verify_throughput/tasks/main.yml").read_text())
-    (task,) = [t for t in tasks if t.get("name") == MEASURE_TASK]
-    return task
+PROFILES = {
+    "with-new-stack-args": [
+        {"name": "plain", "server_args": []},
+        {"name": "eagle3", "server_args": EAGLE3, "new_stack_args": ["--enable-torch-symm-mem"]},
+    ],
+    "without": [{"name": "plain", "server_args": []}, {"name": "eagle3", "server_args": EAGLE3}],
+}
+PASSED_SOAK = {"requests": 64, "served": 64, "deadline_s": 30, "failures": []}
+FAILED_SOAK = {
+    "requests": 64,
+    "served": 3,
+    "deadline_s": 30,
+    "failures": [{"request": 4, "outcome": "stall"}],
+}
 
 
-def _run(tmp_path: Path, task: dict, extra: dict | None = None) -> dict[str, list[str]]:
-    tasks_dir = tmp_path / "tasks"
-    tasks_dir.mkdir()
-    (tasks_dir / "measure.yml").write_text(yaml.safe_dump([task], sort_keys=False))
-    (tasks_dir / "profile.yml").write_text(yaml.safe_dump(RECORDER, sort_keys=False))
-    record = tmp_path / "record"
-    record.mkdir()
-    hosts = {
-        name: {
-            "__verify_throughput_plan": {"steps": steps},
-            # The new stack's phase: the include's condition reads its soaks (none failed).
-            "verify_throughput_phase": "candidate",
-            "verify_throughput_profiles": [
-                {"name": "plain", "server_args": []},
-                {"name": "eagle3", "server_args": EAGLE3},
-            ],
+class Server:
+    """One host's service and benchmark: the server runs the arguments of its last start (the
+    switch started the phase's first profile); each benchmark is logged with the profile whose
+    arguments the server runs then."""
+
+    def __init__(self, host: str, soaks: dict[str, dict] | None = None) -> None:
+        self.profiles = {p["name"]: p for p in PROFILES[host]}
+        self.running = PLANS[host][0]["args"]
+        self.soaks = soaks or {}
+        self.log: list[tuple[str, str]] = []
+
+    def _serving(self) -> str:
+        (name,) = [
+            n
+            for n, p in self.profiles.items()
+            if [*p["server_args"], *p.get("new_stack_args", [])] == self.running
+        ]
+        return name
+
+    def service(self, args: dict) -> dict:
+        restarted = args["restart"] == "always"
+        if restarted:
+            self.running = list(args["args"])
+        self.log.append(("serve", self._serving()))
+        argv = shlex.split(args["exec_start"]) + self.running
+        cycle = {
+            "restarted": restarted,
+            "release": {"free": True, "leftovers": []} if restarted else None,
+            "start_error": None,
+            "ready": {"generated": True, "endpoint": "/health_generate", "waited_s": 0.1, "last": "200"},
+            "journal": [],
+            "cmdline_b64": base64.b64encode("".join(a + "\0" for a in argv).encode()).decode(),
         }
-        for name, steps in PLANS.items()
-    }
-    for name, values in (extra or {}).items():
-        hosts[name].update(values)
-    inventory = tmp_path / "hosts.yml"
-    inventory.write_text(yaml.safe_dump({"all": {"hosts": hosts, "vars": {"ansible_connection": "local"}}}))
-    play = tmp_path / "play.yml"
-    play.write_text(
-        yaml.safe_dump(
-            [
-                {
-                    "hosts": "all",
-                    "gather_facts": False,
-                    "vars": {"record_dir": str(record)},
-                    "tasks": [{"ansible.builtin.include_tasks": str(tasks_dir / "measure.yml")}],
-                }
-            ]
+        return {"changed": restarted, "dropin_changed": False, "cycle": cycle}
+
+    def bench(self, args: dict) -> dict:
+        name = self._serving()
+        self.log.append((args["mode"], name))
+        if args["mode"] == "trials":
+            rate = 96.1 if name == "eagle3" else 92.0
+            return {"bench": {"trials": [{"output_tok_s": rate * f} for f in (0.99, 1.0, 1.01, 1.0, 0.995)]}}
+        if args["mode"] == "probe":
+            return {"bench": {"outputs": []}}
+        return {"bench": {"load": {}, "soak": self.soaks.get(name, PASSED_SOAK)}}
+
+
+def _measure(tmp_path: Path, soaks: dict[str, dict[str, dict]] | None = None) -> dict[str, tuple[dict, list]]:
+    """Measure the candidate phase on both hosts at once; ``{host: (phase record, server log)}``."""
+    options = _options(
+        tmp_path,
+        verify_throughput_min_trials=5,
+        verify_throughput_max_trials=5,
+        verify_throughput_probe=False,
+        verify_throughput_dir=str(tmp_path / "throughput"),
+    )
+    baseline = {"plain": [{"output_tok_s": 89.5}] * 5, "eagle3": [{"output_tok_s": 54.1}] * 5}
+
+    def one(host: str) -> tuple[dict, list]:
+        server = Server(host, (soaks or {}).get(host))
+        fake = FakeHost(host, handlers={"cuda13_service": server.service, "cuda13_bench": server.bench})
+        record = measure.phase(
+            fake,
+            phase="candidate",
+            options=options,
+            profiles=PROFILES[host],
+            venv=VENV,
+            exec_start=EXEC_START,
+            run_id="r1",
+            plan={"phase": "candidate", "steps": PLANS[host], "restore": False},
+            baseline=baseline,
+            prompts={"seed": 1, "prompts": ["p"]},
         )
-    )
-    env = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-        "ANSIBLE_PYTHON_INTERPRETER": sys.executable,
-    }
-    run = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), str(play)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=300,
-    )
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    return {
-        name: (record / f"{name}.txt").read_text().split("\n")[:-1]
-        if (record / f"{name}.txt").exists()
-        else []
-        for name in PLANS
-    }
+        return record, server.log
+
+    with ThreadPoolExecutor(max_workers=len(PLANS)) as pool:
+        done = {host: pool.submit(one, host) for host in PLANS}
+    return {host: future.result() for host, future in done.items()}
 
 
-def test_each_host_measures_its_profiles_in_its_planned_order(tmp_path):
-    recorded = _run(tmp_path, _measure_task())
-    for name, steps in PLANS.items():
-        # Each line: the step's profile and the profile the tasks are given for it.
-        assert recorded[name] == [f"{s['profile']} {s['profile']}" for s in steps], name
+@pytest.mark.parametrize("host", sorted(PLANS))
+def test_each_host_measures_its_profiles_in_its_planned_order(tmp_path, host):
+    record, log = _measure(tmp_path)[host]
+    planned = [s["profile"] for s in PLANS[host]]
+    assert list(record["results"]) == planned
+    # Each profile served, then measured (trials, then the load and soak) on a server that runs it.
+    assert log == [(what, name) for name in planned for what in ("serve", "trials", "load")]
+    assert record["plan"]["steps"] == PLANS[host]
+    assert record["restarts"] == 1  # plain only: the switch started eagle3
+    assert record["soak_failed"] is None
 
 
 def test_a_host_whose_soak_failed_measures_no_further_profile(tmp_path):
     # Its server crashed or stopped answering: the other host goes on in its own order.
-    failed = {"requests": 64, "served": 3, "deadline_s": 30, "failures": [{"request": 4, "outcome": "stall"}]}
-    results = {"verify_throughput_results": {"candidate": {"eagle3": {"soak": failed}}}}
-    recorded = _run(tmp_path, _measure_task(), {"without": results})
-    assert recorded["without"] == []
-    assert recorded["with-new-stack-args"] == ["eagle3 eagle3", "plain plain"]
-
-
-def test_the_hosts_reproduce_the_fault_with_a_loop_over_the_steps(tmp_path):
-    # The same task looping over the steps themselves: a host runs plain before eagle3.
-    task = copy.deepcopy(_measure_task())
-    task["loop"] = "{{ __verify_throughput_plan.steps }}"
-    task["loop_control"] = {"loop_var": "__verify_throughput_step"}
-    del task["vars"]["__verify_throughput_step"]
-    recorded = _run(tmp_path, task)
-    orders = sorted([line.split()[0] for line in lines] for lines in recorded.values())
-    assert orders == [["eagle3", "plain"], ["plain", "eagle3"]], json.dumps(recorded)
+    measured = _measure(tmp_path, {"without": {"eagle3": FAILED_SOAK}})
+    record, log = measured["without"]
+    assert record["soak_failed"] == "eagle3"
+    assert list(record["results"]) == ["eagle3"]
+    assert ("serve", "plain") not in log and log[-1] == ("load", "eagle3")
+    other, other_log = measured["with-new-stack-args"]
+    assert list(other["results"]) == ["eagle3", "plain"] and other["soak_failed"] is None
+    assert [entry for entry in other_log if entry[0] == "serve"] == [("serve", "eagle3"), ("serve", "plain")]
 
 
 # Looped includes whose items may run in any order on a host, with why.
-ORDER_FREE = {
-    # Each alternatives group is restored on its own; no group depends on another.
-    ("roles/rollback/tasks/main.yml", "alternatives.yml"),
-}
+ORDER_FREE: set[tuple[str, str]] = set()
 
 
 def _looped_includes(node, found):

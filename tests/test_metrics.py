@@ -129,30 +129,74 @@ def test_write_textfile_replaces_atomically(tmp_path):
 
 
 def test_host_file_written_by_ansible_through_the_filter(tmp_path):
-    """The task of roles/upgrade_host/tasks/result.yml, run by ansible-playbook on
-    localhost with a result as the play assembles it."""
+    """The action cuda13_result (its metrics file), through roles/upgrade_host/tasks/main.yml's own
+    task "Record the host's result", run by ansible-playbook on localhost with the steps' records
+    of a host whose new stack was slower and that was rolled back."""
+    import os
     import subprocess
     import sys
     from pathlib import Path
 
     import yaml
+    from test_report import ARGS, EAGLE_BEFORE, KEPT_STEPS, PLAIN_BEFORE, _phase
 
     root = Path(__file__).resolve().parents[1]
-    tasks = yaml.safe_load((root / "roles" / "upgrade_host" / "tasks" / "result.yml").read_text())
-    task = next(t for t in tasks if t["name"].startswith("Write the host's metrics"))
-    result = rolled_back_regressed("gpu-node-02")
-    (tmp_path / "result.json").write_text(json.dumps(result))
+    candidate = {"plain": [80.1, 80.2, 80.4], "eagle3": [50.0, 50.1, 49.8]}
+    again = {"plain": [89.2, 89.3, 89.5], "eagle3": [54.0, 54.0, 54.2]}
+    # The old stack's venv, whose torch the result probes: this Python.
+    venv = tmp_path / "ml-env"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    steps = [*KEPT_STEPS[:8], ("rollback", "12:45:00"), ("undrain", "12:55:00")]
+    values = {
+        "cuda13_run_id": RUN_ID,
+        # The host's run record as the steps left it.
+        "cuda13_host_run": {
+            "run_id": RUN_ID,
+            "host": "localhost",
+            "started_at": "2025-01-01T12:00:05+00:00",
+            "target": {},
+            "state_dir": str(tmp_path / "state"),
+            "serving": str(venv),
+            "measure": True,
+            "changed": True,
+            "drained": False,
+            "steps": [{"step": n, "started_at": f"2025-01-01T{t}.000000+00:00"} for n, t in steps],
+            "failure": None,
+        },
+        "cuda13_old_venv": str(venv),
+        "cuda13_state_dir": str(tmp_path / "state"),
+        "cuda13_reports_dir": str(tmp_path / "reports"),
+        "cuda13_metrics_textfile_dir": str(tmp_path / "textfile"),
+        # The steps' records, as the play registers them.
+        "__cuda13_baseline": {
+            "measured": {"results": _phase({"plain": PLAIN_BEFORE, "eagle3": EAGLE_BEFORE}, ARGS)}
+        },
+        "__cuda13_verify": {
+            "measured": {"results": _phase(candidate, ARGS)},
+            "verdict": {"decisions": {}},
+            "regressed": True,
+            "reason": "plain: slower",
+        },
+        "__cuda13_rollback": {
+            "status": "rolled_back",
+            "failed_step": "verify",
+            "failed_task": "Roll back a new stack that failed the gate or degraded in service",
+            "error": "The new stack fails the gate: plain: slower",
+            "measured": {"results": _phase(again, ARGS)},
+            "seconds": 41.27,
+        },
+        "ansible_python_interpreter": sys.executable,
+    }
+    (tmp_path / "vars.json").write_text(json.dumps(values))
+    main = yaml.safe_load((root / "roles" / "upgrade_host" / "tasks" / "main.yml").read_text())
+    (task,) = [t for t in main[1]["always"] if t["name"] == "Record the host's result"]
     play = [
         {
             "hosts": "localhost",
             "gather_facts": False,
-            "vars": {
-                "cuda13_result": "{{ lookup('ansible.builtin.file', '%s') | from_json }}"
-                % (tmp_path / "result.json"),
-                "cuda13_metrics_textfile_dir": str(tmp_path / "textfile"),
-                "ansible_python_interpreter": sys.executable,
-            },
             "tasks": [
+                {"name": "Check every option's value", "cuda13_options": {}},
                 {
                     "ansible.builtin.file": {
                         "path": str(tmp_path / "textfile"),
@@ -161,6 +205,13 @@ def test_host_file_written_by_ansible_through_the_filter(tmp_path):
                     }
                 },
                 task,
+                {
+                    "ansible.builtin.copy": {
+                        "dest": str(tmp_path / "result.json"),
+                        "content": "{{ cuda13_result | to_json }}",
+                        "mode": "0644",
+                    }
+                },
             ],
         }
     ]
@@ -172,15 +223,35 @@ def test_host_file_written_by_ansible_through_the_filter(tmp_path):
             "localhost,",
             "-c",
             "local",
+            "-e",
+            f"@{tmp_path / 'vars.json'}",
             "play.yml",
         ],
         cwd=tmp_path,
-        env={**__import__("os").environ, "ANSIBLE_CONFIG": str(root / "ansible.cfg")},
+        env={**os.environ, "ANSIBLE_CONFIG": str(root / "ansible.cfg")},
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert run.returncode == 0, run.stdout + run.stderr
+    result = json.loads((tmp_path / "result.json").read_text())
     text = (tmp_path / "textfile" / "cuda13_upgrade.prom").read_text()
     assert text == metrics.host_metrics(result)
-    assert _samples(text)[("cuda13_upgrade_state", (("state", "rolled_back"),))] == 1
+    samples = _samples(text)
+    assert samples[("cuda13_upgrade_state", (("state", "rolled_back"),))] == 1
+    assert samples[("cuda13_upgrade_run_info", (("run_id", RUN_ID),))] == 1
+    tok_s = {
+        (dict(labels)["profile"], dict(labels)["stack"]): v
+        for (name, labels), v in samples.items()
+        if name == "cuda13_upgrade_throughput_tokens_per_second"
+    }
+    # old: the rollback's re-measurement (the last on the old stack); new: the candidate's.
+    assert tok_s == {
+        ("plain", "old"): 89.3,
+        ("eagle3", "old"): 54.0,
+        ("plain", "new"): 80.2,
+        ("eagle3", "new"): 50.0,
+    }
+    # The action began the result step in the host's run record; the steps' times are the result's.
+    assert [s["step"] for s in result["steps"]][-3:] == ["rollback", "undrain", "result"]
+    assert samples[("cuda13_upgrade_out_of_service_seconds", ())] == result["out_of_service_s"]

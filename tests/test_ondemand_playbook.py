@@ -86,3 +86,11 @@ def test_allow_undrained_goes_on_without_a_hook(tmp_path):
     assert proc.returncode != 0  # the snapshot "{}" has nothing to restore
     assert "no drain hook takes the host out of service" not in out
     assert "Read the pre-upgrade snapshot" in out or "Load the snapshot" in out
+    # The snapshot "{}" is refused as it is loaded, before anything on the host changes.
+    text = " ".join(out.replace("''", "'").split())
+    assert (
+        f"Load the snapshot: {state}/snapshots/pre-upgrade.json on localhost is not a pre-upgrade snapshot"
+        " of cuda13-upgrade: it lacks service.exec_start, venv.path, venv.pip_freeze, cuda.resolved."
+        " Nothing on the host was changed."
+    ) in text
+    assert not (state / "run.lock").exists()  # the lock was released

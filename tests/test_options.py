@@ -60,6 +60,40 @@ def test_key_value_strings_are_converted_to_the_spec_type(specs):
     assert values["rollback_health_timeout"] == 120
 
 
+def test_templated_aliases_of_key_value_strings_are_converted_too(specs):
+    """The action cuda13_options passes every other option's default as Ansible templates
+    it: with -e cuda13_health_timeout=120, rollback_health_timeout ("{{ cuda13_health_timeout }}")
+    templates to the string '120' (found by tests/test_bad_input_playbook.py: the range rule
+    compared '120' with 1)."""
+    given = {"cuda13_health_timeout": "120", "cuda13_wheels_extra_index_urls": "http://a/,http://b/"}
+    defaults = {
+        "rollback_health_timeout": "120",
+        "stack_switch_health_timeout": "120",
+        "verify_throughput_health_timeout": "120",
+        "sglang_build_extra_index_urls": "http://a/,http://b/",
+        "nvidia_driver_check_required_disk_gib": 27,
+        "cuda13_baseline_max_age_hours": 24,
+    }
+    report = options.validate(given, specs, defaults)
+    assert report["ok"], report["failures"]
+    values = report["values"]
+    assert values["rollback_health_timeout"] == 120 and isinstance(values["rollback_health_timeout"], int)
+    assert values["stack_switch_health_timeout"] == 120
+    assert values["verify_throughput_health_timeout"] == 120
+    assert values["sglang_build_extra_index_urls"] == ["http://a/", "http://b/"]
+    # a default that is no string stays as templated
+    assert values["nvidia_driver_check_required_disk_gib"] == 27
+    assert isinstance(values["cuda13_baseline_max_age_hours"], int)
+
+
+def test_a_templated_default_of_the_wrong_type_is_refused_naming_it(specs):
+    report = options.validate({"cuda13_health_timeout": "120"}, specs, {"rollback_health_timeout": "soon"})
+    assert not report["ok"]
+    (failure,) = report["failures"]
+    assert failure["option"] == "rollback_health_timeout"
+    assert "Option: rollback_health_timeout." in failure["message"]
+
+
 def test_the_issue_tolerance_is_refused_with_the_value_as_given(specs):
     report = options.validate({"verify_throughput_tolerance_pct": "-5"}, specs)
     assert not report["ok"]

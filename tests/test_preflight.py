@@ -361,3 +361,36 @@ def test_runs_that_answered_or_failed_otherwise_are_not_hangs():
     # The setting's default and the option it names (roles/nvidia_driver_check).
     assert DEFAULT_SETTINGS["nvidia_smi_timeout"] == 60
     assert OPTION_NAMES["nvidia_smi_timeout"] == "nvidia_driver_check_nvidia_smi_timeout"
+
+
+# --- the host's side: module cuda13_host_facts -------------------------------------------
+
+
+def test_a_failed_gpu_query_is_the_only_nvidia_smi_run(tmp_path):
+    """The preflight refuses the host on the query of the GPUs alone: a hung nvidia-smi is
+    waited for once, not three times (the old tasks stopped after the query)."""
+    import sys
+
+    from cuda13_upgrade.hostscripts import preflight_facts
+
+    runs = tmp_path / "runs.log"
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(f'#!/bin/sh\necho "$*" >> {runs}\necho "NVIDIA-SMI has failed" >&2\nexit 9\n')
+    smi.chmod(0o755)
+    found = preflight_facts.facts(
+        {
+            "nvidia_smi": str(smi),
+            "nvidia_smi_timeout": 5,
+            "unit": "nosuch-cuda13-test.service",
+            "disk_path": str(tmp_path),
+            "space_places": {},
+            "python": sys.executable,
+            "host_checks": False,
+            "old_venv": str(tmp_path / "venv"),
+        }
+    )
+    assert found["query"]["rc"] == 9 and "NVIDIA-SMI has failed" in found["query"]["stderr"]
+    assert runs.read_text().splitlines() == [" ".join(preflight_facts.GPU_QUERY)]
+    skipped = {"skipped": True, "msg": "not run: the query of the GPUs failed"}
+    assert found["table"] == found["compute_apps"] == skipped
+    assert found["python"]["rc"] == 0  # the rest is read as before

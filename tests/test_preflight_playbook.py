@@ -1,5 +1,6 @@
 """playbooks/preflight.yml refuses bad inventory values of every step before any change."""
 
+import re
 import sys
 from pathlib import Path
 
@@ -13,7 +14,7 @@ def _preflight(tmp_path, *extra):
     return run_playbook(
         REPO / "playbooks" / "preflight.yml",
         *extra_vars(
-            # localhost has no package index: the resolution is tests/test_preflight_resolve.py's
+            # localhost has no package index: the resolution is tests/test_resolve_step.py's
             cuda13_preflight_resolve="false",
             cuda13_target_hosts="all",
             cuda13_new_venv=f"{tmp_path}/venv",
@@ -24,6 +25,13 @@ def _preflight(tmp_path, *extra):
         interpreter=False,
         timeout=120,
     )
+
+
+def _preflight_told(out: str, host: str = "localhost") -> bool:
+    """Whether the host reached the preflight's checks of its GPUs: the action cuda13_preflight
+    prints ``<host>: not a WSL host; driver ... supports CUDA ...`` (the checks that passed)
+    once nvidia-smi answered (the old task 'Query the GPUs with nvidia-smi')."""
+    return re.search(rf"(?m)^{re.escape(host)}: ", out) is not None
 
 
 @pytest.mark.parametrize(
@@ -39,17 +47,28 @@ def test_bad_value_of_a_later_step_fails_in_the_preflight(tmp_path, option, valu
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert option in out and expected in out
-    # Refused by the validation, before the first read of the GPUs.
-    assert "Query the GPUs with nvidia-smi" not in out
+    # Refused by the validation (cuda13_options), before the first read of the GPUs.
+    assert "invalid option values; nothing on the host was changed" in out
+    assert not _preflight_told(out)
     assert not (tmp_path / "venv").exists()
 
 
 def test_missing_nvidia_smi_is_refused_with_the_remedy(tmp_path):
-    proc = _preflight(tmp_path, "-e", "nvidia_driver_check_nvidia_smi=/nonexistent/nvidia-smi")
+    # The host module cuda13_host_facts runs under this Python: the interpreter Ansible would
+    # discover on a build machine may be a shim that does not run (pyenv's python3.13).
+    proc = _preflight(
+        tmp_path,
+        "-e",
+        "nvidia_driver_check_nvidia_smi=/nonexistent/nvidia-smi",
+        "-e",
+        f"ansible_python_interpreter={sys.executable}",
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
-    assert "/nonexistent/nvidia-smi failed" in out
+    assert "localhost: /nonexistent/nvidia-smi failed (rc 127, not_installed)" in out
+    assert "Fix: nvidia-smi is not installed: install the NVIDIA driver's utilities" in out
     assert "Nothing on the host was changed" in out
+    assert not _preflight_told(out)
 
 
 def test_one_refused_host_stops_the_run_after_every_host_was_checked(tmp_path):
@@ -74,7 +93,7 @@ def test_one_refused_host_stops_the_run_after_every_host_was_checked(tmp_path):
     )
     proc = run_playbook(
         REPO / "playbooks" / "preflight.yml",
-        # localhost has no package index: the resolution is tests/test_preflight_resolve.py's
+        # localhost has no package index: the resolution is tests/test_resolve_step.py's
         *extra_vars(cuda13_preflight_resolve="false"),
         inventory=inventory,
         interpreter=False,
@@ -92,7 +111,7 @@ def _preflight_with_state(tmp_path, state, *extra):
     return run_playbook(
         REPO / "playbooks" / "preflight.yml",
         *extra_vars(
-            # localhost has no package index: the resolution is tests/test_preflight_resolve.py's
+            # localhost has no package index: the resolution is tests/test_resolve_step.py's
             cuda13_preflight_resolve="false",
             cuda13_target_hosts="all",
             cuda13_new_venv=f"{tmp_path}/venv",
@@ -131,14 +150,31 @@ def test_mixed_models_are_flagged_by_the_playbook_and_allowed_by_the_option(tmp_
 
 
 def test_a_hung_nvidia_smi_is_refused_as_such_within_the_timeout(tmp_path):
-    # The double's "hang" state blocks like nvidia-smi on a GPU the driver cannot bring up.
-    proc = _preflight_with_state(tmp_path, "hang", "-e", "nvidia_driver_check_nvidia_smi_timeout=2")
+    # The double's "hang" state blocks like nvidia-smi on a GPU the driver cannot bring up;
+    # a wrapper logs each run of it.
+    double = REPO / "sandbox" / "host" / "nvidia-smi"
+    runs = tmp_path / "runs.log"
+    wrapper = tmp_path / "nvidia-smi"
+    wrapper.write_text(f'#!/bin/sh\necho "$*" >> {runs}\nexec {double} "$@"\n')
+    wrapper.chmod(0o755)
+    proc = _preflight_with_state(
+        tmp_path,
+        "hang",
+        "-e",
+        "nvidia_driver_check_nvidia_smi_timeout=2",
+        "-e",
+        f"nvidia_driver_check_nvidia_smi={wrapper}",
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out
-    double = REPO / "sandbox" / "host" / "nvidia-smi"
-    assert f"{double} did not answer within 2 s (nvidia_driver_check_nvidia_smi_timeout)." in out
+    assert f"{wrapper} did not answer within 2 s (nvidia_driver_check_nvidia_smi_timeout)." in out
     assert "'dmesg' or 'journalctl -k'" in out and "Nothing on the host was changed" in out
-    assert "Read nvidia-smi's table header" not in out  # refused after the first run
+    # refused after the first run: the hung query of the GPUs, not the table or the processes
+    assert runs.read_text().splitlines() == [
+        "--query-gpu=index,name,uuid,driver_version,compute_cap,memory.total,pci.bus_id "
+        "--format=csv,noheader,nounits"
+    ]
+    assert not _preflight_told(out)
     assert not (tmp_path / "venv").exists()
 
 
@@ -147,4 +183,4 @@ def test_a_timeout_out_of_range_is_refused_naming_the_option(tmp_path):
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert "nvidia_driver_check_nvidia_smi_timeout is out of range: '0'" in out
-    assert "Query the GPUs with nvidia-smi" not in out
+    assert not _preflight_told(out)

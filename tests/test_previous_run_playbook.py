@@ -1,4 +1,6 @@
-"""roles/upgrade_host/tasks/state.yml, kept.yml and step.yml on localhost.
+"""The host's state under the lock (cuda13_host_state), its step boundaries (the host's run
+record, ``step.json``) and its result (cuda13_result) on localhost, in the order of
+roles/upgrade_host/tasks/main.yml.
 
 What a run reads first on a host: a kept host whose stack digest
 (hostscripts/stack_digest.py, run for real on this machine) still matches its
@@ -17,6 +19,8 @@ from pathlib import Path
 
 from playbook import kept_host_state
 
+from cuda13_upgrade import rerun
+
 REPO = Path(__file__).resolve().parents[1]
 DIGEST = REPO / "src" / "cuda13_upgrade" / "hostscripts" / "stack_digest.py"
 # The GPU boundary: the sandbox's nvidia-smi double, in its default state (8 GPUs, driver 590.48.01).
@@ -29,63 +33,104 @@ TARGET = {
     "profiles": [{"name": "plain", "args": []}],
 }
 
+# The upgrade's table of contents (roles/upgrade_host/tasks/main.yml), its steps after the
+# host's state the real snapshot and a stand-in for the rest.
 PLAY = """
 - hosts: all
   gather_facts: false
   tasks:
-    - ansible.builtin.import_role:
-        name: cuda13
-    - name: The validated options, as the preflight leaves them
+    - name: Check every option's value
+      cuda13_options: {{}}
+
+    - name: The run's target, as the inventory gives it
       ansible.builtin.set_fact:
-        nvidia_driver_check_options:
-          cuda13_reverify: false
-          nvidia_driver_check_nvidia_smi: {nvidia_smi}
-          nvidia_driver_check_python: {python}
-    - ansible.builtin.import_role:
-        name: upgrade_host
-        tasks_from: lock
-    - name: The run's target, as upgrade.yml notes it
-      ansible.builtin.set_fact:
-        __cuda13_started: "{{{{ now(utc=true).isoformat() }}}}"
-        __cuda13_status: failed
-        __cuda13_serving: "{{{{ cuda13_old_venv }}}}"
-        __cuda13_target: {target}
-    - ansible.builtin.import_role:
-        name: upgrade_host
-        tasks_from: state
-    - ansible.builtin.import_role:
-        name: upgrade_host
-        tasks_from: step
+        cuda13_options: "{{{{ cuda13_options | combine(__target) }}}}"
       vars:
-        __cuda13_next_step: snapshot
-    - name: Say whether the full run measures
-      ansible.builtin.debug:
-        msg: "measures={{{{ __cuda13_measure }}}}"
-    - name: Stands for the roles of the full run
-      ansible.builtin.copy:
-        content: walked
-        dest: "{{{{ cuda13_state_dir }}}}/walked"
-        mode: "0600"
-    - name: The gate kept the stack, as verify_throughput decides it
-      ansible.builtin.set_fact:
-        __cuda13_status: kept
-    - ansible.builtin.import_role:
-        name: upgrade_host
-        tasks_from: result
-    - ansible.builtin.import_role:
-        name: upgrade_host
-        tasks_from: unlock
+        __target: {target}
+
+    - name: Take the host's upgrade lock
+      cuda13_lock:
+        state: acquired
+        state_dir: "{{{{ cuda13_options.cuda13_state_dir }}}}"
+        run_id: "{{{{ cuda13_run_id }}}}"
+      register: __cuda13_lock
+
+    - name: Upgrade the host
+      block:
+        - name: Read what earlier runs left on the host and decide
+          cuda13_host_state:
+            options: "{{{{ cuda13_options }}}}"
+            run_id: "{{{{ cuda13_run_id }}}}"
+            locked: true
+          register: __cuda13_host
+
+        - name: Walk the host through the steps
+          when: not __cuda13_host.already_kept
+          block:
+            - name: Snapshot the running stack
+              cuda13_snapshot:
+                options: "{{{{ cuda13_options }}}}"
+                run_id: "{{{{ cuda13_run_id }}}}"
+              register: __cuda13_snapshot
+
+            - name: Say whether the full run measures
+              ansible.builtin.debug:
+                msg: "measures={{{{ __cuda13_host.measure }}}}"
+
+            - name: Stands for the steps of the full run
+              ansible.builtin.copy:
+                content: walked
+                dest: "{{{{ cuda13_options.cuda13_state_dir }}}}/walked"
+                mode: "0600"
+      always:
+        - name: Record the host's result
+          cuda13_result:
+            options: "{{{{ cuda13_options }}}}"
+            run_id: "{{{{ cuda13_run_id }}}}"
+            records:
+              host_state: "{{{{ __cuda13_host | default({{}}) }}}}"
+              snapshot: "{{{{ __cuda13_snapshot | default({{}}) }}}}"
+
+        - name: Write the run's summary
+          cuda13_report:
+            reports_dir: "{{{{ cuda13_options.cuda13_reports_dir }}}}"
+            run_id: "{{{{ cuda13_run_id }}}}"
+            hosts: "{{{{ ansible_play_hosts_all }}}}"
+          run_once: true
+
+        - name: Release the lock
+          cuda13_lock:
+            state: released
+            state_dir: "{{{{ cuda13_options.cuda13_state_dir }}}}"
+            run_id: "{{{{ cuda13_run_id }}}}"
+            lock: "{{{{ __cuda13_lock }}}}"
 """
+
+
+def _target_options(target: dict) -> dict:
+    """The options a run's target comes from (cuda13_upgrade.rerun.target)."""
+    return {option: target[part] for part, option in rerun.TARGET_OPTIONS.items() if part in target}
 
 
 def _run(tmp_path: Path, run_id: str, target: dict | None = None) -> subprocess.CompletedProcess:
     (tmp_path / "playbooks").mkdir(exist_ok=True)
-    play = tmp_path / "playbooks" / "play.yml"
-    play.write_text(
-        PLAY.format(
-            repo=REPO, target=json.dumps(target or TARGET), nvidia_smi=NVIDIA_SMI, python=sys.executable
+    # The pre-upgrade snapshot the earlier run took: a run reads it back (it is written once), so
+    # the snapshot step needs neither the serving venv nor systemd on this machine.
+    snapshot = tmp_path / "state" / "snapshots" / "pre-upgrade.json"
+    if not snapshot.exists():
+        snapshot.parent.mkdir(parents=True)
+        snapshot.write_text(
+            json.dumps(
+                {
+                    "host": "localhost",
+                    "run_id": "20261201T101500Z",
+                    "taken_at": "2026-12-01T10:16:02+00:00",
+                    "venv": {"path": "/opt/ml-env"},
+                }
+            )
         )
-    )
+    play = tmp_path / "playbooks" / "play.yml"
+    play.write_text(PLAY.format(target=json.dumps(_target_options(target or TARGET))))
     env = {
         **os.environ,
         "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
@@ -110,6 +155,8 @@ def _run(tmp_path: Path, run_id: str, target: dict | None = None) -> subprocess.
         f"cuda13_old_venv={tmp_path}/old-venv",
         "-e",
         "cuda13_service_name=nosuch-cuda13-test.service",
+        "-e",
+        f"nvidia_driver_check_nvidia_smi={NVIDIA_SMI}",
         "-e",
         f"cuda13_run_id={run_id}",
     ]
@@ -202,7 +249,8 @@ def test_a_run_that_stopped_after_the_switch_is_named_and_its_lock_taken_over(tm
     record = json.loads((state / "step.json").read_text())
     assert (record["run_id"], record["step"], record["steps"]) == ("r-next", "result", ["snapshot", "result"])
     assert record["serving"] == f"{tmp_path}/old-venv"
-    assert record["target"] == TARGET
+    # The run's target: TARGET and the install method sglang_build_method defaults to.
+    assert record["target"] == {**TARGET, "sglang_method": "source"}
 
 
 def test_a_kept_record_without_the_driver_part_is_completed_unmeasured_then_already_kept(tmp_path):

@@ -2,9 +2,12 @@
 
 tests/fixtures/runner-events/rollout.jsonl: the events ``ansible_runner.run``
 emitted for rollout.yml (record.py there): a start play on localhost, a
-preflight of three hosts, a serial upgrade play (batches of one) in which
+preflight of three hosts (its real role), a serial upgrade play (batches of one:
+the real batch gate and roles/upgrade_host/tasks/main.yml, the steps' actions
+stand-ins that keep the host's run record and print their trial lines) in which
 gpu-node-01 keeps the new stack, gpu-node-02 regresses and rolls back, and
-gpu-node-03 is never reached (failure budget 0).
+gpu-node-03 is never reached (failure budget 0), then the play that fails the
+host that rolled back.
 """
 
 from __future__ import annotations
@@ -44,6 +47,14 @@ def _index(kind: str, host: str | None = None, task: str | None = None, nth: int
     return found[nth]
 
 
+WHEELS = "Install the cu130 wheels into the new venv, or check the staged stack"
+VERIFY = "Measure the new stack and decide"
+GATE_FAILED = (
+    "gpu-node-02: upgrade_host › Roll back a new stack that failed the gate or degraded in service ... FAILED: "
+    "The new stack fails the gate: plain -10.3 %"
+)
+
+
 def _plain(events, **kwargs) -> tuple[progress.RunProgress, list[str]]:
     out = io.StringIO()
     clock = kwargs.pop("clock", lambda: _at(events[-1]))
@@ -57,32 +68,55 @@ def _plain(events, **kwargs) -> tuple[progress.RunProgress, list[str]]:
 
 def test_plain_lines_say_when_each_step_starts_and_ends_with_its_duration():
     _, lines = _plain(EVENTS)
-    assert "== Preflight" in lines
-    assert "gpu-node-01: Check the NVIDIA driver started" in lines
+    assert "== Preflight (read-only)" in lines
+    assert "gpu-node-01: nvidia_driver_check started" in lines
     assert "batch 1 of 3 (0 kept, 0 rolled back, 0 failed, 0 running, 3 waiting)" in lines
-    upgrade = [line for line in lines if line.startswith("gpu-node-01: ") and "Check" not in line]
+    upgrade = [
+        line for line in lines if line.startswith("gpu-node-01: ") and "nvidia_driver_check" not in line
+    ]
     steps = [re.sub(r"done in \d+ s", "done in N s", line) for line in upgrade]
+    # The lock and the host's state are the role's own tasks; the artifact cache's step, skipped
+    # (cuda13_artifact_cache false), is no step.
     assert steps == [
-        "gpu-node-01: snapshot started",
-        "gpu-node-01: snapshot done in N s",
-        "gpu-node-01: wheels started",
-        "gpu-node-01: wheels done in N s",
-        "gpu-node-01: verify started",
-        "gpu-node-01: verify done in N s",
+        "gpu-node-01: upgrade_host started",
+        "gpu-node-01: upgrade_host done in N s",
+        *[
+            line
+            for step in (
+                "snapshot",
+                "toolkit",
+                "wheels",
+                "sglang_build",
+                "drain",
+                "baseline",
+                "switch",
+                "verify",
+            )
+            for line in (f"gpu-node-01: {step} started", f"gpu-node-01: {step} done in N s")
+        ],
+        "gpu-node-01: result started",
+        "gpu-node-01: result done in N s",
         "gpu-node-01: kept (1 kept, 0 rolled back, 0 failed, 0 running, 2 waiting)",
     ]
-    # The durations are the events' own times: wheels ran `sleep 3` (plus the task's overhead).
+    # The durations are the events' own times: wheels ran `sleep 3` (plus the task's overhead),
+    # from its action's start to the next step's.
     wheels = int(re.search(r"gpu-node-01: wheels done in (\d+) s", "\n".join(lines)).group(1))
-    begin = _at(EVENTS[_index("runner_on_ok", "gpu-node-01", "Next step", 0)])
-    end = _at(EVENTS[_index("runner_on_ok", "gpu-node-01", "Next step", 1)])
+    begin = _at(EVENTS[_index("runner_on_start", "gpu-node-01", WHEELS)])
+    end = _at(EVENTS[_index("runner_on_start", "gpu-node-01", "Build SGLang into the new venv")])
     assert wheels == round(end - begin) and wheels >= 3
     assert "batch 2 of 3 (1 kept, 0 rolled back, 0 failed, 0 running, 2 waiting)" in lines
-    assert (
-        "gpu-node-02: Roll back when the new stack is slower ... FAILED: "
-        "Throughput regressed on the new stack: plain -10.3 %" in lines
-    )
+    assert GATE_FAILED in lines
     assert "gpu-node-02: rollback started" in lines
     assert "gpu-node-02: rolled back (1 kept, 1 rolled back, 0 failed, 0 running, 1 waiting)" in lines
+    # The batch gate: the failure budget is spent, gpu-node-03 is not reached.
+    assert (
+        "gpu-node-03: not reached (1 kept, 1 rolled back, 0 failed, 0 running, 0 waiting, 1 not reached)"
+        in lines
+    )
+    batch_3 = lines[lines.index("batch 3 of 3 (1 kept, 1 rolled back, 0 failed, 0 running, 1 waiting)") :]
+    assert [line for line in batch_3 if line.startswith("gpu-node-03: ")] == [
+        "gpu-node-03: not reached (1 kept, 1 rolled back, 0 failed, 0 running, 0 waiting, 1 not reached)"
+    ]
     assert re.match(
         r"run finished after \d+ s: 1 kept, 1 rolled back, 0 failed, 0 running, 1 not reached", lines[-1]
     )
@@ -90,11 +124,19 @@ def test_plain_lines_say_when_each_step_starts_and_ends_with_its_duration():
 
 
 def test_a_long_step_has_a_heartbeat_every_minute():
-    start = _index("runner_on_ok", "gpu-node-01", "Next step", 0)  # wheels begins
-    task = _index("runner_on_start", "gpu-node-01", "Install the cu130 wheels")
+    task = _index("runner_on_start", "gpu-node-01", WHEELS)  # wheels begins
     view, _ = _plain(EVENTS[: task + 1])
-    began = _at(EVENTS[start])
+    began = _at(EVENTS[task])
     out = view.stream
+    # The step begins once its action has not been skipped for a moment, at its start's time.
+    view.tick(began + progress.STARTING_S)
+    begun = [STAMP.sub("", line) for line in out.getvalue().splitlines()]
+    assert begun[-1] == "gpu-node-01: wheels started"
+    assert (
+        out.getvalue()
+        .splitlines()[-1]
+        .startswith(datetime.fromtimestamp(began, progress.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    )
     seen = len(out.getvalue().splitlines())
     view.tick(began + 59.0)
     assert len(out.getvalue().splitlines()) == seen  # not yet a minute
@@ -103,8 +145,8 @@ def test_a_long_step_has_a_heartbeat_every_minute():
     view.tick(began + 121.5)
     beats = [STAMP.sub("", line) for line in out.getvalue().splitlines()[seen:]]
     assert beats == [
-        "gpu-node-01: wheels still running after 1 min 01 s (task: Install the cu130 wheels)",
-        "gpu-node-01: wheels still running after 2 min 02 s (task: Install the cu130 wheels)",
+        f"gpu-node-01: wheels still running after 1 min 01 s (task: {WHEELS})",
+        f"gpu-node-01: wheels still running after 2 min 02 s (task: {WHEELS})",
     ]
     assert (
         out.getvalue()
@@ -114,32 +156,47 @@ def test_a_long_step_has_a_heartbeat_every_minute():
 
 
 def test_heartbeats_come_from_the_thread_without_events():
-    start = _index("runner_on_ok", "gpu-node-01", "Next step", 0)
+    start = _index("runner_on_start", "gpu-node-01", WHEELS)
     began = _at(EVENTS[start])
     now = [began]
-    view, _ = _plain(EVENTS[: start + 2], clock=lambda: now[0], heartbeat_s=0.5)
+    view, _ = _plain(EVENTS[: start + 1], clock=lambda: now[0], heartbeat_s=0.5)
     with view:  # plain mode: a ticker thread
         now[0] = began + 1.0
         for _ in range(50):
             if "wheels still running" in view.stream.getvalue():
                 break
             __import__("time").sleep(0.1)
+    assert "gpu-node-01: wheels started" in view.stream.getvalue()
     assert "gpu-node-01: wheels still running after 1 s" in view.stream.getvalue()
 
 
 def test_interrupted_says_what_each_host_was_doing():
-    start = _index("runner_on_start", "gpu-node-02", "Install the cu130 wheels")
+    start = _index("runner_on_start", "gpu-node-02", WHEELS)
     view, _ = _plain(EVENTS[: start + 1])
     now = _at(EVENTS[start]) + 200
     assert view.interrupted_lines(now) == [
         "gpu-node-01: kept",
-        "gpu-node-02: in step wheels for 3 min 20 s (task: Install the cu130 wheels)",
+        f"gpu-node-02: in step wheels for 3 min 20 s (task: {WHEELS})",
         "gpu-node-03: waiting, not started",
     ]
 
 
+def test_a_skipped_step_is_no_step():
+    """runner_on_start comes before the task's ``when``: the artifact cache's action, skipped,
+    begins no step, and the run record's step stays the one before it."""
+    skipped = _index("runner_on_skipped", "gpu-node-01", "Bring the fleet's wheels to the host")
+    view, lines = _plain(EVENTS[: skipped + 1])
+    view.tick(_at(EVENTS[skipped]) + 10)
+    assert view.views["gpu-node-01"].step == "upgrade_host"
+    assert not [line for line in lines if "artifact_cache" in line]
+    base = progress.Progress(io.StringIO())
+    for event in EVENTS[: skipped + 1]:
+        base(event)
+    assert "gpu-node-01" not in base.upgrade_step
+
+
 def test_terminal_view_has_the_rollout_line_and_a_row_per_host_of_the_batch():
-    at = _index("runner_on_ok", "gpu-node-02", "Measure the profile in this phase plain/candidate")
+    at = _index("runner_on_ok", "gpu-node-02", VERIFY)
     out = io.StringIO()
     events = EVENTS[: at + 1]
     now = _at(events[-1]) + 5
@@ -149,7 +206,7 @@ def test_terminal_view_has_the_rollout_line_and_a_row_per_host_of_the_batch():
     # Live mode prints no step lines of its own, only the plays (and failures) above the view.
     assert out.getvalue().splitlines() == [
         "== Start the run",
-        "== Preflight",
+        "== Preflight (read-only)",
         "== Upgrade, verify, keep or roll back",
         "== Upgrade, verify, keep or roll back",
     ]
@@ -163,11 +220,12 @@ def test_terminal_view_has_the_rollout_line_and_a_row_per_host_of_the_batch():
     )
     assert text[1].split() == ["host", "state", "step", "elapsed", "last", "trial", "task"]
     assert len(text) == 3  # only the current batch: gpu-node-02
-    step_started = _at(EVENTS[_index("runner_on_ok", "gpu-node-02", "Next step", 1)])
+    step_started = _at(EVENTS[_index("runner_on_start", "gpu-node-02", VERIFY)])
     row = text[2].split()
     assert row[:3] == ["gpu-node-02", "running", "verify"]
+    # The last trial's tok/s: the verify step's trial line (a verbose event).
     assert " ".join(row[3:]).startswith(f"{progress.format_duration(now - step_started)} 80.3 tok/s")
-    assert text[2].rstrip().endswith("Measure the profile in this phase plain/candidate")
+    assert text[2].rstrip().endswith(VERIFY)
 
 
 def test_terminal_mode_draws_with_rich_live_and_prints_failures_above_it():
@@ -177,7 +235,7 @@ def test_terminal_mode_draws_with_rich_live_and_prints_failures_above_it():
         for event in EVENTS:
             view(event)
     text = out.getvalue()
-    assert "gpu-node-02: Roll back when the new stack is slower ... FAILED" in text
+    assert GATE_FAILED in " ".join(text.split())
     words = " ".join(text.split())  # the last frame, wrapped at the console's width
     assert "1 kept, 1 rolled back, 0 failed, 0 running, 1 not reached" in words
     assert not STAMP.match(text)

@@ -1,14 +1,16 @@
-"""roles/cuda13/tasks/serve.yml on localhost, without a unit: which steps each mode runs.
+"""roles/cuda13/tasks/serve.yml (the action cuda13_serve) on localhost, without a unit: what each
+mode does.
 
 The server is a stdlib HTTP server whose /health_generate answers 200; this machine has
 no systemd as PID 1, so no main process is named and the running-arguments check has
 nothing to compare (a wrapper's case), and a stop fails as a unit that cannot be stopped
-would. The file steps run in check mode only, so nothing under /etc/systemd/system is
-written.
+would. The drop-in is written in check mode only, so nothing under /etc/systemd/system is
+written. The one task's record (``cuda13_serve_result``) is kept for the assertions.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import threading
@@ -60,38 +62,52 @@ def _serve(tmp_path: Path, url: str, *args: str, **options: str) -> subprocess.C
         cuda13_serve_url: "{url}"
         cuda13_serve_timeout: 10
         cuda13_serve_what: the profile under test
-{extra}"""
+{extra}
+  post_tasks:
+    - name: Keep the record
+      ansible.builtin.copy:
+        dest: {tmp_path / "served.json"}
+        content: "{{{{ cuda13_serve_result | default({{}}) | to_json }}}}"
+        mode: "0644"
+      check_mode: false
+      changed_when: false
+"""
     )
     return run_playbook(playbook, *args, roles=True, filters=True)
 
 
 def _ran(proc: subprocess.CompletedProcess) -> dict[str, str]:
-    """Task name -> its status on localhost (ok, changed, skipping)."""
+    """Task name -> its status on localhost (ok, changed, skipping, fatal)."""
     out = proc.stdout
     ran = {}
-    for match in re.finditer(r"^TASK \[cuda13 : (.+?)\] \*+\n(?:ASYNC .*\n)*(\w+): \[localhost\]", out, re.M):
-        ran[match.group(1)] = match.group(2).rstrip(":")
+    for match in re.finditer(
+        r"^TASK \[cuda13 : (.+?)\] \*+\n(?:(?!TASK ).*\n)*?(ok|changed|skipping|fatal): \[localhost\]",
+        out,
+        re.M,
+    ):
+        ran[match.group(1)] = match.group(2)
     return ran
 
 
-RESTART = f"Restart as planned and wait until the server generates, {UNIT} ({{mode}})"
-CHECK = "Check that the service serves the profile under test"
+def _served(tmp_path: Path) -> dict:
+    return json.loads((tmp_path / "served.json").read_text())
+
+
+SERVE = f"Put {UNIT} into the profile and wait until it generates"
 
 
 def test_never_waits_and_checks_without_touching_the_drop_in(tmp_path, url):
     proc = _serve(tmp_path, url, cuda13_serve_restart="never", cuda13_serve_args='["--tp", 2]')
     assert proc.returncode == 0, proc.stdout + proc.stderr
     ran = _ran(proc)
-    assert ran[
-        "Create the service's drop-in directory, or remove the profile drop-in for the own command"
-    ] == ("skipping")
-    assert ran["Write the profile drop-in 60-cuda13-profile.conf"] == "skipping"
-    assert ran[RESTART.format(mode="never")] == "ok"
-    assert ran[CHECK] == "ok"
+    assert ran[SERVE] == "ok"
     assert f"{UNIT} serves the profile under test, not restarted." in proc.stdout
-    # Three task results on the host beyond the skipped file steps: the script, the note, the check.
-    steps = [status for name, status in ran.items() if not name.startswith("Validating arguments")]
-    assert sorted(steps) == ["ok", "ok", "ok", "skipping", "skipping"]
+    # One task on the host beyond the argument check: the drop-in is left, the server waited for.
+    assert sorted(ran) == sorted([SERVE, *[n for n in ran if n.startswith("Validating arguments")]])
+    served = _served(tmp_path)
+    assert served["restarted"] is False and served["dropin_changed"] is False
+    assert served["cycle"]["restart"] == "never" and served["cycle"]["ready"]["generated"] is True
+    assert "diff" not in served
 
 
 def test_when_changed_in_check_mode_reports_the_restart_and_does_not_wait(tmp_path, url):
@@ -110,9 +126,11 @@ def test_when_changed_in_check_mode_reports_the_restart_and_does_not_wait(tmp_pa
         "+ExecStart=\n+ExecStart=/opt/ml-env/bin/python -m sglang.launch_server --tp 2 'a b'\n" in proc.stdout
     )
     ran = _ran(proc)
-    assert ran[RESTART.format(mode="when-changed")] == "skipping"
-    assert ran[CHECK] == "changed"
+    assert ran[SERVE] == "changed"
     assert f"Would restart {UNIT} (the profile under test)." in proc.stdout
+    served = _served(tmp_path)
+    # Nothing ran on the host beyond the drop-in's comparison: no cycle, no wait.
+    assert served["cycle"] is None and served["would_restart"] is True
     assert not Path(f"/etc/systemd/system/{UNIT}.d").exists()
 
 
@@ -128,14 +146,11 @@ def test_when_changed_restarts_a_service_that_does_not_run_the_venv(tmp_path, ur
     # not waited for, and the failure names the step and what to check.
     proc = _serve(tmp_path, url, cuda13_serve_restart="when-changed", cuda13_serve_check="false")
     ran = _ran(proc)
-    assert (
-        ran["Create the service's drop-in directory, or remove the profile drop-in for the own command"]
-        == "ok"
-    )
-    assert ran["Write the profile drop-in 60-cuda13-profile.conf"] == "skipping"
-    assert ran[RESTART.format(mode="when-changed")] == "ok"
-    check = proc.stdout.index(f"TASK [cuda13 : {CHECK}] ")
-    assert "fatal: [localhost]" in proc.stdout[check:]
+    assert ran[SERVE] == "fatal"
     assert f"{UNIT} (the profile under test) did not start: systemctl stop {UNIT}: " in proc.stdout
     assert "cuda13_health_timeout" in proc.stdout
     assert proc.returncode != 0
+    # The failed task's result is kept small: the message and what counts.
+    failed = proc.stdout[proc.stdout.index("fatal: [localhost]") :]
+    assert "restarted: true" in failed and "leftovers: []" in failed
+    assert "cycle:" not in failed

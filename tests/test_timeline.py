@@ -1,14 +1,17 @@
 """Tests of cuda13_upgrade.timeline: step durations and the time out of service,
-from step records of the shape roles/upgrade_host/tasks/*.yml append to __cuda13_steps."""
+from step records of the shape the host's run record keeps (cuda13_host_run's steps,
+cuda13_upgrade.steps.host.begin_step)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 import yaml
 
 from cuda13_upgrade import timeline
+from cuda13_upgrade.steps.host import STEPS
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ROOT / "roles" / "upgrade_host" / "tasks"
@@ -112,34 +115,70 @@ def test_bad_records_are_named(records, message):
         timeline.step_durations(records, FINISHED)
 
 
-def test_every_step_the_play_names_passes_through_the_step_file():
-    """Every step of the play begins with roles/upgrade_host/tasks/step.yml (which both
-    appends the step to __cuda13_steps and records it on the host), and no
-    other task sets __cuda13_step, so no step goes untimed or unrecorded."""
-    files = ["upgrade.yml", "rescue.yml", "result.yml", "kept.yml", "early.yml", "main.yml", "artifacts.yml"]
+def _steps_named(path: Path) -> list[str]:
+    """The steps a task file of roles/upgrade_host begins, in its order: each task whose action
+    is a step's (cuda13_upgrade.steps.host.STEPS), and each side of the drain bracket (drain.yml,
+    whose cuda13_step task begins it)."""
     found = []
 
     def walk(tasks):
         for task in tasks or []:
-            facts = task.get("ansible.builtin.set_fact") or {}
-            assert facts.get("__cuda13_step", "done") == "done", task["name"]
-            imported = str(task.get("ansible.builtin.import_tasks") or "")
-            if imported.endswith("step.yml"):
-                found.append(task["vars"]["__cuda13_next_step"])
+            action = next((key for key in task if key in STEPS), None)
+            if action:
+                found.append(STEPS[action])
+            if str(task.get("ansible.builtin.include_tasks") or "") == "drain.yml":
+                found.append(task["vars"]["__cuda13_side"])
             for key in ("block", "rescue", "always"):
                 walk(task.get(key))
 
-    for name in files:
-        walk(yaml.safe_load((TASKS / name).read_text()))
-    assert found == [
-        *["snapshot", "toolkit", "wheels", "sglang_build", "drain", "baseline", "switch", "verify"],
-        *["rollback", "result", "undrain", "artifact_cache"],
+    walk(yaml.safe_load(path.read_text()))
+    return found
+
+
+def _begins(source: str, step: str) -> bool:
+    return re.search(rf'begin_step\([^)]*"{step}"', source) is not None
+
+
+def test_every_step_the_play_names_passes_through_the_step_file():
+    """Every step of the play is one task whose action begins it in the host's run record
+    (cuda13_upgrade.steps.host.begin_step: cuda13_host_run's steps, and the host's step.json),
+    the drain and undrain steps with cuda13_step (roles/upgrade_host/tasks/drain.yml), and no
+    task sets the run record, so no step goes untimed or unrecorded."""
+    assert _steps_named(TASKS / "main.yml") == [
+        *["artifact_cache", "snapshot", "toolkit", "wheels", "sglang_build", "drain", "baseline"],
+        *["switch", "verify", "undrain", "batch_soak", "drain", "rollback", "undrain", "result"],
     ]
-    step = yaml.safe_load((TASKS / "step.yml").read_text())
-    facts = step[0]["ansible.builtin.set_fact"]
-    assert facts["__cuda13_step"] == "{{ __cuda13_next_step }}"
-    assert "'step': __cuda13_next_step" in facts["__cuda13_steps"]
-    assert step[1]["ansible.builtin.copy"]["dest"] == "{{ cuda13_state_dir }}/step.json"
+    assert _steps_named(TASKS / "stage.yml") == [
+        *["artifact_cache", "snapshot", "toolkit", "wheels", "sglang_build", "rollback", "result"],
+    ]
+    assert _steps_named(TASKS / "early.yml") == ["result"]
+    drain = yaml.safe_load((TASKS / "drain.yml").read_text())
+    assert drain[0]["cuda13_step"]["step"] == "{{ __cuda13_side }}"
+    assert _begins((ROOT / "src" / "cuda13_upgrade" / "steps" / "drain.py").read_text(), "drain")
+    assert _begins((ROOT / "src" / "cuda13_upgrade" / "steps" / "drain.py").read_text(), "undrain")
+    # Each step's action begins it: StepAction.STEP, or its own begin_step (the action's or its step's).
+    for action, step in STEPS.items():
+        plugin = (ROOT / "action_plugins" / f"{action}.py").read_text()
+        module = re.search(r"from cuda13_upgrade\.steps import (\w+)", plugin)
+        steps_source = (
+            (ROOT / "src" / "cuda13_upgrade" / "steps" / f"{module[1]}.py").read_text() if module else ""
+        )
+        assert f'STEP = "{step}"' in plugin or _begins(plugin, step) or _begins(steps_source, step), action
+
+    # The run record is kept by the actions alone: no set_fact names it.
+    def set_facts(node):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in ("set_fact", "ansible.builtin.set_fact") and isinstance(value, dict):
+                    yield from value
+                yield from set_facts(value)
+        elif isinstance(node, list):
+            for item in node:
+                yield from set_facts(item)
+
+    for path in [*(ROOT / "roles").glob("*/tasks/*.yml"), *(ROOT / "playbooks").glob("*.yml")]:
+        named = set(set_facts(yaml.safe_load(path.read_text())))
+        assert not named & {"cuda13_host_run", "__cuda13_step", "__cuda13_steps"}, path
 
 
 def test_no_step_recorded_is_no_step_not_an_error():

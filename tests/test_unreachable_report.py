@@ -1,12 +1,15 @@
 """An unreachable host in the report: the step it was at and the connection's own error.
 
 tests/fixtures/runner-events/unreachable.jsonl: the events ``ansible_runner.run``
-emitted (record.py unreachable there) for a host that answers no ssh while a
-looped task of the switch step runs. Ansible's loop result says only "All items
-completed" (ansible-core's ``TaskExecutor._run_loop``); the item's result has
-ssh's error. The form of that error for port 22 is the one Ansible prints in
-ansible/ansible#32859 ("Failed to connect to the host via ssh: ssh: connect to
-host 127.0.0.1 port 22: Connection refused\\r\\n").
+emitted (record.py unreachable there) for a host that answers no ssh when the
+switch step's action first reaches it (roles/upgrade_host/tasks/main.yml, the
+steps' actions stand-ins): the task is unreachable with ssh's own error, and no
+run record comes back, so the step is the one whose action started. A looped
+task (an operator's hook) says only "All items completed" (ansible-core's
+``TaskExecutor._run_loop``); the item's result has ssh's error. The form of that
+error for port 22 is the one Ansible prints in ansible/ansible#32859 ("Failed to
+connect to the host via ssh: ssh: connect to host 127.0.0.1 port 22: Connection
+refused\\r\\n").
 """
 
 from __future__ import annotations
@@ -28,11 +31,47 @@ EVENTS = [
 REFUSED = "Failed to connect to the host via ssh: ssh: connect to host 127.0.0.1 port 1: Connection refused"
 
 
-def test_the_recording_has_the_loops_message_and_the_items_error():
-    """The fault: the task's own message is the loop's, not the connection's."""
+def test_the_recording_has_the_step_actions_connection_error_and_no_run_record():
+    """The step's action found the host gone: its result is the connection's error alone, without
+    the run record (cuda13_host_run) that names the step."""
     event = next(e for e in EVENTS if e["event"] == "runner_on_unreachable")
-    assert event["event_data"]["res"]["msg"] == "All items completed"
-    assert REFUSED in event["event_data"]["res"]["results"][0]["msg"]
+    assert event["event_data"]["task_action"] == "cuda13_switch"
+    assert REFUSED in event["event_data"]["res"]["msg"]
+    assert "ansible_facts" not in event["event_data"]["res"]
+
+
+def test_a_looped_task_keeps_the_items_error():
+    """The fault of a looped task (recorded before the steps were actions: a loop of the switch
+    step's file module): its own message is the loop's, not the connection's."""
+    progress = Progress(io.StringIO())
+    progress(
+        {
+            "event": "runner_on_unreachable",
+            "event_data": {
+                "host": "gpu-node-03",
+                "play": "Upgrade, verify, keep or roll back",
+                "play_pattern": "blackwell",
+                "task": "Remove the upgrade's drop-ins",
+                "task_action": "ansible.builtin.file",
+                "res": {
+                    "changed": False,
+                    "msg": "All items completed",
+                    "results": [
+                        {
+                            "_ansible_item_label": "50-cuda13-switch.conf",
+                            "ansible_loop_var": "item",
+                            "changed": False,
+                            "item": "50-cuda13-switch.conf",
+                            "msg": f"Task failed: {REFUSED}",
+                            "unreachable": True,
+                        }
+                    ],
+                    "unreachable": True,
+                },
+            },
+        }
+    )
+    assert progress.outcomes["gpu-node-03"].message == REFUSED
 
 
 def test_progress_keeps_the_connections_error_and_the_step():
@@ -44,7 +83,10 @@ def test_progress_keeps_the_connections_error_and_the_step():
     assert outcome.unreachable
     assert outcome.step == "switch"
     assert outcome.message == REFUSED
-    assert f"gpu-node-03: Remove the upgrade's drop-ins ... UNREACHABLE: {REFUSED}" in out.getvalue()
+    assert (
+        f"gpu-node-03: switch › Switch the service to the new stack ... UNREACHABLE: {REFUSED}"
+        in out.getvalue()
+    )
     assert "All items completed" not in out.getvalue()
 
 

@@ -11,7 +11,7 @@ of it, into ``OUTDIR`` (a new or empty directory). The parts, in order:
 
 ``nvidia-smi/<query>``
     each nvidia-smi command of :data:`QUERIES`: the five the package runs (the
-    preflight's three, roles/nvidia_driver_check/tasks/main.yml; the stack
+    preflight's three, hostscripts/preflight_facts.py (module cuda13_host_facts); the stack
     digest's, hostscripts/stack_digest.py; the service cycle's,
     hostscripts/service_cycle.py) and the three other forms
     :mod:`cuda13_upgrade.nvidia_smi` parses (``-L``, ``--version``,
@@ -80,11 +80,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from cuda13_upgrade.hostscripts import stack_digest, stack_probe
+from cuda13_upgrade.hostscripts import preflight_facts, stack_digest, stack_probe
 from cuda13_upgrade.hostscripts.service_cycle import GPU_PROCESSES_QUERY, parse_gpu_processes
 from cuda13_upgrade.nvidia_smi import (
-    COMPUTE_APPS_FIELDS,
-    INVENTORY_FIELDS,
     TIMEOUT_OPTION,
     TIMEOUT_RCS,
     GpuInventory,
@@ -294,8 +292,9 @@ class Query:
     parse: Callable[[str, int], tuple[Any, str]]
 
 
-_GPUS_ARGS = ("--query-gpu=" + ",".join(INVENTORY_FIELDS), "--format=csv,noheader,nounits")
-_APPS_ARGS = ("--query-compute-apps=" + ",".join(COMPUTE_APPS_FIELDS), "--format=csv,noheader,nounits")
+#: The preflight's queries, as its host module runs them.
+_GPUS_ARGS = tuple(preflight_facts.GPU_QUERY)
+_APPS_ARGS = tuple(preflight_facts.APPS_QUERY)
 
 
 def _parse_gpus(text: str, rc: int) -> tuple[Any, str]:
@@ -358,16 +357,12 @@ def _parse_topology(text: str, rc: int) -> tuple[Any, str]:
 
 #: Every nvidia-smi command the package runs, then the other forms its parsers read.
 QUERIES: tuple[Query, ...] = (
-    Query(
-        "gpus", _GPUS_ARGS, "roles/nvidia_driver_check/tasks/main.yml, the preflight's GPU query", _parse_gpus
-    ),
-    Query(
-        "table", (), "roles/nvidia_driver_check/tasks/main.yml, the table header (CUDA Version)", _parse_table
-    ),
+    Query("gpus", _GPUS_ARGS, "hostscripts/preflight_facts.py, the preflight's GPU query", _parse_gpus),
+    Query("table", (), "hostscripts/preflight_facts.py, the table header (CUDA Version)", _parse_table),
     Query(
         "compute-apps",
         _APPS_ARGS,
-        "roles/nvidia_driver_check/tasks/main.yml, the GPUs' processes",
+        "hostscripts/preflight_facts.py, the GPUs' processes",
         _parse_compute_apps,
     ),
     Query(
@@ -825,7 +820,7 @@ def check_elf(ctx: _Context) -> PartResult:
 #: Options that keep the preflight offline and on this machine, and why.
 PREFLIGHT_OFFLINE_VARS: dict[str, Any] = {
     # The checks against a serving host ask the apt repository and the package indexes over
-    # HTTP (options_host.yml) and simulate the toolkit's apt transaction (cuda_toolkit, check).
+    # HTTP and simulate the toolkit's apt transaction (cuda13_upgrade.steps.preflight, step 1 and 4).
     "nvidia_driver_check_host_checks": False,
     # pip's resolver in report mode asks the package indexes.
     "cuda13_preflight_resolve": False,
@@ -957,11 +952,12 @@ def preflight_messages(log: str) -> dict[str, list[str]]:
     """What a preflight's ansible-playbook output says, in the default callback's YAML form.
 
     Returns:
-        ``{"passed": [...], "errors": [...]}``: the checks passed (the items of the
-        "Show the preflight" task's ``msg``), and each error: ansible-core 2.19's
-        ``[ERROR]:`` text up to its ``Origin:`` line (its "Task failed: Action
-        failed: " prefix dropped), or, from older releases, each ``fatal:`` line
-        with its ``msg``.
+        ``{"passed": [...], "errors": [...]}``: the checks passed (the lines
+        ``<host>: passed: <message>`` the action cuda13_preflight shows, one per
+        check: :func:`cuda13_upgrade.steps.preflight.tell_passed`), and each error:
+        ansible-core 2.19's ``[ERROR]:`` text up to its ``Origin:`` line (its "Task
+        failed: Action failed: " prefix dropped), or, from older releases, each
+        ``fatal:`` line with its ``msg``.
     """
     lines = log.splitlines()
     passed: list[str] = []
@@ -969,15 +965,10 @@ def preflight_messages(log: str) -> dict[str, list[str]]:
     i = 0
     while i < len(lines):
         line = lines[i]
-        if line.startswith("TASK [") and "Show the preflight]" in line:
+        told = _PASSED_LINE.match(line)
+        if told:
+            passed.append(told.group(1).strip())
             i += 1
-            while i < len(lines) and lines[i].strip() and not lines[i].startswith("TASK ["):
-                item = lines[i]
-                if item.startswith("    - "):
-                    passed.append(item[6:].strip())
-                elif item.startswith("        ") and passed:
-                    passed[-1] += " " + item.strip()
-                i += 1
             continue
         if line.startswith("[ERROR]:"):
             block = [line[len("[ERROR]:") :].strip()]
@@ -998,13 +989,11 @@ def preflight_messages(log: str) -> dict[str, list[str]]:
                         break
                     block.append(more.strip())
                 errors.append(" ".join(block))
-    return {"passed": [_unquote(p) for p in passed], "errors": errors}
+    return {"passed": passed, "errors": errors}
 
 
-def _unquote(item: str) -> str:
-    if len(item) >= 2 and item[0] == item[-1] == "'":
-        return item[1:-1].replace("''", "'")
-    return item
+#: A check the preflight passed, as the action cuda13_preflight shows it.
+_PASSED_LINE = re.compile(r"^[^\s:]+: passed: (.+)$")
 
 
 def check_preflight(ctx: _Context, repo: Path = REPO) -> PartResult:

@@ -923,7 +923,16 @@ def validate(
     if defaults is None:
         effective = _effective(converted, all_specs)
     else:
-        effective = {**{k: v for k, v in defaults.items() if k in all_specs}, **converted}
+        # A default that templates to a string is converted as a given value is: an alias of a
+        # given option (stack_switch_health_timeout: "{{ cuda13_health_timeout }}") templates to
+        # what was given, the string "120" of -e cuda13_health_timeout=120, not the converted 120.
+        templated = {k: v for k, v in defaults.items() if k in all_specs and k not in converted}
+        typed, default_failures = _type_failures(
+            {k: v for k, v in templated.items() if isinstance(v, str)}, all_specs
+        )
+        effective = {**templated, **typed, **converted}
+        if default_failures:  # a default templated to a value of the wrong type
+            return {"ok": False, "failures": default_failures, "values": effective}
     for option, value in effective.items():
         if option in converted:
             continue

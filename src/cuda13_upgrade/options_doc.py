@@ -13,9 +13,9 @@ The tier says who sets an option:
   defaults are a guess at one typical host;
 - ``tune``: the target, the gate and the rollout's pace (:data:`TUNE`); the
   defaults are safe;
-- ``playbooks``: options the playbooks pass to the roles themselves
-  (:data:`PLAYBOOKS`, the ``vars:`` of an ``include_role`` or a ``set_fact``);
-  a value in the inventory changes nothing;
+- ``playbooks``: options the playbooks set themselves (:data:`PLAYBOOKS`, the
+  ``vars:`` of a play or an ``include_role``, or a ``set_fact``); a value in the
+  inventory changes nothing;
 - ``advanced``: every other option, aliases among them.
 
 ``tests/test_options_doc.py`` keeps the lists honest (each names options that
@@ -235,22 +235,13 @@ TUNE: tuple[str, ...] = (
     "nvidia_driver_check_allow_wsl",
 )
 
-#: Set by the playbooks: an include_role's vars (roles/upgrade_host, playbooks/preflight.yml)
-#: or a set_fact (the run id, fixed once per run from $CUDA13_RUN_ID, the CLI's --run-id).
-PLAYBOOKS: tuple[str, ...] = (
-    "cuda13_run_id",
-    "cu130_wheels_resolve_sglang",
-    "rollback_profile_args",
-    "stack_switch_profile_args",
-    "verify_throughput_baseline",
-    "verify_throughput_baseline_load",
-    "verify_throughput_baseline_probe",
-    "verify_throughput_exec_start",
-    "verify_throughput_phase",
-    "verify_throughput_plan",
-    "verify_throughput_profiles",
-    "verify_throughput_venv",
-)
+#: Set by the playbooks: a play's or an include_role's vars or a set_fact (the run id, fixed
+#: once per run from $CUDA13_RUN_ID, the CLI's --run-id). The steps' own inputs (the
+#: verify_throughput phase and plan, the switch's and the rollback's profile arguments, the
+#: SGLang release the preflight resolves) are no longer options the playbooks set: each step's
+#: action works them out from the records it is given; those options remain the inputs of a
+#: role's entry point called on its own (advanced).
+PLAYBOOKS: tuple[str, ...] = ("cuda13_run_id",)
 
 #: The tiers in the document's order: (key, heading, what it means).
 TIERS: tuple[tuple[str, str, str], ...] = (
@@ -276,7 +267,7 @@ TIERS: tuple[tuple[str, str, str], ...] = (
     (
         "playbooks",
         "Set by the playbooks",
-        "The playbooks pass these to the roles themselves (an `include_role`'s `vars:` or a "
+        "The playbooks set these themselves (a play's or an `include_role`'s `vars:`, or a "
         "`set_fact`), above the inventory's precedence: a value in the inventory changes nothing. "
         "Listed so that a role used on its own can be given them.",
     ),

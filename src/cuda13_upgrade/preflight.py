@@ -137,7 +137,7 @@ OPTION_NAMES: dict[str, str] = {
 #: The nvidia-smi runs after the GPU query whose hang the preflight refuses, by their key
 #: in the ``nvidia_smi_runs`` fact: what each reads. The query's own failure, a hang
 #: included, stops the host before the preflight is evaluated
-#: (roles/nvidia_driver_check/tasks/main.yml, cuda13_nvidia_smi_failure).
+#: (cuda13_upgrade.steps.preflight.evaluate, cuda13_upgrade.nvidia_smi.classify_failure).
 NVIDIA_SMI_RUNS: dict[str, str] = {
     "table": "the table, for its CUDA Version",
     "compute_apps": "--query-compute-apps, the processes on the GPUs",
@@ -709,7 +709,7 @@ def resolved_target_facts(resolved: Any) -> dict[str, Any]:
             "the resolved target must be a list of {name, version} dicts",
             resolved,
             option="cu130_wheels_resolved_target",
-            remedy="pass the resolved set of roles/cu130_wheels/tasks/resolve.yml (cuda13_resolved_set)",
+            remedy="pass the resolved set (cuda13_upgrade.resolve.resolved_set, as the preflight records it)",
         )
     dists = {str(d["name"]): str(d["version"]) for d in resolved}
     torch_cuda = None
@@ -727,8 +727,8 @@ def check_stack_driver(
     """Only the ``stack_driver`` check, once the target is resolved (after :func:`evaluate`).
 
     The preflight's other checks run before pip resolves the target; this one needs the
-    resolved set (roles/nvidia_driver_check/tasks/stack_driver.yml, after
-    roles/cu130_wheels/tasks/resolve.yml). The floor is that of every CUDA component of
+    resolved set (:func:`cuda13_upgrade.steps.preflight.stack_driver`, after
+    :func:`cuda13_upgrade.steps.resolve.resolve`). The floor is that of every CUDA component of
     the target (:func:`cuda13_upgrade.versions.stack_driver_floor`: torch's CUDA build,
     nvidia-cuda-runtime, nvidia-nvjitlink, nvidia-cuda-nvrtc, cuda-bindings, cuda-python,
     the apt toolkit of ``settings["toolkit_release"]``).

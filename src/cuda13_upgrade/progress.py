@@ -13,7 +13,10 @@ longer. Failed tasks are printed at once with their message in both modes
 
 Where the steps come from: each step of a host's upgrade is one task calling
 an action plugin (``roles/upgrade_host/tasks/main.yml``), so a task of
-:data:`STEP_ACTIONS` starting on a host starts its step; the drain and undrain
+:data:`STEP_ACTIONS` starting on a host starts its step, unless the task is
+skipped (ansible-runner's ``runner_on_start`` comes before the task's ``when``;
+the step begins at the start's time once another event of the task, or
+:data:`STARTING_S`, has passed without a skip); the drain and undrain
 steps begin with ``cuda13_step`` and end with the operator's hooks, so the host's
 run record (the fact ``cuda13_host_run``, in each step's result) names them.
 Plays without steps (preflight, verify) take the role, task file or task as the
@@ -90,6 +93,10 @@ _QUIET_ACTIONS = {
     "import_role",
     "include_vars",
     "set_stats",
+    # A role's arguments checked (meta/argument_specs.yml), and the rollout's gates on the
+    # control node (action cuda13_fleet, delegated from the batch's first host).
+    "validate_argument_spec",
+    "cuda13_fleet",
 }
 
 # --- per-step lines --------------------------------------------------------------------------
@@ -181,6 +188,9 @@ class Progress:
         self.last_step: dict[str, str] = {}
         #: Per host, the upgrade step it was in (its run record's).
         self.upgrade_step: dict[str, str] = {}
+        #: Per host, the step of a step action that has started on it (runner_on_start comes before
+        #: the task's ``when`` is evaluated): its step once the task's next event is not a skip.
+        self._starting: dict[str, str] = {}
 
     def __call__(self, event: Mapping[str, Any]) -> bool:
         """Handle one runner event; returns True (keep the event in the artifacts)."""
@@ -214,6 +224,8 @@ class Progress:
             or _action(data) in ("include_role", "include_tasks")
         ):
             return
+        if _action(data) in STEP_ACTIONS:
+            self._starting[host] = STEP_ACTIONS[_action(data)]
         role = _role(data)
         if role:
             included = self._included.get(host)
@@ -241,10 +253,12 @@ class Progress:
             return
         res = data.get("res")
         facts = res.get("ansible_facts") if isinstance(res, Mapping) else None
+        starting = self._starting.pop(host, None)
+        if starting and kind != "runner_on_skipped":
+            # The step action ran (an unreachable host returns no run record): the host is in its step.
+            self.upgrade_step[host] = starting
         if kind in ("runner_on_ok", "runner_on_failed") and isinstance(facts, Mapping) and run_step(facts):
             self.upgrade_step[host] = str(run_step(facts))
-        elif kind == "runner_on_start" and action in STEP_ACTIONS:
-            self.upgrade_step[host] = STEP_ACTIONS[action]
         key, label = self._step_of(host, data)
         if data.get("play_pattern") != "localhost":
             task_name = str(data.get("task") or "")
@@ -314,7 +328,7 @@ def _role(data: Mapping[str, Any]) -> str | None:
 
 def _notice(res: Any) -> str:
     """What a task tells the operator: the ``cuda13_notice`` fact it sets
-    (e.g. roles/upgrade_host/tasks/lock.yml taking over a dead run's lock)."""
+    (e.g. the action cuda13_lock taking over a dead run's lock)."""
     if not isinstance(res, Mapping):
         return ""
     facts = res.get("ansible_facts")
@@ -330,6 +344,11 @@ def natural_key(name: str) -> list[Any]:
 
 #: Seconds between two heartbeat lines of a step that is still running (plain mode).
 HEARTBEAT_S = 60.0
+
+#: Seconds a step action's start waits for its skip (runner_on_start comes before the task's
+#: ``when`` is evaluated; a skipped step is no step): a step still running after that has begun,
+#: at its start's time, also without another event of its host.
+STARTING_S = 1.0
 
 #: Final states, as ``result.json`` writes them, and how the view names them.
 STATE_TEXT = {
@@ -409,6 +428,7 @@ class HostView:
     last_tok_s: float | None = None
     heartbeat_at: float | None = None
     explicit_steps: bool = False  # the play's tasks are steps (STEP_ACTIONS, the run record)
+    recorded_step: str | None = None  # the last step of the host's run record begun
 
 
 class RunProgress(Progress):
@@ -454,6 +474,8 @@ class RunProgress(Progress):
         self._batch_line = False  # a batch started: say so with its first host event
         self._play_starts: dict[str, int] = {}
         self._batch_pool: list[str] | None = None  # the hosts the batched play takes
+        # Per host, a step action that started and has not been skipped: (step, start time, task).
+        self._pending: dict[str, tuple[str, float, str]] = {}
         self._lock = threading.RLock()
         self._live: Any = None
         self._console: Any = None
@@ -512,7 +534,15 @@ class RunProgress(Progress):
             kind = event.get("event")
             data = event.get("event_data") or {}
             if kind == "playbook_on_play_start":
+                self._commit_pending()
                 self._play_start(data, at)
+            elif kind == "playbook_on_stats":
+                self._commit_pending()
+            elif kind == "runner_on_skipped":
+                self._pending.pop(str(data.get("host") or ""), None)
+            elif kind in ("runner_on_ok", "runner_on_failed", "runner_on_unreachable") and data.get("host"):
+                # The step begins before what its task says (a failure is printed at once).
+                self._commit_pending(str(data["host"]))
             super().__call__(event)
             if self._batch_line and kind != "playbook_on_play_start":
                 self._batch_line = False  # once the batch's hosts are known
@@ -522,6 +552,7 @@ class RunProgress(Progress):
                 for line in str(event.get("stdout") or "").splitlines():
                     found = trial_of_line(line)
                     if found and found[0] in self.views:
+                        self._commit_pending(found[0])
                         self.views[found[0]].last_tok_s = found[1]
             if kind == "playbook_on_stats":
                 self._finish(at)
@@ -575,22 +606,51 @@ class RunProgress(Progress):
             # playbooks/start.yml's batch plan (and upgrade.yml's, without the hosts already kept)
             self.batch_sizes = [int(size) for size in plan["sizes"]]
         action = _action_of(data)
+        self._commit_pending(host)
+        task = str(data.get("task") or "")
         if kind == "runner_on_start" and action in STEP_ACTIONS:
+            # The step begins once the task is not skipped (_commit_pending).
             view.explicit_steps = True
-            self._begin_step(view, STEP_ACTIONS[action], at)
-        elif kind == "runner_on_ok" and run_step(facts):
+            self._pending[host] = (STEP_ACTIONS[action], at, task)
+            return
+        recorded = run_step(facts) if kind == "runner_on_ok" else None
+        if recorded and recorded != view.recorded_step:
+            # A step the run record names that no step action's start began (cuda13_step's drain).
             view.explicit_steps = True
-            self._begin_step(view, str(run_step(facts)), at)
-        elif not view.explicit_steps:
+            self._begin_step(view, recorded, at)
+        elif not view.explicit_steps and not recorded:
             _, label = self._step_of(host, data)
-            if label and label != view.step and _action_of(data) not in _QUIET_ACTIONS:
+            if label and label != view.step and action not in _QUIET_ACTIONS:
+                if kind == "runner_on_start":
+                    self._pending[host] = (label, at, task)
+                    return
                 self._begin_step(view, label, at)
         if kind == "runner_on_start":
-            view.task = str(data.get("task") or "") or view.task
+            view.task = task or view.task
+        gate = res.get("not_started") if action == "cuda13_fleet" else None
+        if kind == "runner_on_ok" and isinstance(gate, Mapping):
+            # The batch gate (failure budget, window) starts neither this batch nor any later one.
+            for name in gate.get("hosts") or []:
+                self._final(str(name), NOT_REACHED, at)
         result = facts.get("cuda13_result")
         if kind == "runner_on_ok" and isinstance(result, Mapping) and result.get("status"):
-            self._final(host, str(result["status"]), at)
             self._begin_step(view, "done", at)
+            self._final(host, str(result["status"]), at)
+
+    def _commit_pending(self, host: str | None = None, before: float | None = None) -> None:
+        """Begin the pending step of ``host`` (None: every host's), at its start's time; with
+        ``before``, only those that started before it."""
+        for name in [host] if host is not None else list(self._pending):
+            pending = self._pending.get(name)
+            if pending is None or (before is not None and pending[1] > before):
+                continue
+            del self._pending[name]
+            step, started, task = pending
+            view = self.views.get(name)
+            if view is None:
+                view = self.views[name] = HostView(host=name)
+            self._begin_step(view, step, started)
+            view.task = task or view.task
 
     def _begin_step(self, view: HostView, step: str, at: float) -> None:
         if step == view.step:
@@ -598,6 +658,8 @@ class RunProgress(Progress):
         self._end_step(view, at)
         if step == "done":  # the host's result is recorded
             return
+        if step in STEP_ACTIONS.values() or step in ("drain", "undrain"):
+            view.recorded_step = step
         view.step, view.step_started, view.heartbeat_at = step, at, at
         view.task = None
         if not self.live:
@@ -659,10 +721,11 @@ class RunProgress(Progress):
         """Print the heartbeat of every step running for :attr:`heartbeat_s`
         since its start or its last heartbeat (plain mode; the live view
         redraws itself)."""
-        if self.live:
-            return
         with self._lock:
             at = self.clock() if now is None else now
+            self._commit_pending(before=at - STARTING_S)
+            if self.live:
+                return
             for view in self.views.values():
                 if view.step is None or view.step_started is None or view.heartbeat_at is None:
                     continue
@@ -702,6 +765,7 @@ class RunProgress(Progress):
         batched play): ``{"host", "state", "step", "elapsed_s", "task",
         "last_tok_s"}``."""
         at = self.clock() if now is None else now
+        self._commit_pending(before=at - STARTING_S)
         rows = []
         for host in self._all_hosts():
             view = self.views.get(host) or HostView(host=host)
@@ -763,6 +827,7 @@ class RunProgress(Progress):
         ``"gpu-node-2: kept"``, ``"gpu-node-3: waiting, not started"``."""
         with self._lock:
             at = self.clock() if now is None else now
+            self._commit_pending()
             lines = []
             for host in self._all_hosts():
                 view = self.views.get(host) or HostView(host=host)

@@ -3,7 +3,10 @@
 Runs on the managed host, standard library only, and changes nothing.
 
 nvidia-smi hangs on a GPU or driver in a bad state (RmInitAdapter failures, Xid
-errors, the wrong kernel module flavour). Each run goes under coreutils
+errors, the wrong kernel module flavour). The query of the GPUs runs first; when it
+fails (or hangs) nvidia-smi is not run again (``table`` and ``compute_apps`` are
+``{"skipped": true, "msg"}``): the preflight refuses the host on that query alone,
+and a hang costs one timeout, not three. Each run goes under coreutils
 ``timeout --foreground --kill-after=10 SECONDS``, so that a hang ends with an exit
 status the preflight names (124, or 137 when TERM was not enough and KILL
 followed 10 s later; ``--foreground`` makes timeout itself exit so, instead of
@@ -30,6 +33,13 @@ import subprocess
 from .space_probe import _mount_types, measure
 
 GPU_FIELDS = ("index", "name", "uuid", "driver_version", "compute_cap", "memory.total", "pci.bus_id")
+#: nvidia-smi's arguments of the preflight's query of the GPUs (the fields of GPU_FIELDS).
+GPU_QUERY = (
+    "--query-gpu=index,name,uuid,driver_version,compute_cap,memory.total,pci.bus_id",
+    "--format=csv,noheader,nounits",
+)
+#: nvidia-smi's arguments of the query of the processes on the GPUs.
+APPS_QUERY = ("--query-compute-apps=gpu_uuid,pid,process_name,used_memory", "--format=csv,noheader,nounits")
 
 
 def _run(argv: list[str], timeout: float | None = 120) -> dict:
@@ -50,13 +60,15 @@ def _run(argv: list[str], timeout: float | None = 120) -> dict:
             "stdout": "",
             "stderr": "",
             "timedout": True,
-            "msg": f"The command action failed to execute in the expected time frame ({timeout}) and was terminated",
+            "msg": f"The command action failed to execute in the expected time frame ({timeout})"
+            " and was terminated",
         }
     return {"rc": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
 
 
-def _nvidia_smi(nvidia_smi: str, timeout: int, *args: str) -> dict:
-    argv = ["timeout", "--foreground", "--kill-after=10", str(timeout), nvidia_smi, *args]
+def _nvidia_smi(command: list[str], timeout: int) -> dict:
+    """``command`` (nvidia-smi and its arguments) under coreutils timeout (see the module docstring)."""
+    argv = ["timeout", "--foreground", "--kill-after=10", str(timeout), *command]
     return _run(argv, timeout=timeout + 40)
 
 
@@ -70,19 +82,16 @@ def _read(path: str) -> str | None:
 
 def facts(params: dict) -> dict:
     """See the module docstring; ``params`` as :data:`FACTS_SPEC`."""
-    smi, timeout = params["nvidia_smi"], int(params["nvidia_smi_timeout"])
+    nvidia_smi, timeout = params["nvidia_smi"], int(params["nvidia_smi_timeout"])
     out: dict = {}
-    out["query"] = _nvidia_smi(
-        smi, timeout, "--query-gpu=" + ",".join(GPU_FIELDS), "--format=csv,noheader,nounits"
-    )
+    out["query"] = _nvidia_smi([nvidia_smi, *GPU_QUERY], timeout)
     out["proc_version"] = _read("/proc/driver/nvidia/version")
-    out["table"] = _nvidia_smi(smi, timeout)
-    out["compute_apps"] = _nvidia_smi(
-        smi,
-        timeout,
-        "--query-compute-apps=gpu_uuid,pid,process_name,used_memory",
-        "--format=csv,noheader,nounits",
-    )
+    if out["query"].get("rc") == 0:
+        out["table"] = _nvidia_smi([nvidia_smi], timeout)
+        out["compute_apps"] = _nvidia_smi([nvidia_smi, *APPS_QUERY], timeout)
+    else:
+        # The preflight refuses the host on the query alone; a hung nvidia-smi is waited for once.
+        out["table"] = out["compute_apps"] = {"skipped": True, "msg": "not run: the query of the GPUs failed"}
     unit = params["unit"]
     out["unit"] = _run(["systemctl", "show", "--property=MainPID", "--property=ControlGroup", unit])
     cgroups = {}

@@ -551,19 +551,45 @@ SERVICE_SPEC = {
 }
 
 
+def _read_text(path: str) -> str:
+    """The file's text, '' when it is not there or cannot be read."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except OSError:
+        return ""
+
+
 def service_module(params: dict, check_mode: bool) -> dict:
     """The module cuda13_service: the profile drop-in (unless ``restart`` is never), then
-    :func:`cycle` (not in check mode)."""
+    :func:`cycle` (not in check mode). A drop-in that changes (or would, in check mode) comes
+    with ``diff`` (``before``, ``after``, their headers: the path), which ansible-playbook's
+    ``--diff`` shows as it shows a template's."""
     dropin_changed = False
+    diff = None
     if params["restart"] != "never" and params.get("dropin_path"):
+        path = params["dropin_path"]
+        before = _read_text(path)
         try:
-            dropin_changed = set_dropin(
-                params["dropin_path"], params.get("dropin_content"), check_mode=check_mode
-            )
+            dropin_changed = set_dropin(path, params.get("dropin_content"), check_mode=check_mode)
         except OSError as exc:
-            return {"failed": True, "msg": f"cannot write the profile drop-in {params['dropin_path']}: {exc}"}
+            return {"failed": True, "msg": f"cannot write the profile drop-in {path}: {exc}"}
+        if dropin_changed:
+            diff = {
+                "before_header": path,
+                "after_header": path if params.get("dropin_content") is not None else f"{path} (removed)",
+                "before": before,
+                "after": params.get("dropin_content") or "",
+            }
+    extra = {"diff": diff} if diff else {}
     if check_mode:
-        return {"changed": dropin_changed, "dropin_changed": dropin_changed, "cycle": None, "ok": True}
+        return {
+            "changed": dropin_changed,
+            "dropin_changed": dropin_changed,
+            "cycle": None,
+            "ok": True,
+            **extra,
+        }
     record, ok = cycle(
         params["unit"],
         restart=params["restart"],
@@ -582,6 +608,7 @@ def service_module(params: dict, check_mode: bool) -> dict:
         "dropin_changed": dropin_changed,
         "cycle": record,
         "ok": ok,
+        **extra,
     }
 
 

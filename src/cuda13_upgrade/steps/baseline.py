@@ -78,9 +78,9 @@ def take(
     if switched and not judged["usable"]:
         raise StepFailed(
             f"{host.name} already runs the new stack ({switch_dropin}) but has no baseline of the old stack"
-            f" recorded within cuda13_baseline_max_age_hours={options['cuda13_baseline_max_age_hours']} for the"
-            f" profiles {', '.join(str(p['name']) for p in profiles)}: the host goes back to its old stack now;"
-            " run the upgrade again to measure both.",
+            f" recorded within cuda13_baseline_max_age_hours={options['cuda13_baseline_max_age_hours']}"
+            f" for the profiles {', '.join(str(p['name']) for p in profiles)}: the host goes back to its old"
+            " stack now; run the upgrade again to measure both.",
         )
     if judged["usable"]:
         record["baseline"] = judged["record"]

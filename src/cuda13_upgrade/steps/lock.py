@@ -86,7 +86,8 @@ def acquire(
             f"{host.name}: took over the lock {lock_dir} of run {verdict.get('run_id') or '?'}: {why}.{began}"
         )
         taken_over = holder
-        host.tell(notice)
+        # tell() names the host itself.
+        host.tell(notice.removeprefix(f"{host.name}: "))
     host.module("cuda13_lock_dir", {"action": "own", "state_dir": state_dir, "owner": dict(owner)})
     return {"held": True, "taken_over": taken_over, "owner": dict(owner), "notice": notice}
 

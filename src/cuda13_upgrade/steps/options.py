@@ -1,4 +1,4 @@
-"""The step ``options``: every option every step reads, checked once per host and run (action ``cuda13_options``).
+"""The step ``options``: every option the steps read, checked once per host and run (``cuda13_options``).
 
 The options are the roles' public variables (each role's ``defaults/main.yml``
 and ``meta/argument_specs.yml``) and the playbooks' own (:data:`cuda13_upgrade.options.PLAY_OPTIONS`).

@@ -20,6 +20,10 @@ In order, each refusing the host with what is wrong and what to do, and
 The host's side is the module ``cuda13_host_facts`` (one run) and the modules the
 toolkit and resolution steps call. ``refuse`` false (``cuda13-upgrade plan``)
 records each refusal and stops that host's checks there, instead of failing.
+
+The operator sees each check that passed on a line of its own, ``<host>: passed:
+<message>`` (:func:`tell_passed`), and each part turned off by an option
+(``<host>: not checked: ...``); a refusal is the task's message.
 """
 
 from __future__ import annotations
@@ -65,6 +69,13 @@ def settings(options: Mapping[str, Any]) -> dict[str, Any]:
         "nvidia_smi_timeout": options["nvidia_driver_check_nvidia_smi_timeout"],
         "option_names": dict(OPTION_NAMES),
     }
+
+
+def tell_passed(host: Host, passed: list[Mapping[str, Any]]) -> None:
+    """Show each check that passed, one line each: ``<host>: passed: <message>`` (what the old
+    task "Show the preflight" listed; ``cuda13_upgrade.gpucheck.preflight_messages`` reads them)."""
+    for check in passed:
+        host.tell(f"passed: {' '.join(str(check['message']).split())}")
 
 
 def _failures_text(failures: list[Any]) -> str:
@@ -119,8 +130,9 @@ def evaluate(
     host: Host, options: Mapping[str, Any], found: Mapping[str, Any], figures: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """Steps 2 and 3 (see the module docstring); ``figures``: the stacks' space figures
-    (``roles/nvidia_driver_check/files/stack-space.yml``). Returns ``{"report", "gpus", "compute_capabilities",
-    "driver_version"}``; raises StepFailed when nvidia-smi does not answer or a check fails."""
+    (``roles/nvidia_driver_check/files/stack-space.yml``). Returns ``{"report", "gpus",
+    "compute_capabilities", "driver_version"}``; raises StepFailed when nvidia-smi does not
+    answer or a check fails (after showing the checks that passed, :func:`tell_passed`)."""
     smi = options["nvidia_driver_check_nvidia_smi"]
     timeout = options["nvidia_driver_check_nvidia_smi_timeout"]
     query = found.get("query") or {}
@@ -140,7 +152,8 @@ def evaluate(
             else ""
         )
         raise StepFailed(
-            f"{host.name}: {smi} {failure.summary}.{module} Fix: {failure.remedy}. Nothing on the host was changed."
+            f"{host.name}: {smi} {failure.summary}.{module} Fix: {failure.remedy}."
+            " Nothing on the host was changed."
         )
     gpus = nvidia_smi.parse_query_gpu(
         query.get("stdout") or "",
@@ -191,7 +204,7 @@ def evaluate(
         "space_plan": space_plan,
     }
     report = preflight.evaluate(facts, settings(options)).to_dict()
-    host.tell("; ".join(p["message"] for p in report["passed"]))
+    tell_passed(host, report["passed"])
     if not report["ok"]:
         raise StepFailed(
             f"{host.name} fails the preflight for CUDA {options['nvidia_driver_check_toolkit_release']};"
@@ -227,8 +240,20 @@ def stack_driver(
             + _failures_text(checked["failures"]),
             {"stack_driver": checked},
         )
-    host.tell("; ".join(p["message"] for p in checked["passed"]) or "no CUDA component to check")
+    if checked["passed"]:
+        tell_passed(host, checked["passed"])
+    else:
+        host.tell("no CUDA component to check")
     return checked
+
+
+def _failed_record(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A refused host's record, kept small (a failed task's result is printed whole): the
+    resolved set (some 200 distributions for a real stack) as its size, ``resolved_count``."""
+    small = dict(record)
+    resolved = small.pop("resolved", None)
+    small["resolved_count"] = len(resolved) if isinstance(resolved, list) else None
+    return small
 
 
 def check(
@@ -244,7 +269,8 @@ def check(
     Returns ``{"ok": bool, "refusals": [message], "report", "gpus", "compute_capabilities",
     "driver_version", "toolkit": the apt plan or None, "resolved": [...] or None, "resolved_by",
     "requirement", "stack_driver"}``. With ``refuse`` (the rollout) the first refusal raises
-    StepFailed; without it, it is recorded and the host's checks stop there.
+    StepFailed, whose record is this one with ``resolved_count`` for ``resolved``; without it,
+    it is recorded and the host's checks stop there.
     """
     from cuda13_upgrade.steps import resolve, toolkit
 
@@ -284,7 +310,17 @@ def check(
         record.update(evaluate(host, options, found, figures))
         if host_checks:
             record["toolkit"] = toolkit.plan(host, options)
-        if options.get("cuda13_preflight_resolve", True):
+        else:
+            host.tell(
+                "not checked: the options against the host, NVIDIA's repository, the indexes and"
+                " apt's transaction (nvidia_driver_check_host_checks is false)"
+            )
+        if not options.get("cuda13_preflight_resolve", True):
+            host.tell(
+                "not checked: the target's resolution and its driver floor"
+                " (cuda13_preflight_resolve is false)"
+            )
+        else:
             resolved = resolve.resolve(host, options, run_dir=run_dir)
             record.update(
                 resolved=resolved["resolved"],
@@ -296,7 +332,7 @@ def check(
             )
     except StepFailed as exc:
         if refuse:
-            raise StepFailed(exc.msg, {**record, **exc.record}) from exc
+            raise StepFailed(exc.msg, _failed_record({**record, **exc.record})) from exc
         record["refusals"].append(exc.msg)
         return record
     record["ok"] = True

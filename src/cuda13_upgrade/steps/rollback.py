@@ -22,10 +22,11 @@ freeze``, ``/usr/local/cuda``, the service's command).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from cuda13_upgrade import diagnosis, nospace, ondemand, stack, throughput
@@ -129,7 +130,10 @@ def _check_restored(
         manifest["venv"]["pip_freeze"], stack.parse_pip_freeze_lines(freeze["stdout"])
     )
     expected = manifest["service"]["exec_start"] + "".join(f" {shlex.quote(str(a))}" for a in args)
-    runs = stack.service_exec_start(unit["stdout"])
+    try:
+        runs = stack.service_exec_start(unit["stdout"])
+    except ValueError as exc:
+        runs = f"nothing ({exc})"
     if diff["removed"] or diff["added"] or cuda["stdout"] != manifest["cuda"]["resolved"] or runs != expected:
         with_args = (
             f", with the first profile arguments {' '.join(shlex.quote(str(a)) for a in args)}"
@@ -139,8 +143,8 @@ def _check_restored(
         raise StepFailed(
             f"After the rollback the host differs from its snapshot {options['rollback_snapshot_file']}: venv"
             f" {venv} lost {diff['removed']} and gained {diff['added']}; /usr/local/cuda resolves to"
-            f" {cuda['stdout']} (snapshot: {manifest['cuda']['resolved']}); the service runs {runs} (snapshot:"
-            f" {manifest['service']['exec_start']}{with_args})."
+            f" {cuda['stdout']} (snapshot: {manifest['cuda']['resolved']}); the service runs {runs}"
+            f" (snapshot: {manifest['service']['exec_start']}{with_args})."
         )
 
 
@@ -159,6 +163,62 @@ def _remove_new_stack(host: Host, options: Mapping[str, Any], manifest: Mapping[
     return removed
 
 
+@contextlib.contextmanager
+def _part(where: str) -> Iterator[None]:
+    """Name the part of the rollback a failure inside happened in (``record["where"]``, the old
+    rollback's task names), for the message of a rollback that itself failed."""
+    try:
+        yield
+    except StepFailed as exc:
+        exc.record.setdefault("where", where)
+        raise
+
+
+#: What a pre-upgrade snapshot must hold for the rollback: its paths in the manifest.
+SNAPSHOT_NEEDS = (
+    ("service", "exec_start"),
+    ("venv", "path"),
+    ("venv", "pip_freeze"),
+    ("cuda", "resolved"),
+)
+
+
+def load_snapshot(host: Host, path: str) -> dict[str, Any]:
+    """The pre-upgrade snapshot ``path`` on the host, read and checked (:data:`SNAPSHOT_NEEDS`).
+
+    Returns the manifest. Raises StepFailed (``record["where"]``: ``Read the pre-upgrade snapshot``
+    or ``Load the snapshot``) when the file cannot be read, is not JSON, or lacks what the
+    rollback restores; nothing on the host is changed then.
+    """
+    with _part("Read the pre-upgrade snapshot"):
+        found = host.module("cuda13_record", {"read": [path]}, check_mode=False)["read"][path]
+        if not found["content"]:
+            raise StepFailed(f"Read the pre-upgrade snapshot: {path} cannot be read on {host.name}")
+    with _part("Load the snapshot"):
+        try:
+            manifest = json.loads(found["content"])
+        except ValueError as exc:
+            raise StepFailed(
+                f"Load the snapshot: {path} on {host.name} is not JSON ({exc})."
+                " Nothing on the host was changed."
+            ) from exc
+        missing = [
+            ".".join(keys)
+            for keys in SNAPSHOT_NEEDS
+            if not isinstance(manifest, Mapping)
+            or not isinstance(manifest.get(keys[0]), Mapping)
+            or manifest[keys[0]].get(keys[1]) is None
+        ]
+        if missing:
+            raise StepFailed(
+                f"Load the snapshot: {path} on {host.name} is not a pre-upgrade snapshot of cuda13-upgrade:"
+                f" it lacks {', '.join(missing)}. Nothing on the host was changed. Put the snapshot the"
+                " upgrade took back in place (the run's report keeps a copy, <run dir>/<host>/snapshot.json),"
+                " or restore the host's stack by hand."
+            )
+    return dict(manifest)
+
+
 def restore(
     host: Host,
     options: Mapping[str, Any],
@@ -172,39 +232,49 @@ def restore(
     ``revert_apt``: undoes the toolkit step's apt changes (:func:`cuda13_upgrade.steps.toolkit.revert`).
     Returns ``{"seconds": until the old stack generated again, "alternatives_manual": [groups left
     in manual mode], "served", "removed": [paths], "restarts", "leftovers", "manifest"}``. Raises
-    StepFailed naming the task that failed.
+    StepFailed with ``record["where"]``, the part that failed (the old rollback's task names:
+    ``Read the pre-upgrade snapshot``, ``Load the snapshot``, ``Remove the upgrade's drop-ins``,
+    ``Restore the CUDA alternatives``, ``Undo the toolkit step's apt changes``, ``Clear the new
+    stack's caches``, ``Start the old stack with the first profile's arguments``, ``Check the
+    restored stack against the snapshot``, ``Remove the new stack``); a snapshot that cannot be
+    read or lacks what is restored fails before anything changes.
     """
     started = time.time()
     args = [str(a) for a in profile_args or []]
-    path = options["rollback_snapshot_file"]
-    found = host.module("cuda13_record", {"read": [path]}, check_mode=False)["read"][path]
-    if not found["content"]:
-        raise StepFailed(f"Read the pre-upgrade snapshot: {path} cannot be read on {host.name}")
-    manifest = json.loads(found["content"])
+    manifest = load_snapshot(host, options["rollback_snapshot_file"])
     service = options["rollback_service_name"]
-    host.module(
-        "cuda13_record",
-        {"absent": [f"/etc/systemd/system/{service}.d/{name}" for name in options["rollback_dropins"]]},
-    )
-    left = _restore_alternatives(host, (manifest.get("cuda") or {}).get("alternatives") or {})
+    with _part("Remove the upgrade's drop-ins"):
+        host.module(
+            "cuda13_record",
+            {"absent": [f"/etc/systemd/system/{service}.d/{name}" for name in options["rollback_dropins"]]},
+        )
+    with _part("Restore the CUDA alternatives"):
+        left = _restore_alternatives(host, (manifest.get("cuda") or {}).get("alternatives") or {})
     if revert_apt is not None:
-        revert_apt(host, options)
+        with _part("Undo the toolkit step's apt changes"):
+            revert_apt(host, options)
     if options.get("rollback_clear_dirs"):
-        host.module("cuda13_record", {"absent": list(options["rollback_clear_dirs"])})
-    served = serve(
-        host,
-        **serve_options(options, "rollback"),
-        exec_start=manifest["service"]["exec_start"],
-        args=args,
-        check=False,
-        what="the old stack, after the rollback",
-        about="the first profile the rollback's re-check measures on the old stack",
-        service_user=(manifest.get("service") or {}).get("user") or "",
-    )
+        with _part("Clear the new stack's caches"):
+            host.module("cuda13_record", {"absent": list(options["rollback_clear_dirs"])})
+    with _part("Start the old stack with the first profile's arguments"):
+        served = serve(
+            host,
+            **serve_options(options, "rollback"),
+            exec_start=manifest["service"]["exec_start"],
+            args=args,
+            check=False,
+            what="the old stack, after the rollback",
+            about="the first profile the rollback's re-check measures on the old stack",
+            service_user=(manifest.get("service") or {}).get("user") or "",
+        )
     seconds = round(time.time() - started, 2)
     if not host.check_mode:
-        _check_restored(host, options, manifest, args)
-    removed = _remove_new_stack(host, options, manifest) if options.get("rollback_remove_new_stack") else []
+        with _part("Check the restored stack against the snapshot"):
+            _check_restored(host, options, manifest, args)
+    removed = []
+    if options.get("rollback_remove_new_stack"):
+        with _part("Remove the new stack"):
+            removed = _remove_new_stack(host, options, manifest)
     return {
         "seconds": seconds,
         "alternatives_manual": left,
@@ -304,9 +374,9 @@ def after_failure(
     cause = f" Cause: {diagnosed['cause']}. Fix: {diagnosed['remedy']}." if diagnosed.get("known") else ""
     if not undo:
         host.tell(
-            f"staging failed at step '{step}' ({failed_task}): {out['error']} The service was not touched and"
-            f" still runs {options['cuda13_old_venv']}. Fix the cause and run the stage again; the partial new"
-            " stack stays beside the old one until then (playbooks/rollback.yml removes it)."
+            f"staging failed at step '{step}' ({failed_task}): {out['error']} The service was not touched"
+            f" and still runs {options['cuda13_old_venv']}. Fix the cause and run the stage again; the"
+            " partial new stack stays beside the old one until then (playbooks/rollback.yml removes it)."
         )
         out["run"] = {**run, "failure": {k: out[k] for k in ("failed_step", "failed_task", "error")}}
         return out
@@ -348,18 +418,19 @@ def after_failure(
                 leftovers=restored["leftovers"],
             )
             if recheck:
-                measured = measure.phase(
-                    host,
-                    phase="rollback",
-                    options=options,
-                    profiles=list(options["cuda13_profiles"]),
-                    venv=options["cuda13_old_venv"],
-                    exec_start=restored["manifest"]["service"]["exec_start"],
-                    run_id=str(run.get("run_id")),
-                    plan=recheck,
-                    service_user=(restored["manifest"].get("service") or {}).get("user") or "",
-                    prompts=prompts,
-                )
+                with _part("Measure the old stack again"):
+                    measured = measure.phase(
+                        host,
+                        phase="rollback",
+                        options=options,
+                        profiles=list(options["cuda13_profiles"]),
+                        venv=options["cuda13_old_venv"],
+                        exec_start=restored["manifest"]["service"]["exec_start"],
+                        run_id=str(run.get("run_id")),
+                        plan=recheck,
+                        service_user=(restored["manifest"].get("service") or {}).get("user") or "",
+                        prompts=prompts,
+                    )
                 out["measured"] = measured
                 out["restarts"] += measured["restarts"]
                 out["leftovers"] += measured["leftovers"]
@@ -395,11 +466,10 @@ def after_failure(
 
 
 def _where(exc: StepFailed) -> str:
-    """The part of the rollback that failed, for the message."""
+    """The part of the rollback that failed, for the message: the part :func:`restore` named
+    (``record["where"]``), else the module that failed."""
+    where = exc.record.get("where")
+    if where:
+        return str(where)
     module = getattr(exc, "module", None)
-    return {
-        "cuda13_service": "Start the old stack with the first profile's arguments",
-        "cuda13_record": "Remove the upgrade's drop-ins",
-        "ansible.builtin.apt": "Undo the toolkit step's apt changes",
-        "community.general.alternatives": "Restore the CUDA alternatives",
-    }.get(str(module), "Check the restored stack against the snapshot" if module is None else str(module))
+    return str(module) if module else "the rollback"

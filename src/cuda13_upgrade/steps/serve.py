@@ -52,7 +52,8 @@ def serve(
     ``venv``'s Python. ``timeout`` (s): the wait until it generates at ``url``.
 
     Returns :func:`cuda13_upgrade.restarts.serve_outcome`'s record plus ``"cycle"``
-    (what the host's side recorded, None in check mode) and ``"dropin_changed"``.
+    (what the host's side recorded, None in check mode), ``"dropin_changed"`` and, when the
+    drop-in changed, ``"diff"`` (its text before and after, for ``--diff``).
     Raises StepFailed with the outcome's message (the cause, the remedy, the
     journal's last lines) and ``{"restarted", "leftovers", "running_command"}`` when
     the server did not start, did not generate in time, left processes on the
@@ -96,10 +97,16 @@ def serve(
         # The message holds the cause, the remedy and the journal's last lines; the record, what counts.
         raise StepFailed(
             outcome["msg"],
-            {"restarted": outcome["restarted"], "leftovers": outcome["leftovers"],
-             "running_command": outcome["running_command"]},
+            {
+                "restarted": outcome["restarted"],
+                "leftovers": outcome["leftovers"],
+                "running_command": outcome["running_command"],
+            },
         )
-    return {**outcome, "cycle": result.get("cycle"), "dropin_changed": bool(result.get("dropin_changed"))}
+    served = {**outcome, "cycle": result.get("cycle"), "dropin_changed": bool(result.get("dropin_changed"))}
+    if result.get("diff"):
+        served["diff"] = result["diff"]
+    return served
 
 
 def running(host: Host, *, service: str, exec_start: str) -> dict[str, Any]:

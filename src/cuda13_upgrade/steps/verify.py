@@ -140,7 +140,9 @@ def verify(
     )
     record.update(regressed=bool(verdict["regressed"]), reason=verdict["reason"])
     if reasons:
-        record.update(rollback=True, reason_to_roll_back=f"The new stack fails the gate: {'; '.join(reasons)}")
+        record.update(
+            rollback=True, reason_to_roll_back=f"The new stack fails the gate: {'; '.join(reasons)}"
+        )
         return record
     record["batch_soak"] = batch_soak.plan(
         options.get("cuda13_soak_seconds") or 0,
@@ -176,8 +178,8 @@ def soak_between_batches(
     """Watch the kept host in service for ``cuda13_soak_seconds`` (the verify's ``batch_soak`` plan).
 
     Returns :func:`cuda13_upgrade.batch_soak.verdict`'s record, with ``rollback`` and its reason as
-    ``msg`` (true and the reason when the host degraded in service (the play fails it: the rescue drains it again and
-    rolls it back).
+    ``msg``: true and the reason when the host degraded in service (the play fails it: the rescue
+    drains it again and rolls it back).
     """
     plan = verify.get("batch_soak") or {}
     if not plan.get("watch") or host.check_mode:
