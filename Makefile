@@ -58,8 +58,8 @@ demo: image mirror
 	scripts/demo.sh $(SCENARIO)
 
 lint: setup
-	$(BIN)/ruff check src tests filter_plugins roles sandbox benchmarks molecule scripts
-	$(BIN)/ruff format --check src tests filter_plugins roles sandbox benchmarks molecule scripts
+	$(BIN)/ruff check src tests filter_plugins roles sandbox benchmarks molecule scripts library action_plugins
+	$(BIN)/ruff format --check src tests filter_plugins roles sandbox benchmarks molecule scripts library action_plugins
 	ANSIBLE_LINT_SKIP_UPDATE=1 $(BIN)/ansible-lint --offline -q
 
 # Unit tests in UNIT_WORKERS processes (pytest-xdist); their times in a JUnit

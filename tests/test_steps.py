@@ -36,7 +36,9 @@ def _options(tmp_path: Path, **given) -> dict:
 
 def test_a_step_begins_in_the_run_record_and_in_the_hosts_step_json(tmp_path):
     host = FakeHost()
-    run = new_run(run_id="r1", host="gpu-node-01", target={"t": 1}, state_dir=str(tmp_path), serving="/opt/ml-env")
+    run = new_run(
+        run_id="r1", host="gpu-node-01", target={"t": 1}, state_dir=str(tmp_path), serving="/opt/ml-env"
+    )
     run = begin_step(host, run, "snapshot")
     run = begin_step(host, run, "toolkit")
     assert current_step(run) == "toolkit"
@@ -80,7 +82,9 @@ def test_a_live_runs_lock_is_refused_and_a_dead_ones_taken_over(tmp_path):
 def test_bad_option_values_refuse_the_host_listing_each(tmp_path):
     with pytest.raises(StepFailed) as refused:
         _options(tmp_path, verify_throughput_tolerance_pct=-5, verify_throughput_min_trials=1)
-    assert refused.value.msg.startswith("gpu-node-01: invalid option values; nothing on the host was changed.")
+    assert refused.value.msg.startswith(
+        "gpu-node-01: invalid option values; nothing on the host was changed."
+    )
     assert "verify_throughput_tolerance_pct is out of range: -5." in refused.value.msg
     assert "verify_throughput_min_trials" in refused.value.msg
 
@@ -95,7 +99,11 @@ def test_given_values_are_converted_and_defaults_kept(tmp_path):
 
 
 def test_the_drain_bracket_runs_the_undrain_hook_once_per_drain(tmp_path):
-    opts = {"cuda13_drain_tasks": "d.yml", "cuda13_undrain_tasks": "u.yml", "cuda13_service_name": "s.service"}
+    opts = {
+        "cuda13_drain_tasks": "d.yml",
+        "cuda13_undrain_tasks": "u.yml",
+        "cuda13_service_name": "s.service",
+    }
     run = new_run(run_id="r", host="h", target={}, state_dir=str(tmp_path), serving="/v")
     drained = drain.side(FakeHost("h"), run, opts, step="drain")
     assert drained["hook"] == "d.yml" and drained["run"]["drained"]
@@ -110,7 +118,9 @@ def test_on_demand_commands_refuse_a_host_without_a_drain_hook(tmp_path):
     with pytest.raises(StepFailed) as refused:
         drain.side(FakeHost("gpu-node-03"), {}, opts, step="drain", command="rollback")
     assert refused.value.msg.startswith("gpu-node-03: rollback restarts sglang.service on the old stack")
-    allowed = drain.side(FakeHost("h"), {}, {**opts, "cuda13_allow_undrained": True}, step="drain", command="verify")
+    allowed = drain.side(
+        FakeHost("h"), {}, {**opts, "cuda13_allow_undrained": True}, step="drain", command="verify"
+    )
     assert allowed["hook"] == ""
 
 
@@ -124,17 +134,29 @@ def _digest_of(venv: Path, unit: str) -> dict:
 
 
 def test_a_kept_host_with_its_stack_unchanged_is_already_kept(tmp_path):
-    opts = _options(tmp_path, cuda13_new_venv=str(tmp_path / "venv"), cuda13_service_name="nonexistent.service")
+    opts = _options(
+        tmp_path, cuda13_new_venv=str(tmp_path / "venv"), cuda13_service_name="nonexistent.service"
+    )
     opts["nvidia_driver_check_nvidia_smi"] = str(REPO / "sandbox" / "host" / "nvidia-smi")
     (tmp_path / "venv" / "bin").mkdir(parents=True)
-    (tmp_path / "venv" / "bin" / "python").symlink_to(subprocess.check_output(["which", "python3"], text=True).strip())
+    (tmp_path / "venv" / "bin" / "python").symlink_to(
+        subprocess.check_output(["which", "python3"], text=True).strip()
+    )
     digest = _digest_of(tmp_path / "venv", "nonexistent.service")
     state = tmp_path / "state"
     state.mkdir()
     target = rerun.target(opts)
     (state / "result.json").write_text(
-        json.dumps({"run_id": "r0", "status": "kept", "measured": True, "verified_in_run": "r0", "target": target,
-                    "stack_digest": digest})
+        json.dumps(
+            {
+                "run_id": "r0",
+                "status": "kept",
+                "measured": True,
+                "verified_in_run": "r0",
+                "target": target,
+                "stack_digest": digest,
+            }
+        )
     )
     (state / "step.json").write_text(json.dumps({"run_id": "r0", "step": "result"}))
     host = FakeHost()
@@ -171,7 +193,10 @@ def test_a_staged_host_is_staged_only_for_the_same_target_resolved_set_and_freez
 
 def test_a_play_wide_option_set_differently_on_two_hosts_is_refused():
     checked = fleet.fleet_options(["a", "b"], {"a": {"cuda13_serial": 1}, "b": {"cuda13_serial": 2}})
-    assert checked["failures"] and "cuda13_serial differs between the hosts of the rollout" in checked["failures"][0]
+    assert (
+        checked["failures"]
+        and "cuda13_serial differs between the hosts of the rollout" in checked["failures"][0]
+    )
 
 
 def test_the_batch_gate_stops_once_the_budget_is_spent(tmp_path):
@@ -187,16 +212,28 @@ def test_the_batch_gate_stops_once_the_budget_is_spent(tmp_path):
         run_hosts=["a", "b", "c"],
     )
     assert not gate["start"]
-    assert gate["not_started"]["hosts"] == ["b", "c"] and "failure budget spent" in gate["not_started"]["reason"]
+    assert (
+        gate["not_started"]["hosts"] == ["b", "c"] and "failure budget spent" in gate["not_started"]["reason"]
+    )
     assert (tmp_path / "r1" / "not_started.json").exists()
 
 
 def test_the_batch_gate_holds_a_batch_outside_the_window(tmp_path):
-    plan = fleet.plan(["a", "b"], {"cuda13_window": {"start": "01:00", "end": "02:00", "timezone": "UTC"}},
-                      "2026-12-01T00:00:00Z")
+    plan = fleet.plan(
+        ["a", "b"],
+        {"cuda13_window": {"start": "01:00", "end": "02:00", "timezone": "UTC"}},
+        "2026-12-01T00:00:00Z",
+    )
     gate = fleet.batch_gate(
-        plan, hosts=["a", "b"], batch=["a"], active=["a", "b"], statuses={}, run_id="r1", reports_dir=tmp_path,
-        run_hosts=["a", "b"], now="2026-12-01T03:00:00Z",
+        plan,
+        hosts=["a", "b"],
+        batch=["a"],
+        active=["a", "b"],
+        statuses={},
+        run_id="r1",
+        reports_dir=tmp_path,
+        run_hosts=["a", "b"],
+        now="2026-12-01T03:00:00Z",
     )
     assert not gate["start"] and gate["not_started"]["said"] == "not started"
     assert gate["not_started"]["hosts"] == ["a", "b"]
@@ -245,8 +282,12 @@ def test_a_failure_before_any_change_is_told_and_nothing_undone(tmp_path):
     run = begin_step(FakeHost(check_mode=True), run, "snapshot")
     host = FakeHost(handlers={"ansible.builtin.command": lambda args: {"rc": 1, "stdout": ""}})
     out = rollback.after_failure(
-        host, opts, run=run, failed={"msg": "cannot read the serving venv's pip freeze"},
-        failed_task="Snapshot the running stack", records={},
+        host,
+        opts,
+        run=run,
+        failed={"msg": "cannot read the serving venv's pip freeze"},
+        failed_task="Snapshot the running stack",
+        records={},
     )
     assert out["status"] == "failed" and out["failed_step"] == "snapshot"
     assert any("Nothing on the host was changed." in line for line in host.told)
@@ -258,10 +299,13 @@ def test_the_stage_records_a_failure_and_undoes_nothing(tmp_path):
     run = {**new_run(run_id="r1", host="h", target={}, state_dir="", serving="/v"), "changed": True}
     run = begin_step(FakeHost(), run, "wheels")
     host = FakeHost("h", handlers={"ansible.builtin.command": lambda args: {"rc": 1, "stdout": ""}})
-    out = rollback.after_failure(host, opts, run=run, failed={"msg": "pip failed"}, failed_task="Install",
-                                 records={}, undo=False)
+    out = rollback.after_failure(
+        host, opts, run=run, failed={"msg": "pip failed"}, failed_task="Install", records={}, undo=False
+    )
     assert out["status"] == "failed"
-    assert "staging failed at step 'wheels' (Install): pip failed The service was not touched" in host.told[-1]
+    assert (
+        "staging failed at step 'wheels' (Install): pip failed The service was not touched" in host.told[-1]
+    )
     assert not host.called("cuda13_record")
 
 
@@ -271,7 +315,10 @@ def test_the_stage_records_a_failure_and_undoes_nothing(tmp_path):
 def test_a_refused_host_is_planned_as_refused_with_the_message():
     record = planning.host(
         "gpu-node-02",
-        options_check={"failed": True, "msg": "gpu-node-02: invalid option values; nothing on the host was changed."},
+        options_check={
+            "failed": True,
+            "msg": "gpu-node-02: invalid option values; nothing on the host was changed.",
+        },
         options={},
         state={},
         preflight={},

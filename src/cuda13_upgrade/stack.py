@@ -15,6 +15,19 @@ from typing import Any
 # Read on the host too (the snapshot and the toolkit step), standard library only.
 from .hostscripts.alternatives import cuda_alternatives_groups, parse_alternatives_selections
 
+__all__ = [
+    "build_manifest",
+    "cuda_alternatives_groups",
+    "freeze_difference",
+    "parse_alternatives_query",
+    "parse_alternatives_selections",
+    "parse_dpkg_query",
+    "parse_pip_freeze_lines",
+    "rewrite_exec_start",
+    "service_exec_start",
+    "stack_verdict",
+]
+
 SNAPSHOT_SCHEMA = 1
 
 

@@ -97,8 +97,9 @@ def read(
         )
     if verdict["already_kept"]:
         previous = verdict.get("previous") or {}
+        verified = previous.get("verified_in_run") or previous.get("run_id")
         line = (
-            f"{host.name}: already kept: run {previous.get('verified_in_run') or previous.get('run_id')} verified"
+            f"{host.name}: already kept: run {verified} verified"
             " this target and the stack it kept is unchanged (pip freeze, drop-ins, alternatives, toolkit"
             " packages, driver and GPUs)."
         )

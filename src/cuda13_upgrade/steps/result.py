@@ -1,4 +1,4 @@
-"""The step ``result``: the host's record, kept on the host and on the control node (action ``cuda13_result``).
+"""The step ``result``: the host's record, on the host and on the control node (action ``cuda13_result``).
 
 One record shape for every way a host's run ends (:func:`cuda13_upgrade.report.host_result`):
 kept, already kept, rolled back, failed, staged, and interrupted (the command's
