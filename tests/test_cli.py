@@ -20,7 +20,12 @@ from typing import Any
 
 import pytest
 
-from cuda13_upgrade import cli, report
+from cuda13_upgrade import cli
+from cuda13_upgrade.cli import commands, parser, runner
+from cuda13_upgrade.errors import UsageError
+from cuda13_upgrade.hostresult import load_run_record
+from cuda13_upgrade.progress import Progress
+from cuda13_upgrade.summary import fleet_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -53,7 +58,7 @@ def inventory(tmp_path: Path) -> Path:
 def test_parse_rollout(tmp_path, inventory, monkeypatch):
     vars_file = tmp_path / "vars.yml"
     vars_file.write_text("cuda13_serial: 1\n")
-    options = cli.parse_args(
+    options = parser.parse_args(
         [
             "rollout",
             "-i",
@@ -76,45 +81,45 @@ def test_parse_rollout(tmp_path, inventory, monkeypatch):
     assert options.home == ROOT
     assert options.reports_dir == ROOT / "reports"
     assert re.fullmatch(r"\d{8}T\d{6}Z", options.run_id)
-    assert cli.playbook_path(options) == ROOT / "upgrade-cuda13.yml"
+    assert parser.playbook_path(options) == ROOT / "upgrade-cuda13.yml"
 
 
 def test_parse_reports_dir_from_option_or_environment(tmp_path, inventory, monkeypatch):
-    options = cli.parse_args(["preflight", "-i", str(inventory), "--reports-dir", "out"], cwd=tmp_path)
+    options = parser.parse_args(["preflight", "-i", str(inventory), "--reports-dir", "out"], cwd=tmp_path)
     assert options.reports_dir == tmp_path / "out"
     monkeypatch.setenv("CUDA13_REPORTS_DIR", str(tmp_path / "env-reports"))
-    options = cli.parse_args(["preflight", "-i", str(inventory), "--run-id", "r1"], cwd=tmp_path)
+    options = parser.parse_args(["preflight", "-i", str(inventory), "--run-id", "r1"], cwd=tmp_path)
     assert options.reports_dir == tmp_path / "env-reports"
     assert options.run_id == "r1"
-    assert cli.playbook_path(options) == ROOT / "playbooks" / "preflight.yml"
+    assert parser.playbook_path(options) == ROOT / "playbooks" / "preflight.yml"
 
 
 def test_stage_runs_the_stage_playbook_and_a_staged_host_is_fine(tmp_path, inventory):
-    options = cli.parse_args(["stage", "-i", str(inventory)], cwd=tmp_path)
-    assert cli.playbook_path(options) == ROOT / "playbooks" / "stage.yml"
-    command = cli.COMMANDS["stage"]
-    assert cli.exit_status([{"status": "staged"}], 0, [command.ok_status]) == cli.EXIT_OK
+    options = parser.parse_args(["stage", "-i", str(inventory)], cwd=tmp_path)
+    assert parser.playbook_path(options) == ROOT / "playbooks" / "stage.yml"
+    command = parser.COMMANDS["stage"]
+    assert commands.exit_status([{"status": "staged"}], 0, [command.ok_status]) == commands.EXIT_OK
     assert (
-        cli.exit_status([{"status": "staged"}, {"status": "failed"}], 2, [command.ok_status])
-        == cli.EXIT_HOSTS
+        commands.exit_status([{"status": "staged"}, {"status": "failed"}], 2, [command.ok_status])
+        == commands.EXIT_HOSTS
     )
 
 
 def test_a_host_list_is_an_inventory(tmp_path):
-    options = cli.parse_args(["preflight", "-i", "node-a,node-b,"], cwd=tmp_path)
+    options = parser.parse_args(["preflight", "-i", "node-a,node-b,"], cwd=tmp_path)
     assert options.inventory == "node-a,node-b,"
 
 
 def test_the_inventory_is_required(capsys):
     with pytest.raises(SystemExit) as exc:
-        cli.parse_args(["rollout"])
+        parser.parse_args(["rollout"])
     assert exc.value.code == 2
     assert "the following arguments are required: -i/--inventory" in capsys.readouterr().err
 
 
 def test_report_takes_no_inventory(capsys):
     with pytest.raises(SystemExit) as exc:
-        cli.parse_args(["report", "-i", "x"])
+        parser.parse_args(["report", "-i", "x"])
     assert exc.value.code == 2
     assert "unrecognized arguments: -i x" in capsys.readouterr().err
 
@@ -161,10 +166,10 @@ def test_usage_errors_name_the_option(tmp_path, inventory, monkeypatch, capsys, 
 
 def test_home_from_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDA13_UPGRADE_HOME", str(tmp_path))
-    with pytest.raises(cli.UsageError, match=r"from CUDA13_UPGRADE_HOME\) is not a cuda13-upgrade checkout"):
-        cli.home_dir()
+    with pytest.raises(UsageError, match=r"from CUDA13_UPGRADE_HOME\) is not a cuda13-upgrade checkout"):
+        parser.home_dir()
     (tmp_path / "ansible.cfg").write_text("[defaults]\n")
-    assert cli.home_dir() == tmp_path
+    assert parser.home_dir() == tmp_path
 
 
 def test_a_playbook_the_checkout_lacks_is_a_clear_error(tmp_path, inventory, monkeypatch, capsys):
@@ -183,15 +188,15 @@ def test_a_playbook_the_checkout_lacks_is_a_clear_error(tmp_path, inventory, mon
 
 
 def test_runner_cmdline_and_envvars(tmp_path):
-    assert cli.runner_cmdline(None, [], False) == ""
+    assert runner.runner_cmdline(None, [], False) == ""
     assert (
-        cli.runner_cmdline("gpu-node-0*", ["a=1", '{"b": "x y"}'], True)
+        runner.runner_cmdline("gpu-node-0*", ["a=1", '{"b": "x y"}'], True)
         == "--limit 'gpu-node-0*' -e a=1 -e '{\"b\": \"x y\"}' --check"
     )
-    env = cli.runner_envvars(ROOT, "r1", tmp_path)
+    env = runner.runner_envvars(ROOT, "r1", tmp_path)
     assert env["ANSIBLE_CONFIG"] == str(ROOT / "ansible.cfg")
     assert "CONTAINERS_CONF" not in env  # the sandbox's, for its inventory only
-    assert cli.runner_envvars(ROOT, "r1", tmp_path, sandbox=True)["CONTAINERS_CONF"] == str(
+    assert runner.runner_envvars(ROOT, "r1", tmp_path, sandbox=True)["CONTAINERS_CONF"] == str(
         ROOT / "sandbox" / "containers.conf"
     )
     assert env["CUDA13_RUN_ID"] == "r1"
@@ -227,12 +232,12 @@ def rows(*statuses: str) -> list[dict[str, Any]]:
     ],
 )
 def test_exit_status(statuses, rc, ok, expected):
-    assert cli.exit_status(rows(*statuses), rc, ok) == expected
+    assert commands.exit_status(rows(*statuses), rc, ok) == expected
 
 
 def test_exit_status_defaults_to_the_rollout():
-    assert cli.exit_status(rows("kept"), 0) == 0
-    assert cli.exit_status(rows("passed"), 0) == 1
+    assert commands.exit_status(rows("kept"), 0) == 0
+    assert commands.exit_status(rows("passed"), 0) == 1
 
 
 # --- progress --------------------------------------------------------------------------
@@ -247,7 +252,7 @@ def test_progress_lines_per_host_and_step():
     import io
 
     out = io.StringIO()
-    progress = cli.Progress(out)
+    progress = Progress(out)
     events = [
         _event("playbook_on_play_start", play="Start the run", play_pattern="localhost"),
         _event(
@@ -650,7 +655,7 @@ def test_recorded_outcomes_take_each_result_files_status(tmp_path):
     seen = {h: {"status": "not reached"} for h in "abcd"} | {
         "e": {"status": "unreachable", "failed_step": "switch"}
     }
-    assert cli.recorded_outcomes(run, list("abcde"), seen, 0.0) == {
+    assert commands.recorded_outcomes(run, list("abcde"), seen, 0.0) == {
         "a": {"status": "already kept"},
         "b": {"status": "kept"},
         "c": {"status": "rolled_back"},
@@ -658,7 +663,7 @@ def test_recorded_outcomes_take_each_result_files_status(tmp_path):
         "e": {"status": "unreachable", "failed_step": "switch"},
     }
     # A result file older than the run (the same --run-id given again) is not this run's.
-    assert cli.recorded_outcomes(run, ["a"], seen, 4e9) == {"a": {"status": "not reached"}}
+    assert commands.recorded_outcomes(run, ["a"], seen, 4e9) == {"a": {"status": "not reached"}}
 
 
 def test_a_broken_playbook_exits_3_with_ansibles_message(tmp_path, inventory, capsys):
@@ -712,7 +717,7 @@ def test_an_interrupted_run_exits_130(tmp_path, inventory, monkeypatch, capsys):
     assert "Z node-a: Check started\n" in captured.out
     assert "interrupted" in captured.err
     assert "  node-a: in step Check for 0 s\n" in captured.err  # what the host was doing
-    assert report.load_run_record(tmp_path / "int1")["runner_status"] == "canceled"
+    assert load_run_record(tmp_path / "int1")["runner_status"] == "canceled"
 
 
 LONG_STEP = """\
@@ -800,7 +805,7 @@ def test_a_long_refusal_is_printed_whole_and_notices_are_shown():
     import io
 
     out = io.StringIO()
-    progress = cli.Progress(out)
+    progress = Progress(out)
     holder = json.dumps({"run_id": "r0", "control_node": "ctl-1", "playbook": "x" * 300})
     refusal = (
         "Another cuda13-upgrade run holds the lock /var/lib/cuda13-upgrade/run.lock on gpu-node-01: run r0 "
@@ -852,7 +857,7 @@ def test_an_unreachable_host_is_reported_at_the_step_the_play_recorded(tmp_path)
             }
         }
 
-    progress = cli.Progress(io.StringIO())
+    progress = Progress(io.StringIO())
     for event in [
         _event("playbook_on_play_start"),
         _event(
@@ -894,16 +899,16 @@ def test_an_unreachable_host_is_reported_at_the_step_the_play_recorded(tmp_path)
         ),
     ]:
         progress(event)
-    run = cli.RunResult(
+    run = runner.RunResult(
         rc=4, status="failed", hosts=progress.hosts, outcomes=progress.outcomes, stdout="", stderr=""
     )
-    outcomes = cli.host_outcomes(run, cli.COMMANDS["rollout"])
+    outcomes = runner.host_outcomes(run, parser.COMMANDS["rollout"])
     assert outcomes["gpu-node-03"]["status"] == "unreachable"
     assert outcomes["gpu-node-03"]["failed_step"] == "switch"
     assert outcomes["gpu-node-04"]["failed_step"] == "drain"
     hosts = ["gpu-node-03", "gpu-node-04"]
     run_dir = _write_run(tmp_path, "r1", [], {"hosts": hosts, "outcomes": outcomes})
-    summary = report.fleet_summary(run_dir)
+    summary = fleet_summary(run_dir)
     assert summary["rows"][0]["decision"] == "unreachable at step switch"
     assert "| gpu-node-03 | unreachable at step switch |" in summary["markdown"]
     assert "| gpu-node-04 | unreachable at step drain |" in summary["markdown"]

@@ -21,6 +21,7 @@ from types import SimpleNamespace
 import pytest
 
 from cuda13_upgrade import cli
+from cuda13_upgrade.cli import commands, parser, runner
 from cuda13_upgrade.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,7 +84,7 @@ def test_version_text_without_metadata(monkeypatch):
         raise importlib.metadata.PackageNotFoundError(name)
 
     monkeypatch.setattr(importlib.metadata, "version", missing)
-    assert cli.version_text() == (
+    assert parser.version_text() == (
         "cuda13-upgrade not installed (ansible-core not installed, ansible-runner not installed)"
     )
 
@@ -94,7 +95,7 @@ def test_version_text_without_metadata(monkeypatch):
 def test_parse_the_ansible_flags(tmp_path, fleet_inventory):
     (tmp_path / "vault-pass").write_text("x\n")
     (tmp_path / "id_ed25519").write_text("key\n")
-    options = cli.parse_args(
+    options = parser.parse_args(
         [
             "rollout",
             "-i",
@@ -122,7 +123,7 @@ def test_parse_the_ansible_flags(tmp_path, fleet_inventory):
     assert options.private_key == str(tmp_path / "id_ed25519")
     assert (options.user, options.forks, options.tags, options.skip_tags) == ("ops", 32, ["a,b"], ["c"])
     assert options.verbosity == 3
-    assert cli.ansible_flags(options) == [
+    assert runner.ansible_flags(options) == [
         "--vault-password-file",
         str(tmp_path / "vault-pass"),
         "--ask-vault-pass",
@@ -150,13 +151,13 @@ def test_parse_the_ansible_flags(tmp_path, fleet_inventory):
 )
 def test_a_missing_file_names_the_option(tmp_path, fleet_inventory, argv, option):
     with pytest.raises(UsageError, match=re.escape(option)):
-        cli.parse_args(["rollout", "-i", str(fleet_inventory), *argv], cwd=tmp_path)
+        parser.parse_args(["rollout", "-i", str(fleet_inventory), *argv], cwd=tmp_path)
 
 
 @pytest.mark.parametrize("forks", ["0", "-1", "many"])
 def test_forks_must_be_a_positive_number(tmp_path, fleet_inventory, forks, capsys):
     with pytest.raises(SystemExit) as exc:
-        cli.parse_args(["rollout", "-i", str(fleet_inventory), "--forks", forks], cwd=tmp_path)
+        parser.parse_args(["rollout", "-i", str(fleet_inventory), "--forks", forks], cwd=tmp_path)
     assert exc.value.code == 2
     assert "--forks" in capsys.readouterr().err
 
@@ -213,12 +214,12 @@ def test_ack_breaker_reaches_ansible_runner_as_an_extra_var(tmp_path, fleet_inve
 
 def test_ack_breaker_must_be_a_run_id(tmp_path, fleet_inventory):
     with pytest.raises(UsageError, match="--ack-breaker '../r1' is not a run id"):
-        cli.parse_args(["rollout", "-i", str(fleet_inventory), "--ack-breaker", "../r1"], cwd=tmp_path)
+        parser.parse_args(["rollout", "-i", str(fleet_inventory), "--ack-breaker", "../r1"], cwd=tmp_path)
 
 
 def test_ack_breaker_is_the_rollout_s_alone(tmp_path, fleet_inventory, capsys):
     with pytest.raises(SystemExit) as exc:
-        cli.parse_args(["stage", "-i", str(fleet_inventory), "--ack-breaker", "r1"], cwd=tmp_path)
+        parser.parse_args(["stage", "-i", str(fleet_inventory), "--ack-breaker", "r1"], cwd=tmp_path)
     assert exc.value.code == 2
     assert "--ack-breaker" in capsys.readouterr().err
 
@@ -241,7 +242,7 @@ def test_the_passwords_are_asked_here_and_answer_ansibles_prompts(
         return {"BECOME password: ": "b3come", "Vault password: ": "v4ult"}[prompt]
 
     monkeypatch.setattr(sys, "stdin", _Terminal())
-    monkeypatch.setattr(cli.getpass, "getpass", ask)
+    monkeypatch.setattr(runner.getpass, "getpass", ask)
     _main(["rollout", "-i", str(fleet_inventory), "-K", "--ask-vault-pass"], tmp_path)
     (call,) = calls
     assert asked == ["BECOME password: ", "Vault password: "]
@@ -262,7 +263,7 @@ def test_the_passwords_are_asked_here_and_answer_ansibles_prompts(
     for path in (tmp_path / "reports").rglob("*"):
         if path.is_file():
             assert "b3come" not in path.read_text() and "v4ult" not in path.read_text()
-    assert "b3come" not in repr(cli.parse_args(["rollout", "-i", str(fleet_inventory)]))
+    assert "b3come" not in repr(parser.parse_args(["rollout", "-i", str(fleet_inventory)]))
 
 
 @pytest.mark.parametrize("flag", ["-K", "--ask-become-pass", "--ask-vault-pass", "-J"])
@@ -270,7 +271,7 @@ def test_asking_without_a_terminal_is_refused_before_ansible_runs(
     tmp_path, fleet_inventory, calls, monkeypatch, capsys, flag
 ):
     monkeypatch.setattr(sys, "stdin", io.StringIO())
-    assert _main(["rollout", "-i", str(fleet_inventory), flag], tmp_path) == cli.EXIT_USAGE
+    assert _main(["rollout", "-i", str(fleet_inventory), flag], tmp_path) == commands.EXIT_USAGE
     assert calls == []
     err = capsys.readouterr().err
     assert "needs a terminal to ask on" in err
@@ -278,19 +279,19 @@ def test_asking_without_a_terminal_is_refused_before_ansible_runs(
 
 
 def test_no_question_without_the_flags(fleet_inventory, tmp_path):
-    options = cli.parse_args(["rollout", "-i", str(fleet_inventory)], cwd=tmp_path)
-    assert cli.ask_secrets(options, stdin=io.StringIO(), ask=lambda prompt: pytest.fail(prompt)) == {}
+    options = parser.parse_args(["rollout", "-i", str(fleet_inventory)], cwd=tmp_path)
+    assert runner.ask_secrets(options, stdin=io.StringIO(), ask=lambda prompt: pytest.fail(prompt)) == {}
 
 
 # --- the sandbox's settings apply to the sandbox only ----------------------------------
 
 
 def test_containers_conf_only_for_the_sandbox_inventory(tmp_path, fleet_inventory, calls):
-    assert cli.sandbox_inventory(str(ROOT / "inventory" / "sandbox"), ROOT)
-    assert cli.sandbox_inventory(str(ROOT / "inventory" / "sandbox" / "groups.yml"), ROOT)
-    assert not cli.sandbox_inventory(str(ROOT / "inventory" / "blackwell"), ROOT)
-    assert not cli.sandbox_inventory(str(fleet_inventory), ROOT)
-    assert not cli.sandbox_inventory("inventory/sandbox,", ROOT)  # a host list
+    assert runner.sandbox_inventory(str(ROOT / "inventory" / "sandbox"), ROOT)
+    assert runner.sandbox_inventory(str(ROOT / "inventory" / "sandbox" / "groups.yml"), ROOT)
+    assert not runner.sandbox_inventory(str(ROOT / "inventory" / "blackwell"), ROOT)
+    assert not runner.sandbox_inventory(str(fleet_inventory), ROOT)
+    assert not runner.sandbox_inventory("inventory/sandbox,", ROOT)  # a host list
     _main(["preflight", "-i", str(fleet_inventory)], tmp_path)
     _main(["preflight", "-i", str(ROOT / "inventory" / "sandbox")], tmp_path)
     fleet, sandbox = (call["envvars"] for call in calls)
@@ -302,10 +303,10 @@ def test_containers_conf_only_for_the_sandbox_inventory(tmp_path, fleet_inventor
 def test_host_key_checking_is_set_on_for_ansible_runner(tmp_path, monkeypatch):
     """ansible-runner sets ANSIBLE_HOST_KEY_CHECKING=False unless the environment has it."""
     monkeypatch.delenv("ANSIBLE_HOST_KEY_CHECKING", raising=False)
-    assert cli.runner_envvars(ROOT, "r1", tmp_path)["ANSIBLE_HOST_KEY_CHECKING"] == "True"
-    assert cli.runner_envvars(ROOT, "r1", tmp_path, sandbox=True)["ANSIBLE_HOST_KEY_CHECKING"] == "True"
+    assert runner.runner_envvars(ROOT, "r1", tmp_path)["ANSIBLE_HOST_KEY_CHECKING"] == "True"
+    assert runner.runner_envvars(ROOT, "r1", tmp_path, sandbox=True)["ANSIBLE_HOST_KEY_CHECKING"] == "True"
     monkeypatch.setenv("ANSIBLE_HOST_KEY_CHECKING", "False")  # the operator's own choice
-    assert cli.runner_envvars(ROOT, "r1", tmp_path)["ANSIBLE_HOST_KEY_CHECKING"] == "False"
+    assert runner.runner_envvars(ROOT, "r1", tmp_path)["ANSIBLE_HOST_KEY_CHECKING"] == "False"
 
 
 PROBE = """\
@@ -335,7 +336,7 @@ def _probe(tmp_path: Path, inventory: Path) -> dict:
     playbook = tmp_path / "probe.yml"
     playbook.write_text(PROBE)
     out = tmp_path / f"probe-{inventory.parent.name}.json"
-    run = cli.run_playbook(
+    run = runner.run_playbook(
         playbook,
         str(inventory),
         home=ROOT,
@@ -420,9 +421,9 @@ def test_the_interrupt_clean_up_gets_the_connection_flags_and_passwords_but_not_
 
     monkeypatch.setattr(ansible_runner, "run", fake_run)
     monkeypatch.setattr(sys, "stdin", _Terminal())
-    monkeypatch.setattr(cli.getpass, "getpass", lambda prompt: "b3come")
+    monkeypatch.setattr(runner.getpass, "getpass", lambda prompt: "b3come")
     argv = ["rollout", "-i", str(fleet_inventory), "-u", "ops", "-K", "-t", "drain", "--skip-tags", "x"]
-    assert _main(argv, tmp_path) == cli.EXIT_INTERRUPTED
+    assert _main(argv, tmp_path) == commands.EXIT_INTERRUPTED
     run, cleanup = seen
     assert shlex.split(run["cmdline"]) == [
         "--ask-become-pass",
@@ -445,7 +446,13 @@ def test_the_exit_status_table_lists_each_status_once():
     table = text.partition("## Exit status")[2].partition("\n## ")[0]
     statuses = re.findall(r"^\| (\d+) \|", table, re.M)
     assert statuses == ["0", "1", "2", "3", "130"]
-    codes = [cli.EXIT_OK, cli.EXIT_HOSTS, cli.EXIT_USAGE, cli.EXIT_ANSIBLE, cli.EXIT_INTERRUPTED]
+    codes = [
+        commands.EXIT_OK,
+        commands.EXIT_HOSTS,
+        commands.EXIT_USAGE,
+        commands.EXIT_ANSIBLE,
+        commands.EXIT_INTERRUPTED,
+    ]
     assert [int(s) for s in statuses] == codes
 
 
@@ -457,11 +464,11 @@ def test_until_reaches_ansible_runner_as_the_window_s_extra_var(tmp_path, fleet_
 @pytest.mark.parametrize("value", ["6am", "2020-01-01T06:00Z", "25:00"])
 def test_until_is_checked_before_any_run_naming_the_flag(tmp_path, fleet_inventory, value):
     with pytest.raises(UsageError, match="--until"):
-        cli.parse_args(["rollout", "-i", str(fleet_inventory), "--until", value], cwd=tmp_path)
+        parser.parse_args(["rollout", "-i", str(fleet_inventory), "--until", value], cwd=tmp_path)
 
 
 def test_until_is_the_rollout_s_and_the_plan_s(tmp_path, fleet_inventory, capsys):
-    assert cli.parse_args(["plan", "-i", str(fleet_inventory), "--until", "06:00"], cwd=tmp_path)
+    assert parser.parse_args(["plan", "-i", str(fleet_inventory), "--until", "06:00"], cwd=tmp_path)
     with pytest.raises(SystemExit):
-        cli.parse_args(["verify", "-i", str(fleet_inventory), "--until", "06:00"], cwd=tmp_path)
+        parser.parse_args(["verify", "-i", str(fleet_inventory), "--until", "06:00"], cwd=tmp_path)
     assert "--until" in capsys.readouterr().err

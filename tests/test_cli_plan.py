@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from cuda13_upgrade import cli, plan
+from cuda13_upgrade.cli import commands
 
 FLEET = "all:\n  children:\n    blackwell:\n      hosts:\n        gpu-node-01:\n        gpu-node-02:\n"
 
@@ -64,7 +65,7 @@ def _argv(command, inventory, tmp_path, *more):
 
 
 def test_plan_runs_the_read_only_playbook_and_prints_the_plan(tmp_path, inventory, calls, capsys):
-    assert cli.main(_argv("plan", inventory, tmp_path)) == cli.EXIT_OK
+    assert cli.main(_argv("plan", inventory, tmp_path)) == commands.EXIT_OK
     (call,) = calls
     assert call["playbook"].endswith("playbooks/plan.yml")
     out = capsys.readouterr().out
@@ -75,7 +76,7 @@ def test_plan_runs_the_read_only_playbook_and_prints_the_plan(tmp_path, inventor
 
 
 def test_plan_json_prints_only_the_plan_on_stdout(tmp_path, inventory, calls, capsys):
-    assert cli.main(_argv("plan", inventory, tmp_path, "--json")) == cli.EXIT_OK
+    assert cli.main(_argv("plan", inventory, tmp_path, "--json")) == commands.EXIT_OK
     captured = capsys.readouterr()
     document = json.loads(captured.out)
     assert document["hosts"][0]["path"] == "full"
@@ -92,7 +93,7 @@ def test_plan_without_a_plan_file_says_ansible_failed(tmp_path, inventory, monke
             rc=2, status="failed", stdout=io.StringIO("ERROR! no hosts"), stderr=None
         ),
     )
-    assert cli.main(_argv("plan", inventory, tmp_path)) == cli.EXIT_ANSIBLE
+    assert cli.main(_argv("plan", inventory, tmp_path)) == commands.EXIT_ANSIBLE
     assert "the plan could not be made (ansible-playbook rc 2)" in capsys.readouterr().err
 
 
@@ -101,7 +102,7 @@ def test_without_a_terminal_rollout_and_rollback_need_yes(
     tmp_path, inventory, calls, monkeypatch, capsys, command
 ):
     monkeypatch.setattr("sys.stdin", io.StringIO())
-    assert cli.main(_argv(command, inventory, tmp_path)) == cli.EXIT_USAGE
+    assert cli.main(_argv(command, inventory, tmp_path)) == commands.EXIT_USAGE
     assert calls == []
     err = capsys.readouterr().err
     assert f"{command} changes hosts and asks for confirmation on a terminal, and there is none" in err
@@ -147,7 +148,7 @@ def test_rollout_on_a_terminal_shows_the_plan_and_asks(
         assert (tmp_path / "reports" / "p1" / "plan.json").is_file()
     else:
         assert played == ["plan.yml"]
-        assert status == cli.EXIT_HOSTS
+        assert status == commands.EXIT_HOSTS
         assert "Not confirmed; nothing was changed." in out
 
 
@@ -169,7 +170,7 @@ def test_a_plan_that_stops_at_the_preflight_asks_nothing(tmp_path, inventory, mo
     stdin, master = _terminal("y\n")
     try:
         monkeypatch.setattr("sys.stdin", stdin)
-        assert cli.main(_argv("rollout", inventory, tmp_path)) == cli.EXIT_HOSTS
+        assert cli.main(_argv("rollout", inventory, tmp_path)) == commands.EXIT_HOSTS
     finally:
         stdin.close()
         os.close(master)

@@ -1,10 +1,12 @@
-"""Tests of filter_plugins/cuda13.py, called the way Ansible calls them."""
+"""filter_plugins/cuda13.py: the filters the playbooks use, called the way Ansible calls them,
+and the messages a user sees from them in ``ansible-playbook``."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,244 +15,190 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 ROOT = Path(__file__).resolve().parents[1]
-FIXTURES = ROOT / "tests" / "fixtures"
+PLUGINS = ROOT / "filter_plugins"
+ANSIBLE_PLAYBOOK = Path(sys.executable).with_name("ansible-playbook")
+ANSIBLE_DOC = Path(sys.executable).with_name("ansible-doc")
 
-_spec = importlib.util.spec_from_file_location("cuda13_filters", ROOT / "filter_plugins" / "cuda13.py")
+_spec = importlib.util.spec_from_file_location("cuda13_filters", PLUGINS / "cuda13.py")
 assert _spec is not None and _spec.loader is not None
 cuda13_filters = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(cuda13_filters)
 
 FILTERS = cuda13_filters.FilterModule().filters()
 
-
-def f(name):
-    return FILTERS[name]
-
-
-def test_the_filters_are_exposed():
-    assert sorted(FILTERS) == [
-        "cuda13_nvidia_smi_failure",
-        "cuda13_parse_nvcc_version",
-        "cuda13_parse_query_gpu",
-        "cuda13_preflight",
-        "cuda13_stack_driver",
-        "cuda13_torch_cuda_arch_list",
-    ]
+ROLLED_BACK = {
+    "host": "gpu-node-02",
+    "status": "rolled_back",
+    "failed_step": "verify",
+    "reason": "plain: median 80.1 tok/s on the new stack vs 88.5 tok/s (-9.5 %): slower",
+    "diagnosis": None,
+}
 
 
-def test_every_filter_is_documented():
-    import yaml
-
-    documented = [entry["name"] for entry in yaml.safe_load(cuda13_filters.DOCUMENTATION)]
-    assert sorted(documented) == sorted(FILTERS)
-    assert yaml.safe_load(cuda13_filters.RETURN)["_value"]["description"]
-    assert set(yaml.safe_load(cuda13_filters.EXAMPLES)) >= {"rows", "report", "arch_list"}
-
-
-# --- cuda13_parse_query_gpu -------------------------------------------------------------
+def _yaml_filters() -> set[str]:
+    """The cuda13_* filters the YAML of the roles, playbooks, molecule scenarios, sandbox and
+    inventories applies (``| cuda13_name``)."""
+    used: set[str] = set()
+    for top in ("roles", "playbooks", "molecule", "sandbox", "inventory"):
+        for path in (ROOT / top).rglob("*.yml"):
+            used.update(re.findall(r"\|\s*(cuda13_[a-z_]+)", path.read_text(encoding="utf-8")))
+    return used
 
 
-def test_parse_query_gpu():
-    text = (FIXTURES / "nvidia-smi" / "query-csv-rtxpro6000-9gpu-580.65.06.txt").read_text()
-    rows = f("cuda13_parse_query_gpu")(text, "index,name,compute_cap,memory.total,driver_version", "csv")
-    assert len(rows) == 9
-    assert rows[0]["memory.total"] == 97887
+def test_the_plugin_has_the_filters_the_yaml_uses_and_no_other():
+    assert sorted(FILTERS) == ["cuda13_deprecated_alias", "cuda13_failure_message"]
+    assert _yaml_filters() == set(FILTERS)
+    assert sorted(p.name for p in PLUGINS.glob("*.py")) == ["cuda13.py"]
 
 
-def test_parse_query_gpu_type_errors():
-    with pytest.raises(AnsibleFilterError) as info:
-        f("cuda13_parse_query_gpu")(None, ["index"])
-    assert str(info.value) == (
-        "cuda13_parse_query_gpu: input must be the stdout text of nvidia-smi --query-gpu, got NoneType: None"
+@pytest.mark.skipif(not ANSIBLE_DOC.exists(), reason="ansible-doc is not installed")
+def test_ansible_doc_reads_each_filters_documentation():
+    # One YAML file per filter beside the plugin (ansible-core's and community.general's way
+    # for a file of several filters).
+    assert sorted(p.stem for p in PLUGINS.glob("*.yml")) == sorted(FILTERS)
+    done = subprocess.run(
+        [str(ANSIBLE_DOC), "-t", "filter", "--json", *sorted(FILTERS)],
+        cwd=ROOT,
+        env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")},
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
-    with pytest.raises(AnsibleFilterError) as info:
-        f("cuda13_parse_query_gpu")("0\n", 5)
-    assert str(info.value) == (
-        "cuda13_parse_query_gpu: fields must be a list of field names or a comma-separated string, got int: 5"
-    )
+    assert done.returncode == 0, done.stderr
+    docs = json.loads(done.stdout)
+    assert sorted(docs) == sorted(FILTERS)
+    for name, entry in docs.items():
+        doc = entry["doc"]
+        assert doc["name"] == name and doc["short_description"] and doc["description"]
+        assert doc["options"]["_input"]["required"] is True
+        assert f"| {name}" in entry["examples"]
+        assert entry["return"]["_value"]["description"]
+    assert docs["cuda13_deprecated_alias"]["doc"]["positional"] == "old, new"
 
 
-def test_parse_query_gpu_wraps_parse_errors():
-    with pytest.raises(AnsibleFilterError) as info:
-        f("cuda13_parse_query_gpu")("garbage\n", ["index", "name"], "csv,noheader")
-    assert str(info.value) == (
-        "cuda13_parse_query_gpu: nvidia-smi line does not have one value per queried field "
-        "(1 values, 2 fields): 'garbage'. Option: fields. Fix: query exactly index,name with "
-        "--format=csv,noheader."
-    )
-    assert isinstance(info.value.__cause__, ValueError)
+# --- cuda13_failure_message ----------------------------------------------------------------
 
 
-# --- cuda13_nvidia_smi_failure -----------------------------------------------------------
-
-
-def test_nvidia_smi_failure():
-    result = {
-        "rc": 9,
-        "stdout": (FIXTURES / "nvidia-smi" / "failure-no-driver.txt").read_text(),
-        "stderr": "",
-    }
-    failure = f("cuda13_nvidia_smi_failure")(result)
-    assert failure["code"] == "driver_not_loaded"
-    with pytest.raises(AnsibleFilterError) as info:
-        f("cuda13_nvidia_smi_failure")({"stdout": ""})
-    assert str(info.value) == (
-        "cuda13_nvidia_smi_failure: input must be a registered command result with an integer "
-        "rc (or msg, or timedout), got dict: {'stdout': ''}"
-    )
-    with pytest.raises(AnsibleFilterError, match="^cuda13_nvidia_smi_failure: timeout must be the seconds"):
-        f("cuda13_nvidia_smi_failure")(result, "60")
-
-
-def test_nvidia_smi_failure_of_a_hang():
-    # roles/nvidia_driver_check: nvidia-smi under timeout --foreground --kill-after=10 N.
-    hung = f("cuda13_nvidia_smi_failure")({"rc": 124, "stdout": "", "stderr": ""}, 60)
-    assert (hung["code"], hung["rc"], hung["timeout_s"]) == ("timeout", 124, 60)
-    assert hung["summary"] == "did not answer within 60 s (nvidia_driver_check_nvidia_smi_timeout)"
-    # The task's own timeout: Ansible's result has no rc, only msg and timedout.
-    ended = {"failed": True, "msg": "Timed out after 100 seconds.", "timedout": {"period": 100}}
-    assert f("cuda13_nvidia_smi_failure")(ended, 60)["code"] == "timeout"
-    # The command did not run (no rc, Ansible's msg): its text decides, as before.
-    missing = {"failed": True, "msg": "[Errno 2] No such file or directory: b'/opt/nvidia-smi'"}
-    assert f("cuda13_nvidia_smi_failure")(missing)["code"] == "not_installed"
-    # Without coreutils timeout, 124 is nvidia-smi's own (unknown) exit status.
-    assert f("cuda13_nvidia_smi_failure")({"rc": 124, "stdout": "", "stderr": ""})["code"] == "unknown"
-
-
-# --- cuda13_parse_nvcc_version -----------------------------------------------------------
-
-
-def test_parse_nvcc_version():
-    text = (FIXTURES / "nvcc" / "nvcc-13.0.txt").read_text()
-    parsed = f("cuda13_parse_nvcc_version")(text)
-    assert (parsed["release"], parsed["version"]) == ("13.0", "13.0.88")
-
-
-def test_parse_nvcc_version_errors():
-    with pytest.raises(AnsibleFilterError) as info:
-        f("cuda13_parse_nvcc_version")(["nvcc"])
-    assert str(info.value) == (
-        "cuda13_parse_nvcc_version: input must be the stdout text of nvcc --version, got list: ['nvcc']"
-    )
-    with pytest.raises(AnsibleFilterError, match="^cuda13_parse_nvcc_version: no 'Cuda compilation"):
-        f("cuda13_parse_nvcc_version")("nvcc: command not found")
-
-
-# --- cuda13_preflight --------------------------------------------------------------------
-
-
-def test_preflight():
-    facts = {
-        "driver_version": "590.48.01",
-        "gpus": [{"index": 0, "name": "NVIDIA H200", "compute_cap": "9.0"}],
-        "disk_free_bytes": 100 * 1024**3,
-        "python_version": "3.11.2",
-    }
-    report = f("cuda13_preflight")(facts)
-    assert report["ok"] is False
-    assert [x["check"] for x in report["failures"]] == ["compute_capability"]
-    assert f("cuda13_preflight")(facts, {"allowed_compute_capabilities": ["9.0"]})["ok"] is True
-
-
-def test_preflight_errors():
-    with pytest.raises(AnsibleFilterError) as info:
-        f("cuda13_preflight")(["not", "facts"])
-    assert str(info.value) == (
-        "cuda13_preflight: input (facts) must be a dict of host facts, got list: ['not', 'facts']"
-    )
-    with pytest.raises(AnsibleFilterError) as info:
-        f("cuda13_preflight")({}, {"expected_gpus": 8})
-    assert str(info.value) == (
-        "cuda13_preflight: unknown preflight settings: ['expected_gpus']. Option: settings. "
-        "Fix: use only ['allow_busy_gpus', 'allow_mixed_gpu_models', 'allow_wsl', "
-        "'allowed_compute_capabilities', 'expected_gpu_count', 'jit', 'min_driver_version', "
-        "'min_python_version', 'nvidia_smi_timeout', 'required_disk_gib', 'toolkit_release'] "
-        "and option_names."
+def test_failure_message_of_a_host_that_rolled_back():
+    assert FILTERS["cuda13_failure_message"](ROLLED_BACK) == (
+        "gpu-node-02: rolled back at step 'verify': "
+        "plain: median 80.1 tok/s on the new stack vs 88.5 tok/s (-9.5 %): slower"
     )
 
 
-# --- cuda13_torch_cuda_arch_list ---------------------------------------------------------
+def test_failure_message_refuses_what_is_not_a_record():
+    with pytest.raises(AnsibleFilterError) as info:
+        FILTERS["cuda13_failure_message"]("rolled_back")
+    assert str(info.value) == (
+        "cuda13_failure_message: input must be the host's result record (cuda13_result, a dict), "
+        "got str: 'rolled_back'"
+    )
 
 
-def test_torch_cuda_arch_list():
-    assert f("cuda13_torch_cuda_arch_list")(["12.0", "9.0", "12.0"]) == "9.0;12.0"
-    with pytest.raises(AnsibleFilterError) as info:
-        f("cuda13_torch_cuda_arch_list")("12.0")
-    assert str(info.value) == (
-        "cuda13_torch_cuda_arch_list: input must be a list of compute capabilities such as "
-        "['12.0'], got str: '12.0'"
+# --- cuda13_deprecated_alias ---------------------------------------------------------------
+
+
+def test_deprecated_alias_returns_the_value_as_it_is():
+    record = {"cuda13_serial": 1}
+    assert (
+        FILTERS["cuda13_deprecated_alias"](record, "nvidia_driver_check_options", "cuda13_options") is record
     )
+
+
+def test_deprecated_alias_refuses_a_name_that_is_not_one():
     with pytest.raises(AnsibleFilterError) as info:
-        f("cuda13_torch_cuda_arch_list")([])
-    assert str(info.value) == (
-        "cuda13_torch_cuda_arch_list: no compute capability given: []. Option: capabilities. "
-        "Fix: pass the compute_cap of each GPU, e.g. ['12.0']."
-    )
+        FILTERS["cuda13_deprecated_alias"]({}, "nvidia_driver_check_options", None)
+    assert str(info.value) == "cuda13_deprecated_alias: new must be a variable name, got NoneType: None"
+    with pytest.raises(AnsibleFilterError) as info:
+        FILTERS["cuda13_deprecated_alias"]({}, "", "cuda13_options")
+    assert str(info.value) == "cuda13_deprecated_alias: old must be a variable name, got str: ''"
 
 
 # --- through ansible-playbook -------------------------------------------------------------
 
-ANSIBLE_PLAYBOOK = Path(sys.executable).with_name("ansible-playbook")
-
 PLAYBOOK = """\
-- hosts: localhost
+- name: The filters as the playbooks use them
+  hosts: localhost
   gather_facts: false
+  vars:
+    cuda13_options: {cuda13_serial: 1}
+    # roles/upgrade_host/vars/main.yml's former name of the options record
+    nvidia_driver_check_options: >-
+      {{ cuda13_options | cuda13_deprecated_alias('nvidia_driver_check_options', 'cuda13_options') }}
   tasks:
-    - name: Preflight and arch list
-      ansible.builtin.set_fact:
-        report: >-
-          {{ {'driver_version': '590.48.01', 'python_version': '3.11.2', 'disk_free_bytes': 107374182400,
-              'gpus': [{'index': 0, 'name': 'NVIDIA B200', 'compute_cap': '10.0'}]} | cuda13_preflight }}
-        arch_list: "{{ ['12.0', '9.0', '12.0'] | cuda13_torch_cuda_arch_list }}"
-    - name: No compute capability
+    - name: A hook reads the former name
       ansible.builtin.debug:
-        msg: "{{ [] | cuda13_torch_cuda_arch_list }}"
+        msg: "serial {{ nvidia_driver_check_options.cuda13_serial }}"
+    - name: Fail each host that rolled back or failed
+      ansible.builtin.fail:
+        msg: "{{ cuda13_result | cuda13_failure_message }}"
+      vars:
+        cuda13_result: %s
+      ignore_errors: true
+    - name: Not a result record
+      ansible.builtin.fail:
+        msg: "{{ 'rolled_back' | cuda13_failure_message }}"
 """
 
 
-@pytest.mark.skipif(not ANSIBLE_PLAYBOOK.exists(), reason="ansible-playbook is not installed")
-def test_filters_in_a_playbook_and_the_message_a_user_sees(tmp_path):
+def _playbook(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     playbook = tmp_path / "playbook.yml"
-    playbook.write_text(PLAYBOOK, encoding="utf-8")
-    env = dict(
-        os.environ,
-        ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json",
-        ANSIBLE_LOCALHOST_WARNING="False",
-        ANSIBLE_INVENTORY_UNPARSED_WARNING="False",
-    )
-    result = subprocess.run(
+    playbook.write_text(PLAYBOOK % json.dumps(ROLLED_BACK), encoding="utf-8")
+    environ = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_FORCE_COLOR": "0",
+        **env,
+    }
+    return subprocess.run(
         [str(ANSIBLE_PLAYBOOK), "-i", "localhost,", "-c", "local",
          "-e", f"ansible_python_interpreter={sys.executable}", str(playbook)],
-        cwd=ROOT, env=env, capture_output=True, text=True, check=False, timeout=120,
+        cwd=ROOT, env=environ, capture_output=True, text=True, check=False, timeout=120,
     )  # fmt: skip
-    assert result.returncode == 2, result.stdout + result.stderr
-    tasks = json.loads(result.stdout)["plays"][0]["tasks"]
-    facts = tasks[0]["hosts"]["localhost"]["ansible_facts"]
-    assert facts["report"]["ok"] is True, facts["report"]
-    assert facts["arch_list"] == "9.0;12.0"
-    failed = tasks[1]["hosts"]["localhost"]
-    assert failed["failed"] is True
-    assert failed["msg"].endswith(
-        "cuda13_torch_cuda_arch_list: no compute capability given: []. Option: capabilities. "
-        "Fix: pass the compute_cap of each GPU, e.g. ['12.0']."
-    )
 
 
-# --- cuda13_stack_driver -----------------------------------------------------------------
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
-def test_stack_driver():
-    resolved = [
-        {"name": "cuda-bindings", "version": "13.1.0", "url": None, "sha256": None},
-        {"name": "torch", "version": "2.9.1+cu130", "url": None, "sha256": None},
-    ]
-    report = f("cuda13_stack_driver")(resolved, "580.95.05", {"toolkit_release": "13.0.2"})
-    assert [x["check"] for x in report["failures"]] == ["stack_driver"]
-    assert "cuda-bindings 13.1.0 (CUDA 13.1) needs >= 590.44.01" in report["failures"][0]["message"]
-    assert f("cuda13_stack_driver")(resolved, "590.48.01", {"toolkit_release": "13.0.2"})["ok"] is True
-    with pytest.raises(AnsibleFilterError, match="^cuda13_stack_driver: input must be the resolved target"):
-        f("cuda13_stack_driver")({"torch": "2.9.1+cu130"}, "590.48.01")
-    with pytest.raises(AnsibleFilterError, match="^cuda13_stack_driver: driver_version must be"):
-        f("cuda13_stack_driver")(resolved, 590)
-    with pytest.raises(AnsibleFilterError, match="cu130_wheels_resolved_target"):
-        f("cuda13_stack_driver")([{"name": "torch"}], "590.48.01")
+@pytest.mark.skipif(not ANSIBLE_PLAYBOOK.exists(), reason="ansible-playbook is not installed")
+def test_the_messages_a_user_sees(tmp_path):
+    done = _playbook(tmp_path)
+    out = _one_line(done.stdout + done.stderr)
+    assert done.returncode == 2, out
+    # The former name still reads the record, with the deprecation warning naming the new one.
+    assert "msg: serial 1" in out
+    assert (
+        "[DEPRECATION WARNING]: the variable nvidia_driver_check_options is the options record's "
+        "former name. This feature will be removed in the future. Read cuda13_options instead; "
+        "nvidia_driver_check_options goes in cuda13-upgrade 0.3.0."
+    ) in out
+    # The upgrade's last play: the host's message.
+    assert (
+        "[ERROR]: Task failed: Action failed: gpu-node-02: rolled back at step 'verify': "
+        "plain: median 80.1 tok/s on the new stack vs 88.5 tok/s (-9.5 %): slower"
+    ) in out
+    # A value that is not a record: the filter, what it takes and the value.
+    assert (
+        "The filter plugin 'cuda13_failure_message' failed: cuda13_failure_message: input must be "
+        "the host's result record (cuda13_result, a dict), got str: 'rolled_back'"
+    ) in out
+
+
+@pytest.mark.skipif(not ANSIBLE_PLAYBOOK.exists(), reason="ansible-playbook is not installed")
+def test_without_the_package_the_warning_says_how_to_install_it(tmp_path):
+    # A cuda13_upgrade that cannot be imported shadows the installed one.
+    shadow = tmp_path / "shadow" / "cuda13_upgrade"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError(\"No module named 'cuda13_upgrade'\")\n")
+    done = _playbook(tmp_path, PYTHONPATH=str(shadow.parent))
+    out = _one_line(done.stdout + done.stderr)
+    assert done.returncode == 2, out
+    assert (
+        f"[WARNING]: Skipping plugin ({PLUGINS / 'cuda13.py'}), cannot load: cuda13.py needs the "
+        f"cuda13_upgrade package, which the Python that runs Ansible ({sys.executable}) cannot "
+        f"import (No module named 'cuda13_upgrade'): install it there, "
+        f"{sys.executable} -m pip install -e {ROOT}"
+    ) in out
+    assert "No filter named 'cuda13_deprecated_alias'" in out

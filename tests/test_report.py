@@ -1,9 +1,10 @@
-"""Tests of cuda13_upgrade.report: the fleet summary of a run directory.
+"""Tests of the fleet summary of a run directory (cuda13_upgrade.summary), its chart
+(cuda13_upgrade.chart) and the hosts' result records (cuda13_upgrade.hostresult).
 
 The result files are built with the same keys and value shapes as
 roles/upgrade_host/tasks/result.yml writes them (a test checks the keys against that
 file), with the throughput summaries and decisions computed by the package's
-own functions, as the filters compute them in the play.
+own functions, as the steps compute them in the play.
 """
 
 from __future__ import annotations
@@ -15,7 +16,15 @@ from typing import Any
 
 import pytest
 
-from cuda13_upgrade import report, throughput, timeline
+from cuda13_upgrade import chart, hostresult, throughput, timeline
+from cuda13_upgrade.summary import (
+    PHASES,
+    apply_not_started,
+    fleet_summary,
+    format_duration,
+    render_markdown,
+    summary_rows,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN_ID = "20250101T120000Z"
@@ -262,8 +271,8 @@ def _png_size(path: Path) -> tuple[int, int]:
 
 
 def test_fixture_results_have_the_keys_result_yml_writes():
-    # result.yml writes what report.host_result builds, whatever the host's facts.
-    written = report.host_result({"finished_at": "2026-12-03T01:00:00+00:00"})
+    # result.yml writes what hostresult.host_result builds, whatever the host's facts.
+    written = hostresult.host_result({"finished_at": "2026-12-03T01:00:00+00:00"})
     for build in (kept, rolled_back_regressed, rolled_back_at_switch, failed_at_snapshot):
         result = build("h")
         assert set(result) == set(written)
@@ -272,7 +281,7 @@ def test_fixture_results_have_the_keys_result_yml_writes():
 
 
 def test_rows(run_dir):
-    rows = report.summary_rows(report.load_results(run_dir, HOSTS))
+    rows = summary_rows(hostresult.load_results(run_dir, HOSTS))
     assert [r["host"] for r in rows] == HOSTS
     assert [r["status"] for r in rows] == [
         "kept",
@@ -370,12 +379,12 @@ def test_rows(run_dir):
     assert list(missing["profiles"]) == ["plain", "eagle3"]
     for p in missing["profiles"].values():
         assert all(p[k] is None for k in ("before", "after", "after_rollback", "change_pct", "verdict"))
-        assert p["spread"] == dict.fromkeys(report.PHASES) and p["trials"] == {k: [] for k in report.PHASES}
+        assert p["spread"] == dict.fromkeys(PHASES) and p["trials"] == {k: [] for k in PHASES}
     assert missing["duration_s"] is None
 
 
 def test_markdown_cells(run_dir):
-    summary = report.fleet_summary(run_dir, HOSTS)
+    summary = fleet_summary(run_dir, HOSTS)
     lines = summary["markdown"].splitlines()
     assert lines[0] == f"# cuda13-upgrade run {RUN_ID}"
     assert lines[2] == "1 failed, 1 kept, 1 not reached, 2 rolled back"
@@ -436,7 +445,7 @@ def test_markdown_cells(run_dir):
 
 
 def test_markdown_step_durations_per_host_and_in_total(run_dir):
-    lines = report.fleet_summary(run_dir, HOSTS)["markdown"].splitlines()
+    lines = fleet_summary(run_dir, HOSTS)["markdown"].splitlines()
     section = lines[lines.index("## Step durations") :]
     table = [[c.strip() for c in line.strip("|").split("|")] for line in section if line.startswith("|")]
     header = table[0]
@@ -461,7 +470,7 @@ def test_markdown_step_durations_per_host_and_in_total(run_dir):
 
 
 def test_summary_json_and_files(run_dir):
-    summary = report.fleet_summary(run_dir, HOSTS)
+    summary = fleet_summary(run_dir, HOSTS)
     on_disk = json.loads((run_dir / "summary.json").read_text())
     assert on_disk == {"run_id": RUN_ID, "rows": summary["rows"]}
     assert [r["host"] for r in on_disk["rows"]] == HOSTS
@@ -475,28 +484,28 @@ def test_summary_json_and_files(run_dir):
 
 
 def test_summary_png(run_dir):
-    report.fleet_summary(run_dir, HOSTS)
+    fleet_summary(run_dir, HOSTS)
     png = run_dir / "summary.png"
     assert png.stat().st_size > 10_000
     rows = json.loads((run_dir / "summary.json").read_text())["rows"]
     # 5 hosts x 2 profiles = 10 bar groups: 1.6 + 0.8 * 10 = 9.6 in, 4.8 in, at 100 dpi.
-    assert _png_size(png) == (960, 480) == report.chart_size_px(rows)
+    assert _png_size(png) == (960, 480) == chart.chart_size_px(rows)
 
 
 def test_chart_size_grows_with_groups_and_is_capped():
     def rows(n: int) -> list[dict[str, Any]]:
         return [{"host": f"h{i}", "profiles": {"plain": {}}} for i in range(n)]
 
-    assert report.chart_size_px(rows(1)) == (640, 480)
-    assert report.chart_size_px(rows(12)) == (1120, 480)
-    assert report.chart_size_px(rows(13)) == (1200, 600)
-    assert report.chart_size_px(rows(500)) == (4000, 600)
-    assert report.chart_size_px([{"host": "h", "profiles": {}}]) == (640, 480)
+    assert chart.chart_size_px(rows(1)) == (640, 480)
+    assert chart.chart_size_px(rows(12)) == (1120, 480)
+    assert chart.chart_size_px(rows(13)) == (1200, 600)
+    assert chart.chart_size_px(rows(500)) == (4000, 600)
+    assert chart.chart_size_px([{"host": "h", "profiles": {}}]) == (640, 480)
 
 
 def test_render_chart_without_measurements(tmp_path):
-    rows = report.summary_rows([{"host": "gpu-node-01", "status": "not reached"}])
-    path = report.render_chart(rows, tmp_path / "c.png")
+    rows = summary_rows([{"host": "gpu-node-01", "status": "not reached"}])
+    path = chart.render_chart(rows, tmp_path / "c.png")
     assert _png_size(path) == (640, 480)
 
 
@@ -519,7 +528,7 @@ def test_hosts_default_to_result_files_and_run_json(run_dir):
             }
         )
     )
-    rows = report.fleet_summary(run_dir)["rows"]
+    rows = fleet_summary(run_dir)["rows"]
     assert [r["host"] for r in rows] == ["gpu-node-00", "gpu-node-05", *HOSTS[:4]]
     assert rows[0]["decision"] == "failed at nvidia_driver_check"
     assert rows[0]["reason"] == "driver 550.54.15 is too old for CUDA 13.0"
@@ -530,11 +539,11 @@ def test_a_result_that_is_not_json_is_named(run_dir):
     (run_dir / "gpu-node-05").mkdir()
     (run_dir / "gpu-node-05" / "result.json").write_text("{not json")
     with pytest.raises(ValueError, match=r"gpu-node-05/result.json is not a JSON result"):
-        report.fleet_summary(run_dir, HOSTS)
+        fleet_summary(run_dir, HOSTS)
 
 
 def test_check_mode_and_not_remeasured_decisions():
-    rows = report.summary_rows(
+    rows = summary_rows(
         [
             _result("a", check_mode=True, measured=False, verified_in_run=None),
             _result("b", measured=False, verified_in_run="20241231T080000Z"),
@@ -544,7 +553,7 @@ def test_check_mode_and_not_remeasured_decisions():
         "kept (check mode)",
         "kept (verified in run 20241231T080000Z)",
     ]
-    assert "Check mode: nothing was changed" in report.render_markdown("x", rows)
+    assert "Check mode: nothing was changed" in render_markdown("x", rows)
 
 
 def test_already_kept_and_resolved_decisions():
@@ -558,7 +567,7 @@ def test_already_kept_and_resolved_decisions():
         "serving": "/opt/ml-env",
         "recorded": None,
     }
-    rows = report.summary_rows(
+    rows = summary_rows(
         [
             _result("a", measured=False, already_kept=True, verified_in_run="20241231T080000Z"),
             _result("b", recovered=stopped),
@@ -571,28 +580,28 @@ def test_already_kept_and_resolved_decisions():
         "rolled back at verify; resolved run 20241231T080000Z, stopped at step switch",
     ]
     assert rows[1]["recovered"] == stopped
-    markdown = report.render_markdown("x", rows)
+    markdown = render_markdown("x", rows)
     assert "| b | kept; resolved run 20241231T080000Z, stopped at step switch |" in markdown
 
 
 def test_cells_escape_pipes_and_newlines():
-    rows = report.summary_rows([_result("a", status="failed", reason="a | b\nc")])
-    assert "| a \\| b c |" in report.render_markdown("x", rows)
+    rows = summary_rows([_result("a", status="failed", reason="a | b\nc")])
+    assert "| a \\| b c |" in render_markdown("x", rows)
 
 
 def test_staged_hosts_show_how_long_staging_took_and_the_rollout_names_the_stage_run():
     staged = _result("a", status="staged", started_at="2025-01-01T12:00:00+00:00")
     staged["finished_at"] = "2025-01-01T12:04:10+00:00"
-    rows = report.summary_rows([staged, _result("b", staged_in="20250101T110000Z")])
+    rows = summary_rows([staged, _result("b", staged_in="20250101T110000Z")])
     assert rows[0]["decision"] == "staged in 4 min 10 s"
     assert rows[1]["decision"] == "kept (staged in run 20250101T110000Z)"
-    assert "1 staged" in report.render_markdown("x", rows)
+    assert "1 staged" in render_markdown("x", rows)
 
 
 def test_the_summary_names_the_resolved_target_and_the_hosts_that_share_it():
     canary = ["sgl-kernel==0.3.21+cu130", "torch==2.9.1+cu130"]
     odd = ["sgl-kernel==0.3.21+cu128", "torch==2.9.1+cu130"]
-    rows = report.summary_rows(
+    rows = summary_rows(
         [
             _result("a", resolved_target=canary),
             _result("b", resolved_target=canary),
@@ -600,11 +609,11 @@ def test_the_summary_names_the_resolved_target_and_the_hosts_that_share_it():
         ]
     )
     assert rows[0]["resolved_target"] == canary
-    markdown = report.render_markdown("x", rows)
+    markdown = render_markdown("x", rows)
     assert "## Resolved target" in markdown
     assert "- a, b: 2 distributions: sgl-kernel==0.3.21+cu130, torch==2.9.1+cu130" in markdown
     assert "- c: 2 distributions: sgl-kernel==0.3.21+cu128, torch==2.9.1+cu130" in markdown
-    assert "## Resolved target" not in report.render_markdown("x", report.summary_rows([_result("a")]))
+    assert "## Resolved target" not in render_markdown("x", summary_rows([_result("a")]))
 
 
 @pytest.mark.parametrize(
@@ -612,19 +621,11 @@ def test_the_summary_names_the_resolved_target_and_the_hosts_that_share_it():
     [(None, "-"), (0.4, "0 s"), (42, "42 s"), (750, "12 min 30 s"), (3725, "1 h 02 min")],
 )
 def test_format_duration(seconds, text):
-    assert report.format_duration(seconds) == text
+    assert format_duration(seconds) == text
 
 
-def test_the_filter_still_writes_the_summary(run_dir):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "cuda13_report_filter", ROOT / "filter_plugins" / "cuda13_report.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    summary = module.FilterModule().filters()["cuda13_fleet_summary"](str(run_dir), HOSTS)
+def test_the_summary_of_a_run_directory_given_as_text(run_dir):
+    summary = fleet_summary(str(run_dir), HOSTS)
     assert summary["markdown"].startswith(f"# cuda13-upgrade run {RUN_ID}")
     assert (run_dir / "summary.png").exists()
 
@@ -637,14 +638,14 @@ def test_a_diagnosed_failure_shows_its_cause_and_remedy():
     journal = (ROOT / "tests" / "fixtures" / "failures" / "sglang-libnvrtc-12.txt").read_text()
     result = rolled_back_at_switch("h")
     result["diagnosis"] = diagnose(journal, source="switch").to_dict()
-    [row] = report.summary_rows([result])
+    [row] = summary_rows([result])
     assert row["diagnosis"]["kind"] == "cuda12_on_cuda13"
-    markdown = report.render_markdown(RUN_ID, [row])
+    markdown = render_markdown(RUN_ID, [row])
     assert "the package that failed to import is a CUDA 12 build: it links libnvrtc.so.12" in markdown
     assert (
         "Fix: install the build for the target CUDA release of the package that failed to import" in markdown
     )
-    assert report.summary_rows([rolled_back_at_switch("h")])[0]["diagnosis"] is None
+    assert summary_rows([rolled_back_at_switch("h")])[0]["diagnosis"] is None
 
 
 def _artists(fig) -> dict[str, Any]:
@@ -653,8 +654,8 @@ def _artists(fig) -> dict[str, Any]:
 
 
 def test_chart_shows_every_trial_the_medians_and_the_tolerance_band(run_dir):
-    rows = report.summary_rows(report.load_results(run_dir, HOSTS))
-    artists = _artists(report.draw_chart(rows))
+    rows = summary_rows(hostresult.load_results(run_dir, HOSTS))
+    artists = _artists(chart.draw_chart(rows))
     # Every trial of both stacks, read back from the plotted points.
     points = artists["trials:gpu-node-01:plain:before"].get_offsets()
     assert sorted(float(y) for _, y in points) == sorted(PLAIN_BEFORE)
@@ -691,7 +692,7 @@ def test_a_run_that_measured_nothing_has_no_chart(tmp_path):
             "verified_in_run": "r-first",
         }
         (run / host / "result.json").write_text(json.dumps(result))
-    summary = report.fleet_summary(run, ["gpu-node-01", "gpu-node-02"])
+    summary = fleet_summary(run, ["gpu-node-01", "gpu-node-02"])
     assert summary["files"]["chart"] is None
     assert summary["chart_note"] == "no chart: no host of this run was measured"
     assert not (run / "summary.png").exists()
@@ -699,16 +700,16 @@ def test_a_run_that_measured_nothing_has_no_chart(tmp_path):
 
 
 def test_the_chart_is_drawn_again_only_when_its_rows_change(run_dir):
-    report.fleet_summary(run_dir, HOSTS)
+    fleet_summary(run_dir, HOSTS)
     png = run_dir / "summary.png"
     png.write_bytes(b"drawn before")
-    report.fleet_summary(run_dir, HOSTS)
+    fleet_summary(run_dir, HOSTS)
     assert png.read_bytes() == b"drawn before"
-    report.fleet_summary(run_dir, HOSTS[:2])
+    fleet_summary(run_dir, HOSTS[:2])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-# report.host_result: the record result.yml writes, every choice made here.
+# hostresult.host_result: the record result.yml writes, every choice made here.
 def _facts(**extra):
     steps = [
         {"step": "snapshot", "started_at": "2026-12-03T01:00:00+00:00"},
@@ -740,7 +741,7 @@ def _facts(**extra):
 
 
 def test_a_kept_host_s_record_holds_the_new_stack_its_digest_and_its_time_out_of_service():
-    record = report.host_result(_facts())
+    record = hostresult.host_result(_facts())
     assert record["status"] == "kept" and record["measured"] is True
     assert record["verified_in_run"] == "20261203T010000Z"
     assert record["stack_digest"] == {"digest": "d1", "parts": {"driver": "x"}}
@@ -773,7 +774,7 @@ def test_a_kept_host_s_record_holds_the_new_stack_its_digest_and_its_time_out_of
 
 def test_a_rolled_back_host_says_whether_the_old_stack_is_confirmed_and_why():
     checks = {"plain": {"verdict": "ok"}, "eagle3": {"verdict": "regressed"}}
-    record = report.host_result(
+    record = hostresult.host_result(
         _facts(
             status="rolled_back",
             kept_digest={},
@@ -802,7 +803,7 @@ def test_an_already_kept_host_keeps_the_verifying_run_s_stacks_and_digest():
         "stack_before": {"torch": "2.7.1+cu128"},
         "stack_after": {"torch": "2.9.1+cu130"},
     }
-    record = report.host_result(
+    record = hostresult.host_result(
         _facts(measure=False, kept_digest={}, previous=previous, rerun={"already_kept": True, "reason": ""})
     )
     assert record["already_kept"] is True and record["measured"] is False
@@ -815,7 +816,7 @@ def test_an_already_kept_host_keeps_the_verifying_run_s_stacks_and_digest():
 
 
 def test_a_kept_host_run_again_says_why_and_an_unknown_diagnosis_is_left_out():
-    record = report.host_result(
+    record = hostresult.host_result(
         _facts(
             previous={"status": "kept"},
             rerun={"already_kept": False, "reason": "its stack differs from the one verified (driver)"},
@@ -834,23 +835,23 @@ def test_hosts_not_reached_for_the_failure_budget_say_why(tmp_path):
     }
     results = [
         {"host": "gpu-node-01", "status": "rolled_back"},
-        {"host": "gpu-node-03", "status": report.NOT_REACHED},
-        {"host": "gpu-node-05", "status": report.NOT_REACHED},
+        {"host": "gpu-node-03", "status": hostresult.NOT_REACHED},
+        {"host": "gpu-node-05", "status": hostresult.NOT_REACHED},
     ]
-    applied = report.apply_not_started(results, not_started)
-    rows = report.summary_rows(applied)
+    applied = apply_not_started(results, not_started)
+    rows = summary_rows(applied)
     assert [r["decision"] for r in rows] == [
         "rolled back",
         "not reached: failure budget spent (hosts gpu-node-01 rolled back; cuda13_max_failed_hosts 0)",
         "not reached",
     ]
-    assert report.apply_not_started(results, {}) == results
+    assert apply_not_started(results, {}) == results
 
 
 def test_hosts_not_started_outside_the_window_say_why():
     window = {"said": "not started", "reason": "outside the window cuda13_window", "hosts": ["gpu-node-02"]}
-    rows = report.summary_rows(
-        report.apply_not_started([{"host": "gpu-node-02", "status": report.NOT_REACHED}], window)
+    rows = summary_rows(
+        apply_not_started([{"host": "gpu-node-02", "status": hostresult.NOT_REACHED}], window)
     )
     assert rows[0]["decision"] == "not started: outside the window cuda13_window"
 
@@ -858,8 +859,8 @@ def test_hosts_not_started_outside_the_window_say_why():
 def test_the_reason_is_kept_for_a_later_summary(tmp_path):
     run = tmp_path / "20260101T000000Z"
     not_started = {"said": "not reached", "reason": "failure budget spent (hosts a failed)", "hosts": ["b"]}
-    report.fleet_summary(run, ["b"], not_started)
-    again = report.fleet_summary(run, ["b"])  # the command's summary after run.json
+    fleet_summary(run, ["b"], not_started)
+    again = fleet_summary(run, ["b"])  # the command's summary after run.json
     assert again["rows"][0]["decision"] == "not reached: failure budget spent (hosts a failed)"
 
 
@@ -875,10 +876,10 @@ def test_a_run_the_breaker_refused_is_not_started_on_every_host(tmp_path):
     }
     (run / "run.json").write_text(json.dumps({"command": "rollout", "outcomes": {"a": failed}}))
     refused = {"said": "not started", "reason": "breaker tripped (...)", "hosts": ["a", "b"]}
-    rows = report.fleet_summary(run, ["a", "b"], {**refused, "before_any_change": True})["rows"]
+    rows = fleet_summary(run, ["a", "b"], {**refused, "before_any_change": True})["rows"]
     assert [r["decision"] for r in rows] == ["not started: breaker tripped (...)"] * 2
     (run / "not_started.json").unlink()
-    rows = report.fleet_summary(run, ["a", "b"], refused)["rows"]
+    rows = fleet_summary(run, ["a", "b"], refused)["rows"]
     assert [r["decision"] for r in rows] == [
         "failed at Start the run on the hosts",
         "not started: breaker tripped (...)",
@@ -886,7 +887,7 @@ def test_a_run_the_breaker_refused_is_not_started_on_every_host(tmp_path):
 
 
 def test_failure_message_names_the_host_status_step_reason_and_diagnosis():
-    assert report.failure_message(
+    assert hostresult.failure_message(
         {
             "host": "gpu-node-02",
             "status": "rolled_back",
@@ -898,7 +899,7 @@ def test_failure_message_names_the_host_status_step_reason_and_diagnosis():
         "gpu-node-02: rolled back at step 'verify': "
         "plain: median 80.1 tok/s on the new stack vs 88.5 tok/s (-9.5 %): slower"
     )
-    assert report.failure_message(
+    assert hostresult.failure_message(
         {
             "host": "gpu-node-04",
             "status": "failed",

@@ -1,4 +1,4 @@
-"""Tests of ``cuda13-upgrade status`` (cuda13_upgrade.fleetstate, cli.status_command).
+"""Tests of ``cuda13-upgrade status`` (cuda13_upgrade.fleetstate, cuda13_upgrade.cli.commands.status_command).
 
 Report trees written here with the result files of tests/test_report.py (the keys
 roles/upgrade_host/tasks/result.yml writes) and the shapes the other playbooks write
@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from cuda13_upgrade import cli, fleetstate
+from cuda13_upgrade.cli import commands
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -217,7 +218,7 @@ def test_the_target_group_comes_from_extra_vars(inventory, reports, capsys, tmp_
 
 def test_a_group_without_hosts_is_a_usage_error(inventory, reports, capsys):
     argv = ["status", "-i", str(inventory), "--reports-dir", str(reports), "-e", "cuda13_target_hosts=gpus"]
-    assert cli.main(argv) == cli.EXIT_USAGE
+    assert cli.main(argv) == commands.EXIT_USAGE
     assert "has no hosts in the group 'gpus' (cuda13_target_hosts)" in capsys.readouterr().err
 
 

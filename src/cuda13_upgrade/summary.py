@@ -1,19 +1,8 @@
-"""Reports of a run: one JSON result per host, a fleet summary of them.
+"""The fleet summary of a run: one row per host, as ``summary.md``, ``summary.json`` and ``summary.png``.
 
-A run's directory on the control node (``reports/<run id>/``) holds:
-
-``<host>/result.json``
-    written by the upgrade play (``roles/upgrade_host/tasks/result.yml``) for every host
-    it reached, or by ``playbooks/rollback.yml``.
-``run.json`` (optional)
-    written by the ``cuda13-upgrade`` command after ansible-playbook returned:
-    the hosts of the run and each host's outcome: for a host with a result
-    file, its status (:func:`result_status`: ``"kept"``, ``"already kept"``,
-    ``"rolled_back"`` ...); for the others, what the runner saw of them
-    (``{"status": "failed", "failed_step", "failed_task", "error"}``,
-    ``"unreachable"``, ``"passed"`` ...).
-``summary.md``, ``summary.json``, ``summary.png``
-    written by :func:`fleet_summary`: one row per host.
+Written by :func:`fleet_summary` into the run's directory on the control node
+(``reports/<run id>/``), from the hosts' result records and ``run.json``
+(:mod:`cuda13_upgrade.hostresult`); the chart is :mod:`cuda13_upgrade.chart`.
 
 A host of the run without a result (and without an outcome in ``run.json``)
 was "not reached": the rollout stopped before its batch. ``not_started.json``
@@ -25,7 +14,7 @@ failure budget spent (...)"``, ``"not started: outside the window ..."`` or
 ``"not started: breaker tripped (...)"``.
 
 Throughput figures are medians of the trials of one profile, in tokens per
-second (tok/s) of the metric the verify_throughput role measured (decode
+second (tok/s) of the metric the gate measured (``verify_throughput_metric``, decode
 throughput by default); see :mod:`cuda13_upgrade.throughput`.
 """
 
@@ -34,79 +23,19 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from cuda13_upgrade import effective, ondemand, scriptout, timeline, xid
+from cuda13_upgrade import ondemand, timeline
 from cuda13_upgrade import soak as soak_module
-
-NOT_REACHED = "not reached"
-#: The status run.json gives a host kept by an earlier run, its stack unchanged (no role ran).
-ALREADY_KEPT = "already kept"
+from cuda13_upgrade.chart import plain_median, render_chart
+from cuda13_upgrade.hostresult import NOT_REACHED, STATUS_TEXT, load_results, load_run_record
 
 #: Result phases of ``result.json``'s ``throughput``: the old stack before the
 #: switch, the new stack after it, the old stack again after a rollback.
 PHASES = ("baseline", "candidate", "rollback")
-
-#: Pixels per inch of the chart; its size in pixels is :func:`chart_size_px`.
-CHART_DPI = 100
-
-_STATUS_TEXT = {"rolled_back": "rolled back", ondemand.NOTHING_TO_ROLL_BACK: "nothing to roll back"}
-
-
-def load_results(run_dir: str | Path, hosts: list[str] | None = None) -> list[dict[str, Any]]:
-    """The results of ``hosts`` (all result files when None), in host order.
-
-    A host without ``<run_dir>/<host>/result.json`` gets ``{"host": h,
-    "status": "not reached"}``. Raises ``ValueError`` naming a result file
-    that is not JSON.
-    """
-    run = Path(run_dir)
-    if hosts is None:
-        hosts = sorted(p.parent.name for p in run.glob("*/result.json"))
-    results = []
-    for host in hosts:
-        path = run / host / "result.json"
-        if not path.exists():
-            results.append({"host": host, "status": NOT_REACHED})
-            continue
-        try:
-            results.append(json.loads(path.read_text(encoding="utf-8")))
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path} is not a JSON result: {exc}") from exc
-    return results
-
-
-def result_status(result: dict[str, Any]) -> str:
-    """A result's status, with a host kept by an earlier run and left there
-    (``already_kept``, roles/upgrade_host/tasks/early.yml) as ``"already kept"``:
-    ``"kept"``, ``"already kept"``, ``"rolled_back"``, ``"failed"``, ``"staged"``,
-    ``"interrupted"`` ..., ``"unknown"`` when it has none."""
-    status = str(result.get("status") or "unknown")
-    if status == "kept" and result.get("already_kept"):
-        return ALREADY_KEPT
-    return status
-
-
-def load_run_record(run_dir: str | Path) -> dict[str, Any]:
-    """``<run_dir>/run.json`` as written by the ``cuda13-upgrade`` command, or ``{}``.
-
-    Shape: ``{"command": str, "runner_rc": int, "hosts": [str],
-    "outcomes": {host: {"status": str, ...}}, ...}``. Raises ``ValueError``
-    when the file exists but is not a JSON object.
-    """
-    path = Path(run_dir) / "run.json"
-    if not path.exists():
-        return {}
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path} is not JSON: {exc}") from exc
-    if not isinstance(record, dict):
-        raise ValueError(f"{path} is not a JSON object")
-    return record
 
 
 def _median(result: dict[str, Any], phase: str, profile: str) -> float | None:
@@ -145,16 +74,10 @@ def trial_values(entry: Any) -> list[float]:
     for metric in candidates:
         values = [_number(t.get(metric)) for t in trials]
         values = [v for v in values if v is not None]
-        if values and median is not None and math.isclose(_plain_median(values), median, rel_tol=1e-6):
+        if values and median is not None and math.isclose(plain_median(values), median, rel_tol=1e-6):
             chosen = metric
             break
     return [v for v in (_number(t.get(chosen)) for t in trials) if v is not None]
-
-
-def _plain_median(values: list[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def _number(value: Any) -> float | None:
@@ -200,7 +123,7 @@ def decision_text(row: dict[str, Any]) -> str:
     R, stopped at step switch"``), and the run that staged the host's new stack
     (``"kept (staged in run R)"``)."""
     status = str(row.get("status") or "unknown")
-    text = _STATUS_TEXT.get(status, status)
+    text = STATUS_TEXT.get(status, status)
     step = row.get("failed_step")
     if status == "unreachable" and step:
         text += f" at step {step}"
@@ -375,7 +298,7 @@ def format_duration(seconds: float | None) -> str:
 def _stack_before(row: dict[str, Any]) -> str:
     stack = row["stack_before"]
     parts = []
-    if stack.get("torch") and stack["torch"] != "?":  # "?": result.yml found no torch pin
+    if stack.get("torch") and stack["torch"] != "?":  # "?": the snapshot had no torch pin
         parts.append(f"torch {stack['torch']}")
     if stack.get("cuda"):
         parts.append(Path(str(stack["cuda"])).name)
@@ -649,7 +572,7 @@ def render_markdown(run_id: str, rows: list[dict[str, Any]]) -> str:
     lines = [
         f"# cuda13-upgrade run {run_id}",
         "",
-        ", ".join(f"{n} {_STATUS_TEXT.get(s, s)}" for s, n in sorted(counts.items())) or "no hosts",
+        ", ".join(f"{n} {STATUS_TEXT.get(s, s)}" for s, n in sorted(counts.items())) or "no hosts",
         "",
     ]
     if any(row.get("check_mode") for row in rows):
@@ -761,218 +684,6 @@ def _durations_table(rows: list[dict[str, Any]]) -> list[str]:
     sums = [format_duration(totals.get(name)) for name in [*steps, "out of service", "total"]]
     lines.append("| " + " | ".join([f"**{label}**", *sums]) + " |")
     return lines
-
-
-def _chart_groups(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str | None]]:
-    """(row, profile) pairs drawn as bar groups; (row, None) for a row without profiles."""
-    groups: list[tuple[dict[str, Any], str | None]] = []
-    for row in rows:
-        names = list(row.get("profiles") or {})
-        groups += [(row, name) for name in names] or [(row, None)]
-    return groups
-
-
-def chart_size_px(rows: list[dict[str, Any]]) -> tuple[int, int]:
-    """Width and height in pixels of the chart :func:`render_chart` draws for ``rows``.
-
-    One bar group per host and profile (one per host without profiles):
-    ``6.4 in`` wide up to 6 groups, then ``0.8 in`` more per group, at most
-    ``40 in``; ``4.8 in`` high, ``6.0 in`` once the labels turn vertical
-    (more than 12 groups); :data:`CHART_DPI` pixels per inch.
-    """
-    width_in, height_in = _chart_size_in(len(_chart_groups(rows)))
-    return round(width_in * CHART_DPI), round(height_in * CHART_DPI)
-
-
-def _chart_size_in(n_groups: int) -> tuple[float, float]:
-    width = min(40.0, max(6.4, 1.6 + 0.8 * n_groups))
-    height = 6.0 if n_groups > 12 else 4.8
-    return width, height
-
-
-def render_chart(rows: list[dict[str, Any]], path: str | Path, *, title: str | None = None) -> Path:
-    """Draw the PNG chart of :func:`draw_chart` to ``path`` and return the path.
-    Raises ``OSError`` when it cannot be written and ``ImportError`` without
-    matplotlib."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    fig = draw_chart(rows, title=title)
-    FigureCanvasAgg(fig)
-    out = Path(path)
-    fig.savefig(out, format="png", dpi=CHART_DPI)
-    return out
-
-
-def draw_chart(rows: list[dict[str, Any]], *, title: str | None = None) -> Any:
-    """The trials behind each verdict, as a matplotlib ``Figure`` (no pyplot state).
-
-    ``rows`` as :func:`summary_rows` returns them. Each host and profile is a
-    group of two columns: "before" (the old stack's baseline trials) and
-    "after" (the new stack's trials; for a host that rolled back before the
-    new stack was measured, the old stack's re-measurement, hatched). Each
-    column is a box of its trials (quartiles, whiskers to min and max) with
-    every trial drawn as a point and the median as a black bar labelled with
-    its value; the tolerance band spans from the baseline median down by the
-    profile's tolerance (a new median below it regresses). A group with
-    nothing measured is labelled with the host's decision. The figure is
-    :func:`chart_size_px` pixels at :data:`CHART_DPI`.
-
-    Artists carry a ``gid`` for reading the plotted data back:
-    ``trials:<host>:<profile>:<before|after>`` (points, y = tok/s),
-    ``median:...`` (the median bar), ``band:<host>:<profile>`` (the band).
-    """
-    from matplotlib.figure import Figure
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
-
-    groups = _chart_groups(rows)
-    width_in, height_in = _chart_size_in(len(groups))
-    fig = Figure(figsize=(width_in, height_in), dpi=CHART_DPI, layout="constrained")
-    ax = fig.add_subplot()
-    colors = {
-        "before": "#7f7f7f",
-        "after": "#2b8cbe",
-        "regressed": "#d7301f",
-        "rollback": "#fdae6b",
-        "band": "#fee391",
-    }
-    col_w = 0.38
-    vertical = len(groups) > 12  # many groups: one rotated "host profile" label each
-    labels = []
-    top = 0.0
-    bottom = math.inf
-    for i, (row, name) in enumerate(groups):
-        labels.append(f"{row.get('host')} {name}" if vertical and name else (name or ""))
-        p = (row.get("profiles") or {}).get(name) if name else None
-        trials = (p or {}).get("trials") or {}
-        columns = []
-        before = list(trials.get("baseline") or ([p["before"]] if p and p.get("before") is not None else []))
-        if before:
-            columns.append(("before", i - col_w / 2, before, colors["before"], None))
-        after = list(trials.get("candidate") or ([p["after"]] if p and p.get("after") is not None else []))
-        if after:
-            color = colors["regressed"] if p and p.get("verdict") == "regressed" else colors["after"]
-            columns.append(("after", i + col_w / 2, after, color, None))
-        else:
-            back = list(
-                trials.get("rollback")
-                or ([p["after_rollback"]] if p and p.get("after_rollback") is not None else [])
-            )
-            if back:
-                columns.append(("after", i + col_w / 2, back, colors["rollback"], "//"))
-        host_profile = f"{row.get('host')}:{name}"
-        tolerance = (p or {}).get("tolerance_pct")
-        if p and p.get("before") is not None and tolerance is not None:
-            low = p["before"] * (1 - tolerance / 100.0)
-            band = ax.fill_between(
-                [i - 0.45, i + 0.45], low, p["before"], color=colors["band"], alpha=0.6, linewidth=0, zorder=0
-            )
-            band.set_gid(f"band:{host_profile}")
-            bottom = min(bottom, low)
-        for side, x, values, color, hatch in columns:
-            boxes = ax.boxplot(
-                [values],
-                positions=[x],
-                widths=col_w * 0.8,
-                whis=(0, 100),
-                patch_artist=True,
-                showfliers=False,
-                medianprops={"color": "black", "linewidth": 0},
-                manage_ticks=False,
-            )
-            for box in boxes["boxes"]:
-                box.set(facecolor=color, alpha=0.45, hatch=hatch, edgecolor="#333333", linewidth=0.5)
-            jitter = [
-                x + (k - (len(values) - 1) / 2) * min(0.02, col_w * 0.6 / max(len(values), 1))
-                for k in range(len(values))
-            ]
-            points = ax.scatter(
-                jitter, values, s=9, color=color, edgecolor="#222222", linewidths=0.3, zorder=3
-            )
-            points.set_gid(f"trials:{host_profile}:{side}")
-            median = _plain_median(values)
-            (bar,) = ax.plot(
-                [x - col_w * 0.45, x + col_w * 0.45], [median, median], color="black", linewidth=1.6, zorder=4
-            )
-            bar.set_gid(f"median:{host_profile}:{side}")
-            ax.annotate(
-                f"{median:.1f}",
-                (x, max(values)),
-                ha="center",
-                va="bottom",
-                fontsize=7,
-                xytext=(0, 2),
-                textcoords="offset points",
-            )
-            top = max(top, max(values))
-            bottom = min(bottom, min(values))
-        if not columns:
-            ax.annotate(
-                str(row.get("decision") or row.get("status")),
-                (i, 0),
-                xycoords=("data", "axes fraction"),
-                ha="center",
-                va="bottom",
-                rotation=90,
-                fontsize=8,
-                color="#555555",
-                xytext=(0, 4),
-                textcoords="offset points",
-            )
-    if top > 0:
-        span = max(top - bottom, top * 0.02)
-        ax.set_ylim(max(0.0, bottom - span * 0.25), top + span * 0.3)
-    else:
-        ax.set_ylim(0, 1.0)
-    ax.set_xticks(range(len(groups)), labels, fontsize=7 if vertical else 8)
-    if vertical:
-        ax.tick_params(axis="x", labelrotation=90)
-    else:
-        # Host names once per host, under its profiles (matplotlib's nested
-        # tick labels: a secondary axis), with a line between hosts.
-        spans: list[tuple[str, int, int]] = []
-        for i, (row, _) in enumerate(groups):
-            host = str(row.get("host"))
-            if spans and spans[-1][0] == host:
-                spans[-1] = (host, spans[-1][1], i)
-            else:
-                spans.append((host, i, i))
-        hosts_axis = ax.secondary_xaxis(location=0)
-        centers = [(first + last) / 2 for _, first, last in spans]
-        hosts_axis.set_xticks(centers, [f"\n{h}" for h, _, _ in spans], fontsize=8)
-        hosts_axis.tick_params(axis="x", length=0, pad=6)
-        for _, _, last in spans[:-1]:
-            ax.axvline(last + 0.5, color="#cccccc", linewidth=0.8)
-    ax.set_xlim(-0.6, max(len(groups), 1) - 0.4)
-    ax.set_ylabel("throughput per trial (tok/s)")
-    fig.suptitle(title or "Decode throughput before and after the CUDA 13 upgrade", fontsize=10)
-    ax.grid(axis="y", alpha=0.3)
-    ax.set_axisbelow(True)
-    fig.legend(
-        handles=[
-            Patch(facecolor=colors["before"], alpha=0.45, label="before (old stack)"),
-            Patch(facecolor=colors["after"], alpha=0.45, label="after (new stack, kept)"),
-            Patch(facecolor=colors["regressed"], alpha=0.45, label="after (new stack, regressed)"),
-            Patch(facecolor=colors["rollback"], alpha=0.45, hatch="//", label="after rollback (old stack)"),
-            Patch(facecolor=colors["band"], alpha=0.6, label="tolerance below the old median"),
-            Line2D([], [], color="black", linewidth=1.6, label="median"),
-        ],
-        fontsize=7,
-        ncols=3,
-        loc="outside lower center",
-        frameon=False,
-    )
-    if top == 0:
-        ax.text(
-            0.5,
-            0.5,
-            "no throughput measured in this run",
-            transform=ax.transAxes,
-            ha="center",
-            va="center",
-            color="#555555",
-        )
-    return fig
 
 
 def run_hosts(run_dir: str | Path) -> list[str]:
@@ -1112,212 +823,3 @@ def fleet_summary(
     except ImportError as exc:  # the report must not fail an upgrade for want of a chart
         summary["chart_error"] = f"no chart: {exc}"
     return summary
-
-
-def _script_document(result: Any, *, succeeded: bool = True) -> dict[str, Any] | None:
-    """A host module's document (a dict, as the steps pass it), or the JSON a host script task
-    printed; None when there is none (skipped, no JSON; with ``succeeded``, also when the script
-    exited non-zero)."""
-    if isinstance(result, dict) and result and "stdout" not in result and not result.get("skipped"):
-        return result
-    if not isinstance(result, dict) or result.get("stdout") is None:
-        return None
-    if succeeded and result.get("rc", 1) != 0:
-        return None
-    try:
-        return scriptout.result_document(str(result["stdout"]))
-    except scriptout.NoResultError:
-        return None
-
-
-def _torch_of(freeze: Any) -> str:
-    """torch's version in a ``pip freeze`` list (``"?"`` when absent)."""
-    for line in freeze or []:
-        if str(line).startswith("torch=="):
-            return str(line).split("==", 1)[1]
-    return "?"
-
-
-def _kernel_log(mark: Any, read: Any) -> dict[str, Any] | None:
-    """result.json's ``kernel_log``: ``{"xid": [event dicts], "gated", "read", "marker_found",
-    "message"}``, or None when the mark before the switch was not taken."""
-    if not isinstance(mark, dict) or mark.get("skipped") or not mark:
-        return None
-    verdict = xid.kernel_log_verdict(mark, read)
-    return {key: verdict[key] for key in ("xid", "gated", "read", "marker_found", "message", "reason")}
-
-
-def failure_message(result: Mapping[str, Any]) -> str:
-    """The message a host that did not keep the upgrade ends with (the upgrade's last play).
-
-    ``result``: the host's record (:func:`host_result`). Returns e.g. ``"gpu-node-02: rolled
-    back at step 'verify': plain: median 80.1 tok/s ... Cause: ... Fix: ...."``: the host, its
-    status, the step that failed (when one did), the reason, and a known diagnosis's cause and
-    remedy.
-    """
-    status = str(result.get("status") or "failed")
-    said = _STATUS_TEXT.get(status, status)
-    step = result.get("failed_step")
-    text = f"{result.get('host')}: {said}" + (f" at step '{step}'" if step else "")
-    reason = result.get("reason") or result.get("error")
-    if reason:
-        text += f": {reason}"
-    diagnosis = result.get("diagnosis") or {}
-    if diagnosis.get("cause"):
-        text += f" Cause: {diagnosis['cause']}. Fix: {diagnosis.get('remedy')}."
-    return text
-
-
-def host_result(facts: dict[str, Any]) -> dict[str, Any]:
-    """The host's ``result.json``: what the run did with the host, as this module reads it.
-
-    Built once at the end of a host's run (``roles/upgrade_host/tasks/result.yml``)
-    from what the play knows; every choice between the play's facts is made here.
-    ``facts`` (missing keys read as absent):
-
-    - ``host``, ``run_id``, ``status`` (kept, rolled_back, failed), ``check_mode``,
-      ``measure`` (the gate measured this run), ``finished_at`` (ISO 8601);
-    - ``rerun``: :func:`cuda13_upgrade.rerun.host_verdict`'s record; ``previous``:
-      the host's earlier result.json; ``stopped_run``: the stopped run resolved;
-    - ``kept_digest``, ``after_probe``: the registered results of
-      ``hostscripts/stack_digest.py`` and ``hostscripts/stack_probe.py``;
-    - ``failed_step``, ``failed_task``, ``error``, ``diagnosis``
-      (:func:`cuda13_upgrade.diagnosis.diagnose` as a dict), ``target``,
-      ``staged`` and ``staged_run_id``, ``resolved_target`` (``[{name, version}]``),
-      ``started_at``, ``steps`` (``[{step, started_at}]`` as step.yml records them);
-    - ``snapshot``: stack_snapshot's manifest; ``apt_changes``, ``transaction``:
-      cuda_toolkit's records; ``old_venv``, ``new_venv``;
-    - ``throughput`` (verify_throughput_results), ``baseline`` (the recorded
-      baseline used, ``{"profiles": ...}``), ``restart_plan``, ``restarts``,
-      ``leftover_processes``, ``decisions``, ``speculative``, ``probe``,
-      ``accept_length``, ``load``, ``soak``, ``reason``, ``rollback_seconds``, ``rollback_checks``,
-      ``rollback_alternatives_manual`` (the alternatives groups the rollback left in
-      manual mode, :func:`cuda13_upgrade.ondemand.alternatives_restore`);
-    - ``kernel_log_mark``, ``kernel_log_read``: the registered results of
-      ``hostscripts/kernel_log.py`` before the switch and before the decision
-      (``kernel_log`` in the record, :func:`cuda13_upgrade.xid.kernel_log_verdict`;
-      null when the mark was not taken); ``regressed``: the throughput gate's own
-      verdict, for the reason.
-
-    Returns the record (plain data). A host already kept keeps the stacks
-    before and after of the run that verified it. Raises ``ValueError`` for
-    steps that are not in order (:func:`cuda13_upgrade.timeline.step_durations`).
-    """
-    status = str(facts.get("status") or "failed")
-    kept = status == "kept"
-    measured = bool(facts.get("measure"))
-    rerun = facts.get("rerun") or {}
-    previous = facts.get("previous") or {}
-    already_kept = bool(rerun.get("already_kept"))
-    digest = _script_document(facts.get("kept_digest"))
-    if digest is None:
-        digest = previous.get("stack_digest") if kept else None
-    diagnosis = facts.get("diagnosis") or {}
-    finished_at = str(facts.get("finished_at") or "")
-    steps = timeline.step_durations(list(facts.get("steps") or []), finished_at)
-    snapshot = facts.get("snapshot") or {}
-    cuda = snapshot.get("cuda") or {}
-    torch = ((_script_document(facts.get("after_probe"), succeeded=False) or {}).get("torch")) or {}
-    apt_changes = facts.get("apt_changes") or {}
-    throughput = dict(facts.get("throughput") or {})
-    baseline = (facts.get("baseline") or {}).get("profiles") or {}
-    if baseline:
-        throughput["baseline"] = baseline
-    checks = facts.get("rollback_checks") or {}
-    kernel_log = _kernel_log(facts.get("kernel_log_mark"), facts.get("kernel_log_read"))
-    reason = facts.get("reason") if facts.get("reason") is not None else facts.get("error")
-    if kernel_log and kernel_log["gated"]:
-        # The gate's own reason when it regressed too; a step that failed after the switch, its error.
-        other = (
-            (facts.get("reason") if facts.get("regressed") else None)
-            if facts.get("reason") is not None
-            else facts.get("error")
-        )
-        reason = str(kernel_log["reason"]) + (f"; {other}" if other else "")
-    batch_soak = facts.get("batch_soak") if isinstance(facts.get("batch_soak"), dict) else {}
-    if batch_soak.get("healthy") is False:
-        # Kept by the gate, then degraded in service before the next batch (cuda13_upgrade.batch_soak).
-        reason = str(batch_soak.get("reason"))
-    record = {
-        "host": facts.get("host"),
-        "run_id": facts.get("run_id"),
-        "status": status,
-        "check_mode": bool(facts.get("check_mode")),
-        "measured": measured,
-        "already_kept": already_kept,
-        # Why a kept host went through the roles again (empty when it was not kept before).
-        "rerun_reason": str(rerun.get("reason") or "") if previous.get("status") == "kept" else "",
-        # The earlier run this run resolved: it stopped part way (lost host, killed, interrupted).
-        "recovered": facts.get("stopped_run"),
-        "stack_digest": digest,
-        "verified_in_run": facts.get("run_id") if measured else previous.get("verified_in_run"),
-        "failed_step": facts.get("failed_step"),
-        "failed_task": facts.get("failed_task"),
-        "error": facts.get("error"),
-        "diagnosis": diagnosis if diagnosis.get("known") else None,
-        "target": facts.get("target") or {},
-        # The stage run whose new stack this run went on with (playbooks/stage.yml), or null.
-        "staged_in": facts.get("staged_run_id") if facts.get("staged") else None,
-        # The preflight's resolved set the wheels role installed (name==version).
-        "resolved_target": [f"{p['name']}=={p['version']}" for p in facts.get("resolved_target") or []],
-        "started_at": facts.get("started_at"),
-        "finished_at": finished_at,
-        # Every step's start and duration (s); the time out of service (s), drain to undrain.
-        "steps": steps,
-        "out_of_service_s": timeline.out_of_service_s(steps) if measured or status == "rolled_back" else 0.0,
-        "stack_before": {
-            "venv": (snapshot.get("venv") or {}).get("path"),
-            "cuda": cuda.get("resolved"),
-            "nvcc": (cuda.get("nvcc") or {}).get("version"),
-            "torch": _torch_of((snapshot.get("venv") or {}).get("pip_freeze")),
-            "sglang": (snapshot.get("sglang") or {}).get("describe"),
-        },
-        # What the toolkit step did in apt: driver packages held (and which holds it added),
-        # the source it wrote or used, the transaction it installed.
-        "apt": {
-            "held": apt_changes.get("held") or [],
-            "holds_added": apt_changes.get("holds_added") or [],
-            "source": apt_changes.get("source_used"),
-            "installed": (facts.get("transaction") or {}).get("install") or [],
-        },
-        "stack_after": {
-            "venv": facts.get("new_venv") if kept else facts.get("old_venv"),
-            "torch": torch.get("version"),
-            "torch_cuda": torch.get("cuda"),
-        },
-        "throughput": throughput,
-        # Per profile: the effective arguments (/get_server_info) that differ between the
-        # stacks, the paths each server's start-up log says it turned off, and the
-        # new-stack-only arguments the new server does not use (cuda13_upgrade.effective).
-        "effective": effective.profile_effective(throughput),
-        # The restart plan (cuda13_upgrade.restarts) and the restarts this run made.
-        "restart_plan": facts.get("restart_plan"),
-        "restarts": int(facts.get("restarts") or 0),
-        # Processes the service left after a stop (pid, command, GPU MiB), each ended before the next start.
-        "leftover_processes": facts.get("leftover_processes") or [],
-        "decisions": facts.get("decisions") or {},
-        "speculative": facts.get("speculative") or {},
-        "probe": facts.get("probe") or {},
-        "accept_length": facts.get("accept_length") or {},
-        "load": facts.get("load") or {},
-        # Per profile, the new stack's soak as the gate judged it (cuda13_upgrade.soak.judge):
-        # the count served and, on failure, the reason and the unit's journal tail.
-        "soak": facts.get("soak") or {},
-        # The soak between batches (cuda13_upgrade.batch_soak.verdict): the kept host watched in
-        # service before the next batch started; null when it was not watched.
-        "batch_soak": batch_soak or None,
-        "reason": reason,
-        # The driver's Xid lines logged between the switch and the decision (cuda13_upgrade.xid).
-        "kernel_log": kernel_log,
-        "rollback": {
-            "performed": status == "rolled_back",
-            "seconds": facts.get("rollback_seconds"),
-            "checks": checks,
-            "confirmed": (all(c.get("verdict") != "regressed" for c in checks.values()) if checks else None),
-            "alternatives_manual": list(facts.get("rollback_alternatives_manual") or []),
-        },
-    }
-    if already_kept:
-        record["stack_before"] = previous.get("stack_before") or {}
-        record["stack_after"] = previous.get("stack_after") or {}
-    return record

@@ -1,0 +1,457 @@
+"""The subcommands of ``cuda13-upgrade``, end to end, and the exit status they end with.
+
+:func:`run_command` runs a playbook subcommand (the playbook, ``run.json``, the
+ansible log, the fleet report); :func:`report_command`, :func:`status_command`
+and :func:`plan_command` the others; :func:`confirm_command` asks before a
+``rollout`` or ``rollback`` changes hosts. :func:`exit_status` is the status a
+script acts on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from cuda13_upgrade.cli.parser import COMMANDS, CONFIRMED, Command, Options, default_run_id, playbook_path
+from cuda13_upgrade.cli.runner import (
+    RunResult,
+    ansible_flags,
+    ask_secrets,
+    host_outcomes,
+    run_playbook,
+)
+from cuda13_upgrade.errors import UsageError
+from cuda13_upgrade.hostresult import NOT_REACHED, load_run_record, result_status
+from cuda13_upgrade.progress import extra_var, natural_key
+from cuda13_upgrade.summary import fleet_summary
+
+EXIT_OK = 0
+EXIT_HOSTS = 1
+EXIT_USAGE = 2
+EXIT_ANSIBLE = 3
+EXIT_INTERRUPTED = 130
+
+
+def exit_status(
+    rows: Iterable[Mapping[str, Any]],
+    runner_rc: int | None,
+    ok_statuses: Iterable[str] = ("kept",),
+) -> int:
+    """The exit status of a run from its fleet report rows and ansible-playbook's status.
+
+    ``rows``: :func:`cuda13_upgrade.summary.summary_rows` rows (only ``status``
+    is read), one per host of the run. ``runner_rc``: ansible-playbook's exit
+    status (None: unknown, taken as 0). ``ok_statuses``: the statuses of a
+    host that did what the command is for (``kept`` for a rollout,
+    ``passed`` for preflight, ``rolled_back`` for a rollback).
+
+    Returns 3 when no host has a result ("not reached" everywhere, or no
+    hosts) and ansible-playbook failed: it failed before any host (syntax
+    error, a failed control-node play); 1 when there is no host at all, when
+    a host's status is not in ``ok_statuses`` (failed, rolled back,
+    unreachable, not reached), or when every host is fine but
+    ansible-playbook still failed (e.g. in the report play); else 0.
+    """
+    ok = set(ok_statuses)
+    statuses = [str(row.get("status")) for row in rows]
+    rc = runner_rc or 0
+    if all(s == NOT_REACHED for s in statuses) and rc != 0:
+        return EXIT_ANSIBLE
+    if not statuses or any(s not in ok for s in statuses) or rc != 0:
+        return EXIT_HOSTS
+    return EXIT_OK
+
+
+def recorded_outcomes(
+    run_dir: Path, hosts: list[str], outcomes: Mapping[str, dict[str, Any]], started: float
+) -> dict[str, dict[str, Any]]:
+    """``run.json``'s ``outcomes``: per host of the run, ``{"status": S}`` from the
+    result file it wrote during this run (:func:`cuda13_upgrade.hostresult.result_status`:
+    ``"kept"``, ``"already kept"``, ``"rolled_back"`` ...), else what the runner saw
+    of it (:func:`cuda13_upgrade.cli.runner.host_outcomes`: failed, unreachable, or the
+    command's status for a host without a result, e.g. "not reached"). A result file
+    that cannot be read leaves the runner's outcome."""
+    recorded: dict[str, dict[str, Any]] = {}
+    for host in hosts:
+        path = run_dir / host / "result.json"
+        try:
+            if path.stat().st_mtime >= started:
+                result = json.loads(path.read_text(encoding="utf-8"))
+                if isinstance(result, dict):
+                    recorded[host] = {"status": result_status(result)}
+                    continue
+        except (OSError, ValueError):
+            pass
+        if host in outcomes:
+            recorded[host] = outcomes[host]
+    return recorded
+
+
+def _tail(text: str, lines: int = 25) -> str:
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def _run_hosts(run_dir: Path, run: RunResult, started: float) -> list[str]:
+    """Hosts of this run, in natural order (``gpu-node-2`` before ``gpu-node-10``):
+    those the runner saw in a play not only for localhost (the rollout's
+    preflight play sees every host of the run, also those of batches it will
+    not reach) and those with a result file written during this run.
+
+    ``summary.json`` is not a source: ``playbooks/report.yml`` lists the whole
+    target group there, ignoring ``--limit``.
+    """
+    hosts = list(run.hosts)
+    for path in sorted(run_dir.glob("*/result.json")):
+        if path.stat().st_mtime >= started:
+            hosts.append(path.parent.name)
+    return sorted(set(hosts), key=natural_key)
+
+
+def run_command(options: Options, stream: TextIO | None = None) -> int:
+    """Run a playbook subcommand end to end: the playbook, ``run.json``,
+    the ansible log, the fleet report; returns the exit status."""
+    out = stream if stream is not None else sys.stdout
+    command = COMMANDS[options.command]
+    playbook = playbook_path(options)
+    assert options.inventory is not None and options.run_id is not None
+    run_dir = options.reports_dir / options.run_id
+    print(
+        f"cuda13-upgrade {command.name}: {playbook.name} on {options.inventory}"
+        + (f" --limit {options.limit}" if options.limit else "")
+        + (" (check mode)" if options.check else "")
+        + f", run {options.run_id}",
+        file=out,
+        flush=True,
+    )
+    # asked once: a confirmation's plan run (confirm_command) asked already
+    options.passwords = options.passwords or ask_secrets(options)
+    started = datetime.now(UTC).timestamp() - 1.0
+    run = run_playbook(
+        playbook,
+        options.inventory,
+        home=options.home,
+        run_id=options.run_id,
+        reports_dir=options.reports_dir,
+        limit=options.limit,
+        extra_vars=options.extra_vars,
+        check=options.check,
+        flags=ansible_flags(options),
+        passwords=options.passwords,
+        stream=out,
+    )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log = run_dir / f"ansible-{command.name}.log"
+    log.write_text(run.stdout + (("\n" + run.stderr) if run.stderr else ""), encoding="utf-8")
+    hosts = _run_hosts(run_dir, run, started)
+    record = {
+        "command": command.name,
+        "playbook": str(playbook),
+        "inventory": options.inventory,
+        "limit": options.limit,
+        "check": options.check,
+        "runner_rc": run.rc,
+        "runner_status": run.status,
+        "ok_status": command.ok_status,
+        "hosts": hosts,
+        "outcomes": recorded_outcomes(run_dir, hosts, host_outcomes(run, command), started),
+        "started_at": datetime.fromtimestamp(started + 1.0, UTC).isoformat(),
+        "finished_at": datetime.now(UTC).isoformat(),
+        "batches": run.batches,
+    }
+    (run_dir / "run.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    if run.interrupted or run.status == "canceled":
+        if run.doing:
+            print("interrupted; what each host was doing:", file=sys.stderr)
+            print("\n".join(f"  {line}" for line in run.doing), file=sys.stderr)
+        return _after_interrupt(options, command, run, hosts, log, out)
+    rows = _show_report(run_dir, hosts, out) if hosts else []
+    status = exit_status(rows, run.rc, [command.ok_status])
+    if status == EXIT_ANSIBLE:
+        print(
+            f"ansible-playbook failed (rc {run.rc}) before any host had a result:\n"
+            f"{_tail(run.stderr or run.stdout)}\n(full output: {log})",
+            file=sys.stderr,
+        )
+    elif not hosts:
+        print(f"no host of the inventory was targeted (full output: {log})", file=sys.stderr)
+    return status
+
+
+#: Commands whose playbooks take the hosts' locks (action cuda13_lock).
+_LOCKING = ("rollout", "stage", "rollback")
+
+
+def _after_interrupt(
+    options: Options, command: Command, run: RunResult, hosts: list[str], log: Path, out: TextIO
+) -> int:
+    """After Ctrl-C: run ``playbooks/interrupted.yml`` on the run's hosts (each
+    host's step recorded in its result, this run's locks released), print
+    where each host was, and return 130."""
+    assert options.inventory is not None and options.run_id is not None
+    steps = {h: run.steps.get(h, "not started") for h in hosts}
+    cleanup = options.home / "playbooks" / "interrupted.yml"
+    released = ""
+    if command.name in _LOCKING and hosts and not options.check and cleanup.is_file():
+        print("== Recording the interrupted hosts and releasing their locks", file=out, flush=True)
+        extra = json.dumps({"cuda13_interrupted_steps": steps})
+        done = run_playbook(
+            cleanup,
+            options.inventory,
+            home=options.home,
+            run_id=options.run_id,
+            reports_dir=options.reports_dir,
+            limit=",".join(hosts),
+            extra_vars=[*options.extra_vars, extra],
+            # The operator's tags would skip the clean-up's own tasks.
+            flags=ansible_flags(replace(options, tags=[], skip_tags=[])),
+            passwords=options.passwords,
+            stream=out,
+        )
+        released = (
+            " Their locks are released."
+            if done.rc == 0
+            else f" Releasing their locks failed (rc {done.rc}): see the lines above."
+        )
+    where = "; ".join(f"{h} during {s}" for h, s in steps.items()) or "before any host"
+    print(
+        f"interrupted: {where}.{released} Run the same command again to continue (Ansible's output: {log})",
+        file=sys.stderr,
+    )
+    return EXIT_INTERRUPTED
+
+
+def _show_report(run_dir: Path, hosts: list[str] | None, out: TextIO) -> list[dict[str, Any]]:
+    summary = fleet_summary(run_dir, hosts)
+    print("", file=out)
+    print(summary["markdown"], file=out, end="")
+    files = summary["files"]
+    print(f"\nreport: {files['markdown']}", file=out)
+    print(f"        {files['json']}", file=out)
+    if files.get("metrics"):
+        print(f"        {files['metrics']}", file=out)
+    if files["chart"]:
+        print(f"        {files['chart']}", file=out)
+    else:
+        print(f"        ({summary.get('chart_error') or summary.get('chart_note')})", file=out)
+    print(f"run:    {run_dir / 'run.json'}", file=out, flush=True)
+    return summary["rows"]
+
+
+def latest_run(reports_dir: Path) -> Path | None:
+    """The run directory under ``reports_dir`` written last (by the newest
+    mtime of its ``run.json``, ``summary.json`` or result files), or None."""
+    best: tuple[float, str] | None = None
+    found: Path | None = None
+    if not reports_dir.is_dir():
+        return None
+    for run in reports_dir.iterdir():
+        if not run.is_dir():
+            continue
+        files = [run / "run.json", run / "summary.json", *run.glob("*/result.json")]
+        times = [f.stat().st_mtime for f in files if f.exists()]
+        if times and (best is None or (max(times), run.name) > best):
+            best, found = (max(times), run.name), run
+    return found
+
+
+def report_command(options: Options, stream: TextIO | None = None) -> int:
+    """The ``report`` subcommand: rewrite and print the report of a run;
+    the exit status is :func:`exit_status` of its rows, with the ansible
+    status and command recorded in ``run.json`` (rollout's when absent)."""
+    out = stream if stream is not None else sys.stdout
+    if options.run_id is not None:
+        run_dir = options.reports_dir / options.run_id
+        if not run_dir.is_dir():
+            raise UsageError(f"--run-id {options.run_id}: no such run under {options.reports_dir}")
+    else:
+        latest = latest_run(options.reports_dir)
+        if latest is None:
+            raise UsageError(
+                f"no runs under {options.reports_dir} (--reports-dir); pass --run-id or --reports-dir"
+            )
+        run_dir = latest
+    record = load_run_record(run_dir)
+    rows = _show_report(run_dir, None, out)
+    command = COMMANDS.get(str(record.get("command")), COMMANDS["rollout"])
+    ok = record.get("ok_status") or command.ok_status
+    return exit_status(rows, record.get("runner_rc"), [ok])
+
+
+def target_group(extra_vars: Iterable[str]) -> str:
+    """The hosts a run acts on: ``cuda13_target_hosts`` as ``-e`` gives it, else
+    ``blackwell``. The playbooks' plays take ``hosts: "{{ cuda13_target_hosts |
+    default('blackwell') }}"``, a play keyword Ansible templates without a host,
+    so only an extra variable changes it."""
+    value = extra_var(extra_vars, "cuda13_target_hosts")
+    return str(value) if value else "blackwell"
+
+
+def status_command(options: Options, stream: TextIO | None = None) -> int:
+    """The ``status`` subcommand: each host of the target group with its state
+    from the newest record under the reports directory
+    (:func:`cuda13_upgrade.fleetstate.host_states`), as a table or as JSON
+    (``{"inventory", "group", "reports_dir", "hosts": [...]}``). Reads the
+    inventory and the reports, nothing else; returns 0."""
+    from cuda13_upgrade import fleetstate
+
+    out = stream if stream is not None else sys.stdout
+    assert options.inventory is not None
+    group = target_group(options.extra_vars)
+    # The inventory plugins the runs enable (the checkout's ansible.cfg, as runner_envvars sets it).
+    os.environ["ANSIBLE_CONFIG"] = str(options.home / "ansible.cfg")
+    hosts = fleetstate.inventory_hosts(options.inventory, group)
+    states = fleetstate.host_states(options.reports_dir, hosts)
+    if options.json_output:
+        document = {
+            "inventory": options.inventory,
+            "group": group,
+            "reports_dir": str(options.reports_dir),
+            "hosts": states,
+        }
+        print(json.dumps(document, indent=2), file=out)
+    else:
+        text = fleetstate.render_text(
+            states, inventory=options.inventory, group=group, reports_dir=options.reports_dir
+        )
+        print(text, file=out, end="")
+    return EXIT_OK
+
+
+def run_plan(options: Options, out: TextIO) -> tuple[int, dict[str, Any] | None]:
+    """Run ``playbooks/plan.yml`` (read-only) for ``options``' inventory, limit and
+    extra variables, with its run id, and read the plan it wrote
+    (``<reports>/<run id>/plan.json``, :func:`cuda13_upgrade.plan.rollout_plan`).
+
+    Returns ``(status, plan)``: 0 with the plan when no host is refused, 1 with
+    the plan when one is, 3 and None when the playbook wrote no plan (its
+    output's tail is printed, the whole of it is in ``ansible-plan.log``).
+    """
+    assert options.inventory is not None
+    run_id = options.run_id or default_run_id()
+    own = options.home / str(COMMANDS["plan"].playbook)
+    playbook = playbook_path(options) if options.command == "plan" else own
+    options.passwords = options.passwords or ask_secrets(options)
+    run = run_playbook(
+        playbook,
+        options.inventory,
+        home=options.home,
+        run_id=run_id,
+        reports_dir=options.reports_dir,
+        limit=options.limit,
+        extra_vars=options.extra_vars,
+        flags=ansible_flags(options),
+        passwords=options.passwords,
+        stream=out,
+    )
+    run_dir = options.reports_dir / run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log = run_dir / "ansible-plan.log"
+    log.write_text(run.stdout + (("\n" + run.stderr) if run.stderr else ""), encoding="utf-8")
+    try:
+        the_plan = json.loads((run_dir / "plan.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        the_plan = None
+    if run.rc != 0 or not isinstance(the_plan, dict):
+        print(
+            f"the plan could not be made (ansible-playbook rc {run.rc}):\n"
+            f"{_tail(run.stderr or run.stdout)}\n(full output: {log})",
+            file=sys.stderr,
+        )
+        return EXIT_ANSIBLE, None
+    return (EXIT_HOSTS if the_plan["summary"]["refused"] else EXIT_OK), the_plan
+
+
+def plan_command(options: Options, stream: TextIO | None = None) -> int:
+    """The ``plan`` subcommand: :func:`run_plan`, then the plan as text
+    (:func:`cuda13_upgrade.plan.render_text`) or, with ``--json``, as JSON on
+    stdout (the progress then goes to stderr). Returns :func:`run_plan`'s status."""
+    from cuda13_upgrade import plan
+
+    out = stream if stream is not None else sys.stdout
+    status, the_plan = run_plan(options, sys.stderr if options.json_output else out)
+    if the_plan is None:
+        return status
+    if options.json_output:
+        print(json.dumps(the_plan, indent=2), file=out)
+    else:
+        print("", file=out)
+        print(plan.render_text(the_plan), file=out, end="")
+        print(f"\nplan: {options.reports_dir / the_plan['run_id'] / 'plan.json'}", file=out)
+    return status
+
+
+def _isatty(handle: Any) -> bool:
+    try:
+        return bool(handle.isatty())
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+def ask(question: str, stdin: TextIO, out: TextIO) -> bool:
+    """Ask ``question`` on the terminal; True only for an answer of "y" or "yes"."""
+    print(f"{question} [y/N] ", file=out, end="", flush=True)
+    answer = stdin.readline()
+    if not answer:
+        print("", file=out)
+    return answer.strip().lower() in ("y", "yes")
+
+
+def confirm_command(
+    options: Options, stream: TextIO | None = None, stdin: TextIO | None = None
+) -> int | None:
+    """Before ``rollout`` or ``rollback`` changes hosts: show what it will do and
+    ask. Returns None to go on, or the exit status to end with.
+
+    Not asked with ``--yes``, in check mode, or for other commands. Without a
+    terminal on ``stdin`` the command is refused (:class:`UsageError`: pass
+    ``--yes``). ``rollout`` first runs the plan (:func:`run_plan`, same run id:
+    ``plan.json`` stays in the run's report directory) and prints it; a plan in
+    which the rollout would stop at its preflight ends here (1), nothing asked.
+    ``rollback`` lists the hosts it takes with their last state
+    (:func:`cuda13_upgrade.fleetstate.host_states`). Declined: 1, nothing changed.
+    """
+    if options.command not in CONFIRMED or options.yes or options.check:
+        return None
+    out = stream if stream is not None else sys.stdout
+    stdin = stdin if stdin is not None else sys.stdin
+    if not _isatty(stdin):
+        raise UsageError(
+            f"{options.command} changes hosts and asks for confirmation on a terminal, and there is none: "
+            f"pass --yes to {options.command} without asking (automation), or run 'cuda13-upgrade plan' first"
+        )
+    assert options.inventory is not None
+    if options.command == "rollout":
+        from cuda13_upgrade import plan
+
+        status, the_plan = run_plan(options, out)
+        if the_plan is None:
+            return status
+        print("", file=out)
+        print(plan.render_text(the_plan), file=out, end="")
+        summary = the_plan["summary"]
+        if summary["stops"]:
+            print("\nThe rollout would stop at its preflight; nothing was changed.", file=out)
+            return EXIT_HOSTS
+        question = f"Roll out the CUDA 13 stack to {summary['changes']} of {summary['hosts']} hosts now?"
+    else:
+        from cuda13_upgrade import fleetstate
+
+        group = target_group(options.extra_vars)
+        os.environ["ANSIBLE_CONFIG"] = str(options.home / "ansible.cfg")
+        hosts = fleetstate.inventory_hosts(options.inventory, group, options.limit)
+        for state in fleetstate.host_states(options.reports_dir, hosts):
+            print(f"  {state['host']}: {state['decision']}", file=out)
+        question = (
+            f"Roll back {len(hosts)} host{'' if len(hosts) == 1 else 's'} to their pre-upgrade snapshot "
+            "(each host's service restarts on its old stack)?"
+        )
+    if ask(question, stdin, out):
+        return None
+    print("Not confirmed; nothing was changed.", file=out)
+    return EXIT_HOSTS
