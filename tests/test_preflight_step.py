@@ -1,0 +1,199 @@
+"""The preflight (cuda13_upgrade.steps.preflight, action cuda13_preflight), without Ansible: the host
+module cuda13_host_facts runs for real (the GPUs are the sandbox's nvidia-smi double, in the states
+of sandbox/host/nvidia-smi-states); Ansible's uri module, which the checks of the options against
+the host call, is answered by the test. The rules themselves are tests/test_preflight.py's; the
+playbook path is tests/test_preflight_playbook.py's and tests/test_stack_driver_playbook.py's."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from fakehost import FakeHost
+from playbook import NVIDIA_SMI_DOUBLE, NVIDIA_SMI_STATES
+from stepdoubles import options
+
+from cuda13_upgrade.steps import preflight
+from cuda13_upgrade.steps.host import StepFailed
+
+NOT_CHECKED = [
+    "not checked: the options against the host, NVIDIA's repository, the indexes and apt's transaction"
+    " (nvidia_driver_check_host_checks is false)",
+    "not checked: the target's resolution and its driver floor (cuda13_preflight_resolve is false)",
+]
+REPO_URL = "https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/"
+INDEXES = ["https://download.pytorch.org/whl/cu130", "https://pypi.org/simple"]
+
+
+def _opts(tmp_path: Path, **given) -> dict:
+    (tmp_path / "opt").mkdir(exist_ok=True)
+    defaults = {
+        "nvidia_driver_check_nvidia_smi": str(NVIDIA_SMI_DOUBLE),
+        "nvidia_driver_check_nvidia_smi_timeout": 20,
+        "nvidia_driver_check_host_checks": False,
+        "cuda13_preflight_resolve": False,
+        "nvidia_driver_check_required_disk_gib": 0.001,
+        "nvidia_driver_check_disk_path": str(tmp_path / "opt"),
+        "nvidia_driver_check_python": sys.executable,
+        "nvidia_driver_check_space_stack": "",
+        "cuda13_service_name": "nosuch-cuda13-test.service",
+        "cu130_wheels_index_url": INDEXES[0],
+        "cu130_wheels_extra_index_urls": INDEXES[1:],
+        "cu130_wheels_venv": "/opt/ml-env-cu130",
+    }
+    return options(tmp_path, **{**defaults, **given})
+
+
+def _check(host, opts, tmp_path, **given):
+    return preflight.check(host, opts, run_dir=tmp_path / "reports" / "r1", **given)
+
+
+def test_a_host_of_the_target_platform_passes_and_each_check_is_told(tmp_path):
+    host = FakeHost()
+    record = _check(host, _opts(tmp_path), tmp_path)
+    assert record["ok"] is True and record["refusals"] == []
+    assert len(record["gpus"]) == 8 and record["compute_capabilities"] == ["12.0"]
+    assert record["driver_version"] == "590.48.01" and record["report"]["ok"] is True
+    assert (record["toolkit"], record["resolved"], record["stack_driver"]) == (None, None, None)
+    assert host.told[-2:] == NOT_CHECKED
+    assert "passed: 8 GPUs" in host.told
+    assert all(line.startswith("passed: ") for line in host.told[:-2])
+    (asked,) = host.called("cuda13_host_facts")
+    assert (asked["nvidia_smi"], asked["host_checks"], asked["space_places"]) == (
+        str(NVIDIA_SMI_DOUBLE),
+        False,
+        {},
+    )
+
+
+def test_a_host_whose_driver_is_not_loaded_is_refused_with_the_remedy(tmp_path, monkeypatch):
+    monkeypatch.setenv("NVIDIA_SMI_DOUBLE_STATE", str(NVIDIA_SMI_STATES / "no-driver.json"))
+    host = FakeHost()
+    with pytest.raises(StepFailed) as failed:
+        _check(host, _opts(tmp_path), tmp_path)
+    msg = failed.value.msg
+    assert msg.startswith(
+        f"gpu-node-01: {NVIDIA_SMI_DOUBLE} failed (rc 9, driver_not_loaded): NVIDIA-SMI has failed"
+    )
+    assert "Fix: the NVIDIA kernel module is not loaded: check 'lsmod | grep nvidia' and dmesg" in msg
+    assert msg.endswith("Nothing on the host was changed.")
+    # The failed task's record is kept small: the resolved set as its size.
+    assert failed.value.record["ok"] is False and failed.value.record["resolved_count"] is None
+    assert "resolved" not in failed.value.record and host.told == []
+
+
+def test_without_refuse_the_refusal_is_recorded_and_the_hosts_checks_stop(tmp_path, monkeypatch):
+    monkeypatch.setenv("NVIDIA_SMI_DOUBLE_STATE", str(NVIDIA_SMI_STATES / "no-driver.json"))
+    record = _check(FakeHost(), _opts(tmp_path), tmp_path, refuse=False)
+    assert record["ok"] is False and record["report"] is None
+    (refusal,) = record["refusals"]
+    assert refusal.startswith(f"gpu-node-01: {NVIDIA_SMI_DOUBLE} failed (rc 9, driver_not_loaded)")
+
+
+def test_a_host_that_fails_a_check_names_each_failure_after_the_checks_that_passed(tmp_path):
+    host = FakeHost()
+    with pytest.raises(StepFailed) as failed:
+        _check(host, _opts(tmp_path, nvidia_driver_check_expected_gpu_count=4), tmp_path)
+    lines = failed.value.msg.splitlines()
+    assert lines[0] == "gpu-node-01 fails the preflight for CUDA 13.0.2; nothing was changed:"
+    assert (
+        len(lines) == 2 and lines[1].startswith("- ") and "nvidia_driver_check_expected_gpu_count" in lines[1]
+    )
+    assert failed.value.record["report"]["ok"] is False and len(failed.value.record["gpus"]) == 8
+    assert "passed: 8 GPUs" not in host.told and "passed: not a WSL host" in host.told
+
+
+def _uri(packages: dict | None = None, index: dict | None = None):
+    def answer(args: dict) -> dict:
+        if args["url"].endswith("Packages"):
+            return packages or {
+                "status": 200,
+                "content": "Package: cuda-toolkit-13-0\nVersion: 13.0.2-1\nArchitecture: amd64\n\n",
+            }
+        return index or {"status": 200, "msg": "OK (unknown bytes)"}
+
+    return answer
+
+
+def test_options_that_fit_the_host_are_told_with_what_was_checked(tmp_path):
+    host = FakeHost(handlers={"ansible.builtin.uri": _uri()})
+    found = {
+        "unit_show": {
+            "rc": 0,
+            "stdout": "LoadState=loaded\nExecStart={ path=/opt/ml-env/bin/python ; argv[]=/opt/ml-env/bin/python -m sglang.launch_server ; ignore_errors=no }\n",
+        },
+        "old_python_exists": True,
+    }
+    preflight.option_host_checks(host, _opts(tmp_path, cuda13_service_name="sglang.service"), found)
+    assert host.told == [
+        "passed: the options fit the host: sglang.service runs the Python of /opt/ml-env;"
+        f" {REPO_URL} offers cuda-toolkit-13-0 13.0.2-1; the 2 package index(es) answer"
+    ]
+    assert [a["url"] for a in host.called("ansible.builtin.uri")] == [f"{REPO_URL}Packages", *INDEXES]
+
+
+def test_options_that_do_not_fit_the_host_are_each_named_with_the_option(tmp_path):
+    host = FakeHost(
+        handlers={
+            "ansible.builtin.uri": _uri(
+                {"status": 404, "msg": "HTTP Error 404: Not Found"},
+                {"status": -1, "msg": "Request failed: <urlopen error [Errno -2] Name or service not known>"},
+            )
+        }
+    )
+    found = {
+        "unit_show": {
+            "rc": 0,
+            "stdout": "LoadState=loaded\nExecStart={ path=/usr/bin/python3 ; argv[]=/usr/bin/python3 -m sglang.launch_server ; ignore_errors=no }\n",
+        },
+        "old_python_exists": False,
+    }
+    with pytest.raises(StepFailed) as failed:
+        preflight.option_host_checks(host, _opts(tmp_path, cuda13_service_name="sglang.service"), found)
+    lines = failed.value.msg.splitlines()
+    assert lines[0] == "gpu-node-01: option values that do not fit the host; nothing on the host was changed."
+    assert lines[1] == (
+        "- cuda13_old_venv is not the venv whose Python the unit sglang.service runs ('{ path=/usr/bin/python3 ;"
+        " argv[]=/usr/bin/python3 -m sglang.launch_server ; ignore_errors=no }'): '/opt/ml-env'."
+        " Option: cuda13_old_venv. Fix: give the venv of the unit's ExecStart (<venv>/bin/python -m sglang.launch_server)."
+    )
+    assert lines[2] == (
+        "- cuda13_old_venv has no bin/python on the host: '/opt/ml-env'. Option: cuda13_old_venv."
+        " Fix: give the path of the serving virtual environment."
+    )
+    assert lines[3] == (
+        f"- cuda_toolkit_apt_repo_url does not answer (HTTP 404 HTTP Error 404: Not Found): '{REPO_URL}'."
+        " Option: cuda_toolkit_apt_repo_url. Fix: give the URL of NVIDIA's repository (or a mirror) that the host can read."
+    )
+    assert [line.split(" does not answer")[0] for line in lines[4:]] == [
+        "- cuda13_wheels_index_url",
+        "- cuda13_wheels_extra_index_urls",
+    ]
+    assert host.told == []
+
+
+def test_with_an_artifact_cache_the_indexes_are_not_asked(tmp_path):
+    host = FakeHost(handlers={"ansible.builtin.uri": _uri()})
+    found = {
+        "unit_show": {"rc": 0, "stdout": "LoadState=loaded\nExecStart=/opt/ml-env/bin/python -m sglang\n"},
+        "old_python_exists": True,
+    }
+    preflight.option_host_checks(host, _opts(tmp_path, cuda13_artifact_cache=True), found)
+    assert [a["url"] for a in host.called("ansible.builtin.uri")] == [f"{REPO_URL}Packages"]
+
+
+def test_the_driver_is_checked_against_the_floor_of_each_resolved_component(tmp_path):
+    opts = _opts(tmp_path)
+    resolved = [{"name": "cuda-bindings", "version": "13.1.0"}, {"name": "torch", "version": "2.14.1"}]
+    host = FakeHost()
+    with pytest.raises(StepFailed) as failed:
+        preflight.stack_driver(host, opts, resolved, "580.95.05")
+    lines = failed.value.msg.splitlines()
+    assert lines[0] == "gpu-node-01 fails the preflight for its resolved target; nothing was changed:"
+    assert "cuda-bindings 13.1.0 (CUDA 13.1) needs >= 590.44.01" in lines[1]
+    assert failed.value.record["stack_driver"]["ok"] is False
+    passed = preflight.stack_driver(host, opts, resolved, "590.48.01")
+    assert passed["ok"] is True and host.told == [
+        f"passed: {' '.join(p['message'].split())}" for p in passed["passed"]
+    ]
