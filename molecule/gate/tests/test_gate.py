@@ -199,29 +199,33 @@ def test_a_server_that_dies_on_real_traffic_is_rolled_back_by_the_soak(crash):
     result = _result(crash)
     assert result["status"] == "rolled_back"
     assert _serving_venv(crash) == "/opt/ml-env/bin/python"
-    soak = result["soak"]["plain"]
+    # The switch starts the new stack into eagle3, the candidate plan's first profile.
+    soak = result["soak"]["eagle3"]
     assert soak["passed"] is False and soak["outcome"] == "crash"
     # Readiness, the probe and the trials passed; the soak's real traffic ended it.
     assert 0 < soak["served"] < soak["requests"] == 64
-    assert result["reason"].startswith(f"plain: the soak served {soak['served']} of 64 requests; request ")
+    assert result["reason"].startswith(f"eagle3: the soak served {soak['served']} of 64 requests; request ")
     assert "lost the server" in result["reason"]
     assert soak["journal_tail"], "the unit's journal tail is kept with the failed soak"
+    # The host rolls back at once: the profile left is not started on the new stack.
+    assert list(result["throughput"]["candidate"]) == ["eagle3"]
 
 
 def test_a_server_that_stops_answering_is_rolled_back_by_the_soak(stall):
     result = _result(stall)
     assert result["status"] == "rolled_back"
     assert _serving_venv(stall) == "/opt/ml-env/bin/python"
-    soak = result["soak"]["plain"]
+    soak = result["soak"]["eagle3"]
     assert soak["passed"] is False and soak["outcome"] == "stall"
     assert 0 < soak["served"] < 64
     assert f"request {soak['failure']['request']} got no answer within 10 s" in result["reason"]
     assert soak["journal_tail"]
+    assert list(result["throughput"]["candidate"]) == ["eagle3"]
 
 
 def test_the_report_shows_the_failed_soaks():
     summary = (RUN / "summary.md").read_text()
     section = summary[summary.index("## Soak") :].split("\n## ")[0]
-    assert "- cuda13-gate-4 plain (new stack): the soak served " in section
-    assert "- cuda13-gate-5 plain (new stack): the soak served " in section
+    assert "- cuda13-gate-4 eagle3 (new stack): the soak served " in section
+    assert "- cuda13-gate-5 eagle3 (new stack): the soak served " in section
     assert "got no answer within 10 s" in section
