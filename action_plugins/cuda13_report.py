@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from cuda13_upgrade import report
 from cuda13_upgrade.actionbase import StepAction, display
 from cuda13_upgrade.reportfiles import run_dir
+from cuda13_upgrade.summary import fleet_summary
 
 
 class ActionModule(StepAction):
@@ -19,7 +19,7 @@ class ActionModule(StepAction):
 
     def run_step(self, host, args, task_vars):
         directory = run_dir({"cuda13_reports_dir": args["reports_dir"]}, args["run_id"])
-        summary = report.fleet_summary(directory, args["hosts"], args["not_started"] or None)
+        summary = fleet_summary(directory, args["hosts"], args["not_started"] or None)
         if args["show"]:
             display.display(summary["markdown"])
         return {

@@ -11,9 +11,17 @@ class ActionModule(StepAction):
         "step": {"type": "str", "choices": ["drain", "undrain"], "required": True},
         "options": {"type": "dict", "required": True},
         "command": {"type": "str", "choices": ["upgrade", "verify", "rollback"], "default": "upgrade"},
+        "after_failure": {"type": "bool", "default": False},
     }
 
     def run_step(self, host, args, task_vars):
-        record = drain.side(host, self.run_state, args["options"], step=args["step"], command=args["command"])
+        record = drain.side(
+            host,
+            self.run_state,
+            args["options"],
+            step=args["step"],
+            command=args["command"],
+            after_failure=args["after_failure"],
+        )
         self.run_state = record["run"]
         return {**record, "changed": False}

@@ -27,6 +27,11 @@ this checkout under Mitogen for Ansible's ``mitogen_linear`` strategy
 over one persistent Python interpreter per host instead of one ssh command
 and module upload each.
 
+With ``--profiles 1 2 3`` each scenario runs with one profile (plain), the
+sandbox inventory's two (plain and EAGLE-3) and three (a third, plain decode with
+``--context-length 32768``), given with ``-e @file`` to both revisions alike; the
+last lines then say what each extra profile costs.
+
 The figures are ratios of runs made minutes apart on the same machine: the
 machine is shared, so compare the ratios, not absolute seconds across days.
 
@@ -34,9 +39,10 @@ Usage (from the repository root, after ``make setup``; uses podman, one
 benchmark or molecule run at a time on a machine)::
 
     benchmarks/control_node.py --before REV [--mitogen PATH] [--scenario default|regression ...]
+        [--profiles 1 2 3]
 
-The last lines have the form ``task results per host (kept): N`` and
-``task results per host (rolled back): N`` for this checkout.
+The last lines have the form ``task results per host (kept, 2 profiles): N`` and
+``control-node CPU per host (kept, 2 profiles): A s -> B s`` for this checkout.
 """
 
 from __future__ import annotations
@@ -53,6 +59,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = REPO / ".venv" / "bin"
@@ -127,7 +135,20 @@ def task_results(row: dict[str, int]) -> int:
     return row.get("ok", 0) + row.get("skipped", 0) + row.get("failed", 0) + row.get("unreachable", 0)
 
 
-def measure(checkout: Path, scenario: str, label: str, mitogen: Path | None = None) -> dict:
+#: The server profiles of ``--profiles N``: the sandbox inventory's plain and EAGLE-3
+#: (inventory/sandbox/group_vars/all/upgrade.yml), then plain decode with a longer context.
+def profiles(count: int) -> list[dict]:
+    inventory = yaml.safe_load(
+        (REPO / "inventory" / "sandbox" / "group_vars" / "all" / "upgrade.yml").read_text()
+    )
+    found = list(inventory["cuda13_profiles"])
+    extra = [{"name": "long-context", "server_args": ["--context-length", "32768"]}]
+    return (found + extra)[:count]
+
+
+def measure(
+    checkout: Path, scenario: str, label: str, mitogen: Path | None = None, profile_count: int | None = None
+) -> dict:
     """One upgrade of a fresh ``scenario`` host by ``checkout``'s playbook: the figures above."""
     fresh_sandbox(scenario)
     close_masters(control_masters())
@@ -142,6 +163,11 @@ def measure(checkout: Path, scenario: str, label: str, mitogen: Path | None = No
         env["ANSIBLE_STRATEGY_PLUGINS"] = str(mitogen / "ansible_mitogen" / "plugins" / "strategy")
         env["ANSIBLE_STRATEGY"] = "mitogen_linear"
     argv = [str(BIN / "ansible-playbook"), "upgrade-cuda13.yml", "-i", str(REPO / "inventory" / "sandbox")]
+    if profile_count is not None:
+        LOGS.mkdir(parents=True, exist_ok=True)
+        given = LOGS / f"profiles-{profile_count}.json"
+        given.write_text(json.dumps({"cuda13_profiles": profiles(profile_count)}))
+        argv += ["-e", f"@{given}"]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.run(argv, cwd=checkout, env=env, capture_output=True, text=True)
@@ -166,6 +192,7 @@ def measure(checkout: Path, scenario: str, label: str, mitogen: Path | None = No
     local = rows.get("localhost", {})
     return {
         "label": label,
+        "profiles": profile_count,
         "tasks": task_results(host),
         "ok": host.get("ok", 0) - host.get("changed", 0),
         "changed": host.get("changed", 0),
@@ -180,7 +207,8 @@ def measure(checkout: Path, scenario: str, label: str, mitogen: Path | None = No
 
 def print_table(scenario: str, runs: list[dict]) -> None:
     base = runs[0]
-    print(f"\n== {OUTCOME[scenario]}: scenario {scenario}, one sandbox host")
+    count = f", {base['profiles']} profile(s)" if base.get("profiles") else ""
+    print(f"\n== {OUTCOME[scenario]}: scenario {scenario}{count}, one sandbox host")
     print(f"  {'':34s}" + "".join(f"{r['label']:>22s}" for r in runs))
 
     def line(name: str, key: str, fmt: str, ratio: bool = False) -> None:
@@ -220,6 +248,13 @@ def main() -> None:
     parser.add_argument(
         "--scenario", action="append", choices=sorted(OUTCOME), help="default and regression unless given"
     )
+    parser.add_argument(
+        "--profiles",
+        type=int,
+        nargs="+",
+        choices=(1, 2, 3),
+        help="profile counts to run (default: the inventory's)",
+    )
     args = parser.parse_args()
     if args.mitogen is not None and not (args.mitogen / "ansible_mitogen").is_dir():
         parser.error(f"--mitogen {args.mitogen}: no ansible_mitogen package there (unpack the mitogen wheel)")
@@ -234,18 +269,32 @@ def main() -> None:
     try:
         results = {}
         for scenario in scenarios:
-            runs = [measure(before, scenario, f"before {rev}"), measure(REPO, scenario, f"after {head}")]
-            if args.mitogen is not None:
-                runs.append(measure(REPO, scenario, "after, mitogen_linear", mitogen=args.mitogen))
-            results[scenario] = runs
-            print_table(scenario, runs)
+            for count in args.profiles or [None]:
+                runs = [
+                    measure(before, scenario, f"before {rev}", profile_count=count),
+                    measure(REPO, scenario, f"after {head}", profile_count=count),
+                ]
+                if args.mitogen is not None:
+                    runs.append(
+                        measure(
+                            REPO, scenario, "after, mitogen_linear", mitogen=args.mitogen, profile_count=count
+                        )
+                    )
+                results[(scenario, count)] = runs
+                print_table(scenario, runs)
         print()
-        for scenario, runs in results.items():
-            print(f"task results per host ({OUTCOME[scenario]}, before {rev}): {runs[0]['tasks']}")
-            print(f"task results per host ({OUTCOME[scenario]}): {runs[1]['tasks']}")
-            print(
-                f"control-node CPU per host ({OUTCOME[scenario]}): {runs[0]['cpu_s']:.1f} s -> {runs[1]['cpu_s']:.1f} s"
-            )
+        for (scenario, count), runs in results.items():
+            what = OUTCOME[scenario] + (f", {count} profile(s)" if count else "")
+            print(f"task results per host ({what}): {runs[0]['tasks']} -> {runs[1]['tasks']}")
+            print(f"control-node CPU per host ({what}): {runs[0]['cpu_s']:.1f} s -> {runs[1]['cpu_s']:.1f} s")
+        for scenario in scenarios:
+            counted = sorted((c, r) for (s, c), r in results.items() if s == scenario and c)
+            for (low, before_runs), (high, after_runs) in zip(counted, counted[1:], strict=False):
+                for index, side in ((0, "before"), (1, "after")):
+                    step = (after_runs[index]["tasks"] - before_runs[index]["tasks"]) / (high - low)
+                    print(
+                        f"task results per extra profile ({OUTCOME[scenario]}, {side}, {low}->{high}): {step:+.0f}"
+                    )
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(before)], cwd=REPO, capture_output=True)
         shutil.rmtree(before, ignore_errors=True)

@@ -35,7 +35,7 @@ rates, CUDA 12.8 stack for the baseline phase and CUDA 13 for the candidate phas
 profile of ``inventory/blackwell`` (plain, and EAGLE-3 with its new-stack-only arguments on
 the new stack). Per profile and phase the host scripts run as the ``verify_throughput``
 role runs them, with the role's defaults: ``completion_bench.py`` for the trials (the
-minimum, then one more per call while ``cuda13_throughput_decide`` is not final, up to the
+minimum, then one more per call while ``cuda13_upgrade.throughput.decide`` is not final, up to the
 cap), ``completion_bench.py --probe`` (its answers carry the accept-length counters), and
 ``completion_bench.py --load-metrics`` (a long-prompt TTFT and a concurrency, the gate
 molecule scenario's settings by default). The control node's comparisons (probe, accept
@@ -43,7 +43,7 @@ length, load) are timed too. Prints each one's seconds and their ratio to the tr
 per host (both phases, every profile) the added seconds and the ratio to the trials, beside
 the modelled figure above. Not counted: restarts and readiness waits (the same with or
 without the probe; minutes on a real host, which makes the real ratio smaller) and
-Ansible's own cost per extra task (one ``ansible.builtin.script`` per profile and phase).
+Ansible's own cost per extra module run (one ``cuda13_bench`` per profile and phase).
 
 Usage: benchmarks/gate_error_rates.py [--runs N] [--seed S] [--no-measure] [--mirror DIR]
        [--load-prompt-len WORDS] [--load-concurrency STREAMS]
@@ -63,6 +63,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cuda13_upgrade import probe, throughput
+from cuda13_upgrade.load import compare_load
 
 PROBE_PROMPTS, PROBE_TOKENS = 8, 32
 REPO = Path(__file__).resolve().parents[1]
@@ -268,12 +269,10 @@ def measure_profile(
     load_prompt_len: int,
     load_concurrency: int,
 ) -> ProfileTiming:
-    """One profile in one phase against a running server, as roles/verify_throughput/tasks/
-    profile.yml does it: the probe, the trial loop (candidate phase: one more trial per call
-    while ``cuda13_throughput_decide`` against ``baseline_trials`` is not final), the load
+    """One profile in one phase against a running server, as cuda13_upgrade.steps.measure.phase
+    measures each: the probe, the trial loop (candidate phase: one more trial per call
+    while ``throughput.decide`` against ``baseline_trials`` is not final), the load
     metrics. Each part is timed on its own."""
-    from cuda13_throughput import cuda13_throughput_decide, cuda13_trials
-
     probe_out, probe_s = _run_hostscript(
         "completion_bench.py",
         *("--url", url, "--prompt-file", str(PROMPT_FILE)),
@@ -297,15 +296,15 @@ def measure_profile(
         trials_s, calls = trials_s + seconds, calls + 1
         if baseline_trials is None:
             break
-        decision = cuda13_throughput_decide(
-            out["trials"],
-            baseline_trials,
+        decision = throughput.decide(
+            throughput.trial_metric(throughput.normalize_trials(baseline_trials), "output_tok_s"),
+            throughput.trial_metric(throughput.normalize_trials(out["trials"]), "output_tok_s"),
             profile=profile,
-            tolerance_pct=role["verify_throughput_tolerance_pct"],
-            z=role["verify_throughput_z"],
-            max_trials=role["verify_throughput_max_trials"],
+            tolerance_pct=float(role["verify_throughput_tolerance_pct"]),
+            z=float(role["verify_throughput_z"]),
+            max_trials=int(role["verify_throughput_max_trials"]),
         )
-        if decision["final"]:
+        if decision.final:
             break
     load_out, load_s = {}, 0.0
     if load_prompt_len > 0 or load_concurrency > 0:
@@ -318,7 +317,7 @@ def measure_profile(
             *("--concurrency", str(load_concurrency)),
         )
         load_out = out_load["load"]
-    trials = cuda13_trials(out["trials"])
+    trials = throughput.normalize_trials(out["trials"])
     return ProfileTiming(
         profile, phase, trials_s, calls, len(trials), probe_s, load_s, trials, probe_out["outputs"], load_out
     )
@@ -397,13 +396,7 @@ def measure_host(args: argparse.Namespace) -> tuple[list[ProfileTiming], float, 
 
 
 def control_node_comparisons(timings: list[ProfileTiming], role: dict) -> tuple[float, dict]:
-    """The decide step's filters on the measured outputs (probe, accept length, load), timed."""
-    from cuda13_probe import FilterModule  # as Ansible calls them: the package's errors as Ansible's
-
-    filters = FilterModule().filters()
-    cuda13_probe_compare = filters["cuda13_probe_compare"]
-    cuda13_accept_length_compare = filters["cuda13_accept_length_compare"]
-    cuda13_load_compare = filters["cuda13_load_compare"]
+    """The gate's comparisons of the measured outputs (probe, accept length, load), timed."""
     by_phase = {(t.phase, t.profile): t for t in timings}
     compared: dict = {}
     start = time.perf_counter()
@@ -412,27 +405,26 @@ def control_node_comparisons(timings: list[ProfileTiming], role: dict) -> tuple[
             continue
         old = by_phase[("baseline", profile)]
         compared[profile] = {
-            "probe": cuda13_probe_compare(
-                new.probe,
+            "probe": probe.compare_outputs(
                 old.probe,
+                new.probe,
                 profile=profile,
                 min_prefix_tokens=role["verify_throughput_probe_min_prefix_tokens"],
                 min_agreeing_share=role["verify_throughput_probe_min_agreeing_share"],
             ),
-            "accept_length": cuda13_accept_length_compare(
-                new.probe,
+            "accept_length": probe.compare_accept_length(
                 old.probe,
+                new.probe,
                 profile=profile,
                 max_drop_pct=role["verify_throughput_accept_length_drop_pct"],
             ),
-            "load": cuda13_load_compare(new.load, old.load, profile=profile) if new.load else None,
+            "load": compare_load(old.load, new.load, profile=profile) if new.load else None,
         }
     return time.perf_counter() - start, compared
 
 
 def measured_report(args: argparse.Namespace) -> None:
     """Print the measured seconds and ratios (module doc)."""
-    sys.path.insert(0, str(REPO / "filter_plugins"))
     began = time.perf_counter()
     timings, compare_s, compared = measure_host(args)
     elapsed = time.perf_counter() - began

@@ -41,7 +41,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("CUDA13_REAL_STACK_CACHE", "/var/cache/cuda13-upgrade-ci/real-stack"))
 REQUIREMENTS = ["torch==2.14.1", "sglang-kernel==0.4.10", "flashinfer-python==0.7.2", "sglang==0.5.23"]
-#: The snapshot's freeze (roles/stack_snapshot/tasks/collect.yml): --all keeps pip,
+#: The snapshot's freeze (src/cuda13_upgrade/hostscripts/snapshot.py): --all keeps pip,
 #: setuptools and wheel, which a plain ``pip freeze`` leaves out.
 SNAPSHOT_FREEZE = ["-m", "pip", "freeze", "--all", "--isolated"]
 

@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 module: cuda13_report
 short_description: Write the run's summary - summary.md, summary.json, summary.png and the run's metrics
 description:
-  - One row per host of the run (cuda13_upgrade.report.fleet_summary); a host without a result is
+  - One row per host of the run (cuda13_upgrade.summary.fleet_summary); a host without a result is
     C(not reached), or C(not started) with the reason O(not_started) gives (the failure budget, the window,
     the breaker).
   - Runs on the control node only.

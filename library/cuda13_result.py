@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 module: cuda13_result
 short_description: Record how a host's run ended - result.json on the host and in the run's report, and its metrics
 description:
-  - One record shape for every way a host's run ends (cuda13_upgrade.report.host_result) - kept, already kept,
+  - One record shape for every way a host's run ends (cuda13_upgrade.hostresult.host_result) - kept, already kept,
     rolled back, failed, staged, interrupted - built from the host's run record and the steps' records.
   - Writes C(result.json) on the host (0600) and in the run's report on the control node, the host's metrics for
     node_exporter's textfile collector (C(cuda13_metrics_textfile_dir)), and for a staged host C(staged.json).

@@ -51,8 +51,8 @@ EXAMPLES = r"""
 - name: Build SGLang into the new venv
   cuda13_sglang:
     options: "{{ cuda13_options }}"
-    resolved: "{{ cuda13_preflight.resolved }}"
-    compute_capabilities: "{{ cuda13_preflight.compute_capabilities }}"
+    resolved: "{{ nvidia_driver_check_preflight.resolved }}"
+    compute_capabilities: "{{ nvidia_driver_check_preflight.compute_capabilities }}"
   register: __cuda13_sglang
 """
 

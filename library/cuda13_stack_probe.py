@@ -8,7 +8,7 @@ module: cuda13_stack_probe
 short_description: Read what a venv's Python imports of its CUDA stack
 description:
   - Run by the venv's own Python (the task's C(ansible_python_interpreter) set to
-    C(<venv>/bin/python)): imports each module of O(modules) and reports, from that
+    C(<venv>/bin/python)) - imports each module of O(modules) and reports, from that
     interpreter, every distribution on C(sys.path) with its version, later copies
     shadowed by it, the CUDA libraries each shared object of the stack's wheels needs
     (read from the ELF headers) and where the loader finds them, torch's version, CUDA

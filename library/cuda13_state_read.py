@@ -34,7 +34,7 @@ RETURN = r"""
 state: {description: The state directory's records., type: dict, returned: always}
 digest: {description: The digest of the kept stack, or null., type: str, returned: always}
 parts: {description: The digest's parts, or null., type: dict, returned: always}
-freeze: {description: With O(freeze), C({rc, lines, error})., type: dict, returned: when asked}
+freeze: {description: "With O(freeze), C({rc, lines, error}).", type: dict, returned: when asked}
 """
 
 from ansible.module_utils.basic import AnsibleModule

@@ -24,6 +24,10 @@ options:
     type: str
     choices: [upgrade, verify, rollback]
     default: upgrade
+  after_failure:
+    description: The drain of a rescue - the run record keeps the step that failed (C(failed_step)) for the rollback to report.
+    type: bool
+    default: false
 attributes:
   check_mode: {support: full, description: Records nothing and names no hook in check mode.}
 author: cuda13-upgrade

@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 module: cuda13_wheels
 short_description: Install the cu130 Python stack into a new venv beside the serving one, or check that stack
 description:
-  - C(present) (roles/cu130_wheels/tasks/main.yml) - refuses pins that are not a list and a new venv that is the
+  - C(present) (the upgrade, the stage and the role C(cu130_wheels)) - refuses pins that are not a list and a new venv that is the
     serving one (C(cuda13_old_venv), compared by the host's realpath); creates the venv's directory (0755, the
     service's user executes its python) and pip's temporary directory (0700); then installs with
     C(ansible.builtin.pip) into the venv made with C(<cu130_wheels_python> -m venv), C(TMPDIR) at
@@ -18,7 +18,7 @@ description:
     index's sha256; SGLang is left to C(cuda13_sglang)); else C(cu130_wheels_requirements). pip reads the
     artifact cache on the host alone (C(--no-index --find-links)) when there is one (O(find_links), else
     C(cu130_wheels_find_links)), else the indexes. Then, outside check mode, the check below.
-  - C(checked) (roles/cu130_wheels/tasks/check.yml) - the stack probe with the venv's own Python (module
+  - C(checked) (a staged host's stack at the window, the role's C(tasks/check.yml)) - the stack probe with the venv's own Python (module
     C(cuda13_stack_probe)) and the verdict C(cuda13_upgrade.stack.stack_verdict) (torch's CUDA release, the
     wheels' labels or the CUDA libraries their shared objects load, the kernel's torch pin, pip check, each
     import, torch's arch list against the compute capabilities); an inconsistent stack fails with
@@ -68,13 +68,13 @@ EXAMPLES = r"""
 - name: Install the cu130 wheels into the new venv
   cuda13_wheels:
     options: "{{ cuda13_options }}"
-    resolved: "{{ cuda13_preflight.resolved }}"
+    resolved: "{{ nvidia_driver_check_preflight.resolved }}"
     find_links: "{{ __cuda13_artifacts.find_links | default('') }}"
-    compute_capabilities: "{{ cuda13_preflight.compute_capabilities }}"
-    driver_version: "{{ cuda13_preflight.driver_version }}"
+    compute_capabilities: "{{ nvidia_driver_check_preflight.compute_capabilities }}"
+    driver_version: "{{ nvidia_driver_check_preflight.driver_version }}"
   register: __cuda13_wheels
 
-- name: Check a venv's stack (roles/cu130_wheels/tasks/check.yml)
+- name: Check a venv's stack
   cuda13_wheels:
     state: checked
 """

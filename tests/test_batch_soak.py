@@ -20,7 +20,7 @@ from sandbox_mirror import testkit
 from test_sim_server import FAST, _probe, _scenario_file, server_env
 from test_xid import LOADING, XID45, XID79
 
-from cuda13_upgrade import batch_soak, report
+from cuda13_upgrade import batch_soak, hostresult, summary
 from cuda13_upgrade.hostscripts import completion_bench
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -295,20 +295,20 @@ def test_a_host_degraded_in_the_soak_between_batches_reports_its_reason_and_jour
     )
     healthy = batch_soak.verdict(_record(_served(0), _served(5), _served(10)), reference_ids=[REFERENCE])
     base = {"finished_at": "2026-12-03T01:00:00+00:00", "run_id": "r1", "measure": True}
-    rolled = report.host_result(
+    rolled = hostresult.host_result(
         {**base, "host": "b", "status": "rolled_back", "reason": "plain: +3.9 %", "batch_soak": degraded}
     )
-    kept = report.host_result(
+    kept = hostresult.host_result(
         {**base, "host": "a", "status": "kept", "reason": "plain: +3.9 %", "batch_soak": healthy}
     )
     assert rolled["reason"] == degraded["reason"]
     assert rolled["batch_soak"]["outcome"] == "stall" and kept["batch_soak"]["healthy"] is True
-    assert report.host_result({**base, "host": "c", "status": "kept"})["batch_soak"] is None
+    assert hostresult.host_result({**base, "host": "c", "status": "kept"})["batch_soak"] is None
     run = tmp_path / "r1"
     for record in (kept, rolled):
         (run / record["host"]).mkdir(parents=True)
         (run / record["host"] / "result.json").write_text(json.dumps(record))
-    markdown = report.fleet_summary(run, ["a", "b"])["markdown"]
+    markdown = summary.fleet_summary(run, ["a", "b"])["markdown"]
     section = markdown[markdown.index("## Soak between batches") :].split("\n## ")[0]
     assert "- a: watched 10 s in service, 3 of 3 checks answered" in section
     assert f"- b: {degraded['reason']}" in section

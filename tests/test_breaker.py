@@ -1,4 +1,4 @@
-"""The rollout's circuit breaker: cuda13_upgrade.breaker and its filter."""
+"""The rollout's circuit breaker: cuda13_upgrade.breaker, and the verdict of the fleet's step."""
 
 from __future__ import annotations
 
@@ -9,10 +9,9 @@ from pathlib import Path
 import pytest
 
 from cuda13_upgrade import breaker, ondemand
-from filter_plugins.cuda13_breaker import FilterModule
+from cuda13_upgrade.steps.fleet import breaker_verdict
 
 NOW = datetime(2026, 12, 8, 12, 0, tzinfo=UTC)
-decide_filter = FilterModule().filters()["cuda13_breaker_decide"]
 
 
 def _result(reports: Path, run: str, host: str, status: str, finished_at, **extra) -> Path:
@@ -289,26 +288,26 @@ def test_a_long_reason_is_one_short_line(tmp_path):
     assert "\n" not in reason and len(reason) == 160 and reason.endswith("...")
 
 
-# --- the filter --------------------------------------------------------------------
+# --- the verdict of the fleet's step (steps.fleet.breaker_verdict) --------------
 
 
-def test_the_filter_reads_the_reports(tmp_path):
+def test_the_verdict_reads_the_reports(tmp_path):
     _result(tmp_path, "A", "n1", "rolled_back", "2026-12-06T02:00:00Z")
     _result(tmp_path, "B", "n2", "failed", "2026-12-07T02:00:00Z")
     _result(tmp_path, "NOW", "n3", "failed", "2026-12-08T02:00:00Z")  # the run being started
-    decision = decide_filter({}, str(tmp_path), "NOW", "2026-12-08T12:00:00Z")
+    decision = breaker_verdict({}, str(tmp_path), "NOW", "2026-12-08T12:00:00Z")
     assert decision["tripped"] and decision["failures"] == []
     assert decision["newest_run"] == "B"
-    assert not decide_filter({"cuda13_breaker_ack": "B"}, str(tmp_path), "NOW", "2026-12-08T12:00:00Z")[
+    assert not breaker_verdict({"cuda13_breaker_ack": "B"}, str(tmp_path), "NOW", "2026-12-08T12:00:00Z")[
         "tripped"
     ]
-    assert not decide_filter({"cuda13_breaker_days": "1"}, str(tmp_path), "NOW", "2026-12-08T12:00:00Z")[
+    assert not breaker_verdict({"cuda13_breaker_days": "1"}, str(tmp_path), "NOW", "2026-12-08T12:00:00Z")[
         "tripped"
     ]
 
 
-def test_the_filter_gives_bad_values_as_failures(tmp_path):
-    decision = decide_filter(
+def test_the_verdict_gives_bad_values_as_failures(tmp_path):
+    decision = breaker_verdict(
         {"cuda13_breaker_rollbacks": "-1", "cuda13_breaker_days": "0"},
         str(tmp_path),
         "NOW",
@@ -321,19 +320,19 @@ def test_the_filter_gives_bad_values_as_failures(tmp_path):
     ]
 
 
-def test_the_filter_gives_an_unreadable_file_as_a_failure(tmp_path):
+def test_the_verdict_gives_an_unreadable_file_as_a_failure(tmp_path):
     path = tmp_path / "A" / "n1" / "result.json"
     path.parent.mkdir(parents=True)
     path.write_text("{")
-    decision = decide_filter({}, str(tmp_path), "NOW")
+    decision = breaker_verdict({}, str(tmp_path), "NOW")
     assert decision["failures"][0].startswith(
         f"the breaker cannot read the reports: {path} is not a JSON result"
     )
 
 
-def test_the_filter_reads_nothing_when_the_breaker_is_off(tmp_path):
+def test_the_verdict_reads_nothing_when_the_breaker_is_off(tmp_path):
     path = tmp_path / "A" / "n1" / "result.json"
     path.parent.mkdir(parents=True)
     path.write_text("{")
-    decision = decide_filter({"cuda13_breaker_rollbacks": 0}, str(tmp_path), "NOW")
+    decision = breaker_verdict({"cuda13_breaker_rollbacks": 0}, str(tmp_path), "NOW")
     assert not decision["tripped"] and decision["failures"] == []

@@ -1,12 +1,11 @@
-"""The fleet's failure budget: cuda13_upgrade.budget and its filter."""
+"""The fleet's failure budget: cuda13_upgrade.budget, and the plan that carries it."""
 
 from __future__ import annotations
 
 import pytest
-from ansible.errors import AnsibleFilterError
 
 from cuda13_upgrade import budget
-from filter_plugins.cuda13_fleet import FilterModule
+from cuda13_upgrade.steps import fleet
 
 HOSTS = [f"gpu-node-{i:02d}" for i in range(1, 9)]
 
@@ -95,26 +94,22 @@ def test_a_budget_is_spent_only_when_exceeded():
     assert spent["hosts"] == HOSTS[5:]
 
 
-def test_the_filter_reads_each_host_result():
-    hostvars = {h: {} for h in HOSTS}
-    hostvars["gpu-node-01"] = {"cuda13_result": {"status": "rolled_back"}}
-    fleet = {"options": {"cuda13_max_failed_hosts": 0}}
-    decide = FilterModule().filters()["cuda13_budget_decide"]
-    decision = decide(fleet, hostvars, HOSTS[:4], HOSTS[2:4], HOSTS[1:4])
+def test_a_host_of_an_earlier_batch_that_rolled_back_spends_a_budget_of_0():
+    statuses = {h: None for h in HOSTS[:4]}
+    statuses["gpu-node-01"] = "rolled_back"
+    decision = budget.decide(HOSTS[:4], HOSTS[2:4], HOSTS[1:4], statuses, 0)
     assert decision["spent"]
     assert decision["hosts"] == ["gpu-node-03", "gpu-node-04"]
 
 
-def test_the_filter_refuses_a_bad_budget_by_name():
-    decide = FilterModule().filters()["cuda13_budget_decide"]
-    with pytest.raises(AnsibleFilterError, match="cuda13_max_failed_hosts is not a failure budget: 'x'"):
-        decide({"options": {"cuda13_max_failed_hosts": "x"}}, {h: {} for h in HOSTS}, HOSTS, HOSTS[:1], HOSTS)
+def test_a_bad_budget_is_refused_by_name():
+    with pytest.raises(ValueError, match="cuda13_max_failed_hosts is not a failure budget: 'x'"):
+        budget.decide(HOSTS, HOSTS[:1], HOSTS, dict.fromkeys(HOSTS), "x")
 
 
 def test_the_plan_carries_the_budget_and_its_failures():
-    plan = FilterModule().filters()["cuda13_fleet_plan"]
-    assert plan(HOSTS, {"cuda13_max_failed_hosts": "25%"})["max_failed_hosts"] == 2
-    assert plan(HOSTS, {})["max_failed_hosts"] == 0
-    bad = plan(HOSTS, {"cuda13_max_failed_hosts": "-1"})
+    assert fleet.plan(HOSTS, {"cuda13_max_failed_hosts": "25%"})["max_failed_hosts"] == 2
+    assert fleet.plan(HOSTS, {})["max_failed_hosts"] == 0
+    bad = fleet.plan(HOSTS, {"cuda13_max_failed_hosts": "-1"})
     assert not bad["ok"]
     assert bad["failures"][0].startswith("cuda13_max_failed_hosts is not a failure budget: '-1'.")

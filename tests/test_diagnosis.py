@@ -236,3 +236,20 @@ def test_the_driver_too_old_remedy_names_the_driver_the_target_needs(context, ne
     assert "CUDA 12.8 (torch found version 12080)" in result.cause
     assert needs in result.remedy
     assert "Table" in result.remedy
+
+
+def test_lines_with_their_source_and_context_as_the_record_a_step_keeps():
+    lines = read("sgl-kernel-torch-abi.txt").splitlines()
+    result = diagnose(lines, source="import", context={"torch_version": "2.10.0+cu130"}).to_dict()
+    assert result["kind"] == "kernel_torch_abi" and result["known"] and result["source"] == "import"
+    assert "torch 2.10" in result["remedy"]
+
+
+def test_the_journal_with_the_units_user_as_serve_passes_it():
+    # restarts.serve_outcome (cuda13_upgrade.steps.serve): the unit's User=
+    lines = read("systemd-exec-venv-python-denied.txt").splitlines()
+    result = diagnose(lines, source="journal", context={"service_user": "sglang"}).to_dict()
+    assert result["kind"] == "service_exec_denied" and result["source"] == "journal"
+    assert "sudo -u sglang test -x /opt/tinypilot/venv/bin/python" in result["remedy"]
+    unnamed = diagnose(lines, source="journal", context={"service_user": ""}).to_dict()
+    assert "sudo -u <User> test -x" in unnamed["remedy"]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cuda13_upgrade import effective, report, throughput
+from cuda13_upgrade import effective, hostresult, summary, throughput
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sglang-server"
 INFO = json.loads((FIXTURES / "get_server_info.json").read_text())
@@ -150,7 +150,7 @@ def test_the_gate_reports_an_unused_flag_and_rolls_back_for_it_only_when_asked()
 
 
 def test_the_host_result_and_the_summary_show_the_differences_and_the_unused_flag(tmp_path):
-    result = report.host_result(
+    result = hostresult.host_result(
         {
             "host": "gpu-1",
             "run_id": "r1",
@@ -167,8 +167,8 @@ def test_the_host_result_and_the_summary_show_the_differences_and_the_unused_fla
         "custom allreduce",
         "torch symmetric memory allreduce",
     ]
-    rows = report.summary_rows([result])
-    markdown = report.render_markdown("r1", rows)
+    rows = summary.summary_rows([result])
+    markdown = summary.render_markdown("r1", rows)
     assert "## Effective server arguments (old -> new stack)" in markdown
     assert (
         "  - **not used on the new stack: `--enable-torch-symm-mem`**, the gain the operator upgraded for is "
@@ -179,17 +179,17 @@ def test_the_host_result_and_the_summary_show_the_differences_and_the_unused_fla
 
 
 def test_a_summary_without_effective_records_has_no_section():
-    result = report.host_result(
+    result = hostresult.host_result(
         {"host": "gpu-1", "run_id": "r1", "status": "kept", "finished_at": "2026-11-20T10:00:00+00:00"}
     )
     assert result["effective"] == {}
-    assert "Effective server arguments" not in report.render_markdown("r1", report.summary_rows([result]))
+    assert "Effective server arguments" not in summary.render_markdown("r1", summary.summary_rows([result]))
 
 
 def test_the_summary_says_when_both_stacks_ran_with_the_same_effective_arguments():
     """A profile read on both stacks with nothing different still gets its line: the
     comparison was made (the demo's kept host)."""
-    from cuda13_upgrade import report
+    from cuda13_upgrade import summary
 
     same = {
         "compared": {"args": [], "disabled": [], "read": True, "version": {"old": "0.5.8", "new": "0.5.9"}},
@@ -197,11 +197,11 @@ def test_the_summary_says_when_both_stacks_ran_with_the_same_effective_arguments
         "unused_flags": [],
     }
     unread = {"compared": {"args": [], "disabled": [], "read": False}, "unused_flags": []}
-    rows = report.summary_rows(
+    rows = summary.summary_rows(
         [{"host": "gpu-node-01", "status": "kept", "effective": {"plain": same, "eagle3": unread}}]
     )
     assert list(rows[0]["effective"]) == ["plain"]
-    text = report.render_markdown("r1", rows)
+    text = summary.render_markdown("r1", rows)
     assert (
         "- gpu-node-01 plain:\n  - the same effective arguments on both stacks (GET /get_server_info, "
         "SGLang 0.5.8 -> 0.5.9); no path turned off" in text

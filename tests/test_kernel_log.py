@@ -1,6 +1,7 @@
 """The kernel log around the switch: hostscripts/kernel_log.py, run as the host runs it,
 the gate's verdict on what it read (cuda13_upgrade.xid.kernel_log_verdict), the result's
-``kernel_log`` and the summary's section (cuda13_upgrade.report), and the sandbox's double.
+``kernel_log`` (cuda13_upgrade.hostresult) and the summary's section (cuda13_upgrade.summary),
+and the sandbox's double.
 
 The log lines are the real ones of tests/test_xid.py (each with its source there).
 """
@@ -18,7 +19,7 @@ import test_xid
 import yaml
 from test_xid import LOADING, XID13, XID31, XID45, XID79, XID79_NEXT, XID109
 
-from cuda13_upgrade import report
+from cuda13_upgrade import hostresult, summary
 from cuda13_upgrade.xid import kernel_log_verdict
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -220,7 +221,7 @@ MARK = {"cursor": "i=1", "last_line": LOADING, "error": None}
 
 def test_the_result_names_a_gating_xid_in_its_reason_before_the_gate_s_own():
     read = {"lines": [XID45, XID79], "since": None, "marker_found": True, "error": None}
-    result = report.host_result(
+    result = hostresult.host_result(
         _facts(MARK, read, regressed=True, reason="plain: output differs from the old stack")
     )
     log = result["kernel_log"]
@@ -228,16 +229,16 @@ def test_the_result_names_a_gating_xid_in_its_reason_before_the_gate_s_own():
     assert result["reason"].startswith("the kernel log shows Xid 79 after the switch")
     assert result["reason"].endswith("; plain: output differs from the old stack")
     # The throughput gate kept: its keep reasons are not the rollback's.
-    kept_figures = report.host_result(_facts(MARK, read, regressed=False, reason="plain: +1.0 %"))
+    kept_figures = hostresult.host_result(_facts(MARK, read, regressed=False, reason="plain: +1.0 %"))
     assert kept_figures["reason"] == log["reason"]
     # A step after the switch failed (the new server never answered): its error follows.
-    failed = report.host_result(_facts(MARK, read, status="failed", error="health check timed out"))
+    failed = hostresult.host_result(_facts(MARK, read, status="failed", error="health check timed out"))
     assert failed["reason"].endswith("; health check timed out")
 
 
 def test_the_result_shows_application_xids_and_keeps_the_gate_s_reason():
     read = {"lines": [XID45, XID13], "since": None, "marker_found": True, "error": None}
-    result = report.host_result(_facts(MARK, read, status="kept", reason="plain: +1.0 %"))
+    result = hostresult.host_result(_facts(MARK, read, status="kept", reason="plain: +1.0 %"))
     assert result["reason"] == "plain: +1.0 %"
     assert result["kernel_log"]["gated"] is False
     assert [(e["xid"], e["gate"]) for e in result["kernel_log"]["xid"]] == [(45, False), (13, False)]
@@ -246,23 +247,23 @@ def test_the_result_shows_application_xids_and_keeps_the_gate_s_reason():
 def test_no_mark_no_kernel_log():
     facts = _facts(MARK, {})
     facts["kernel_log_mark"] = {"skipped": True, "changed": False}
-    assert report.host_result(facts)["kernel_log"] is None
+    assert hostresult.host_result(facts)["kernel_log"] is None
     facts["kernel_log_mark"] = {}
-    assert report.host_result(facts)["kernel_log"] is None
+    assert hostresult.host_result(facts)["kernel_log"] is None
 
 
 def test_the_summary_has_a_kernel_log_section(tmp_path):
-    gated = report.host_result(
+    gated = hostresult.host_result(
         _facts(MARK, {"lines": [XID79], "since": None, "marker_found": True, "error": None}, host="a")
     )
-    unread = report.host_result(
+    unread = hostresult.host_result(
         _facts({"cursor": None, "last_line": None, "error": "journalctl: Permission denied"}, {}, host="b")
     )
-    quiet = report.host_result(
+    quiet = hostresult.host_result(
         _facts(MARK, {"lines": [], "since": None, "error": None}, host="c", status="kept")
     )
-    rows = report.summary_rows([gated, unread, quiet])
-    text = "\n".join(report._kernel_log_lines(rows))
+    rows = summary.summary_rows([gated, unread, quiet])
+    text = "\n".join(summary._kernel_log_lines(rows))
     assert text == "\n".join(
         [
             "",
@@ -272,7 +273,7 @@ def test_the_summary_has_a_kernel_log_section(tmp_path):
             "- b: kernel log not read: journalctl: Permission denied",
         ]
     )
-    assert report._kernel_log_lines(report.summary_rows([quiet])) == []
+    assert summary._kernel_log_lines(summary.summary_rows([quiet])) == []
 
 
 # --- the sandbox's double -------------------------------------------------------------

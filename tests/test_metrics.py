@@ -11,7 +11,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from test_report import HOSTS, RUN_ID, kept, rolled_back_regressed, run_dir  # noqa: F401
 
-from cuda13_upgrade import metrics, report
+from cuda13_upgrade import metrics
+from cuda13_upgrade.summary import fleet_summary
 
 # Prometheus' data model: metric and label names.
 METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
@@ -41,7 +42,7 @@ def test_fleet_file_parses_and_equals_the_report(run_dir):  # noqa: F811
             }
         )
     )
-    summary = report.fleet_summary(run_dir, HOSTS)
+    summary = fleet_summary(run_dir, HOSTS)
     path = run_dir / "cuda13_upgrade.prom"
     assert summary["files"]["metrics"] == str(path)
     samples = _samples(path.read_text())
@@ -72,7 +73,7 @@ def test_fleet_file_parses_and_equals_the_report(run_dir):  # noqa: F811
 
 def test_fleet_file_also_in_the_textfile_collector_directory(run_dir, tmp_path, monkeypatch):  # noqa: F811
     monkeypatch.setenv("CUDA13_METRICS_TEXTFILE_DIR", str(tmp_path / "textfile"))
-    report.fleet_summary(run_dir, HOSTS)
+    fleet_summary(run_dir, HOSTS)
     copy = tmp_path / "textfile" / "cuda13_upgrade.prom"
     assert copy.read_text() == (run_dir / "cuda13_upgrade.prom").read_text()
     assert not [p for p in copy.parent.iterdir() if p.name != copy.name]  # no temporary file left

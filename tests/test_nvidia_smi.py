@@ -37,6 +37,7 @@ def test_query_csv_with_header_nine_rtx_pro_6000():
         "csv",
     )
     assert len(rows) == 9
+    assert rows[0]["memory.total"] == 97887
     assert rows[8] == {
         "index": 8,
         "name": "NVIDIA RTX PRO 6000 Blackwell Server Edition",

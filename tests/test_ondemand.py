@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from cuda13_upgrade import fleetstate, ondemand, report, stack
+from cuda13_upgrade import fleetstate, hostresult, ondemand, stack
+from cuda13_upgrade.summary import fleet_summary
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -87,7 +88,7 @@ def test_the_report_names_a_group_left_in_manual_mode_and_a_host_with_nothing_to
     for record in records:
         (run / record["host"]).mkdir(parents=True)
         (run / record["host"] / "result.json").write_text(json.dumps(record))
-    summary = report.fleet_summary(run)
+    summary = fleet_summary(run)
     rows = {row["host"]: row for row in summary["rows"]}
     assert rows["gpu-node-01"]["rollback"]["alternatives_manual"] == [LEFT]
     assert rows["gpu-node-02"]["decision"] == "nothing to roll back"
@@ -104,7 +105,7 @@ def test_the_report_names_a_group_left_in_manual_mode_and_a_host_with_nothing_to
 
 
 def test_host_result_keeps_the_groups_a_rescue_rollback_left_manual():
-    record = report.host_result(
+    record = hostresult.host_result(
         {
             "host": "h",
             "status": "rolled_back",

@@ -394,3 +394,30 @@ def test_a_failed_gpu_query_is_the_only_nvidia_smi_run(tmp_path):
     skipped = {"skipped": True, "msg": "not run: the query of the GPUs failed"}
     assert found["table"] == found["compute_apps"] == skipped
     assert found["python"]["rc"] == 0  # the rest is read as before
+
+
+def test_one_gpu_of_another_platform_with_the_facts_as_the_step_gives_them():
+    facts = {
+        "driver_version": "590.48.01",
+        "gpus": [{"index": 0, "name": "NVIDIA H200", "compute_cap": "9.0"}],
+        "disk_free_bytes": 100 * GIB,
+        "python_version": "3.11.2",
+    }
+    report = evaluate(facts).to_dict()
+    assert report["ok"] is False
+    assert [x["check"] for x in report["failures"]] == ["compute_capability"]
+    assert evaluate(facts, {"allowed_compute_capabilities": ["9.0"]}).ok is True
+    b200 = {**facts, "gpus": [{"index": 0, "name": "NVIDIA B200", "compute_cap": "10.0"}]}
+    assert evaluate(b200).ok is True
+
+
+def test_an_unknown_setting_is_named_with_the_ones_there_are():
+    with pytest.raises(PreflightError) as info:
+        evaluate({}, {"expected_gpus": 8})
+    assert str(info.value) == (
+        "unknown preflight settings: ['expected_gpus']. Option: settings. "
+        "Fix: use only ['allow_busy_gpus', 'allow_mixed_gpu_models', 'allow_wsl', "
+        "'allowed_compute_capabilities', 'expected_gpu_count', 'jit', 'min_driver_version', "
+        "'min_python_version', 'nvidia_smi_timeout', 'required_disk_gib', 'toolkit_release'] "
+        "and option_names."
+    )

@@ -1,4 +1,4 @@
-"""The correctness probe's comparison rule (cuda13_upgrade.probe) and its filter.
+"""The correctness probe's comparison rule (cuda13_upgrade.probe).
 
 Inputs: the answers quoted in public bug reports (tests/fixtures/probe, a correct stack's and
 a garbage-producing Blackwell host's), and token ids of the simulated server's greedy
@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible.errors import AnsibleFilterError
 
 from cuda13_upgrade import probe
 
@@ -20,9 +19,6 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures" / "probe"
 sys.path.insert(0, str(ROOT / "sandbox" / "sglang-src" / "python"))
 from sglang.srt import simulation  # noqa: E402
-
-sys.path.insert(0, str(ROOT / "filter_plugins"))
-from cuda13_probe import FilterModule  # noqa: E402
 
 PROMPTS = json.loads((ROOT / "roles" / "verify_throughput" / "files" / "prompts.json").read_text())["prompts"]
 
@@ -130,16 +126,13 @@ def test_mismatched_prompt_lists_are_refused():
         probe.compare_outputs(_outputs("same"), other)
 
 
-def test_filter_wraps_the_rule_and_its_errors():
-    compare = FilterModule().filters()["cuda13_probe_compare"]
-    result = compare(_outputs("garbage"), _outputs("same"), profile="plain")
+def test_garbage_fails_the_rule_and_an_output_without_token_ids_is_refused():
+    result = probe.compare_outputs(_outputs("same"), _outputs("garbage"), profile="plain")
     assert not result["passed"]
-    with pytest.raises(
-        AnsibleFilterError, match="cuda13_probe_compare: the new stack's probe outputs must be a list"
-    ):
-        compare({"x": 1}, _outputs("same"))
-    with pytest.raises(AnsibleFilterError, match="has no list of integer output_ids"):
-        compare([{"prompt": PROMPTS[0], "text": "x"}], [{"prompt": PROMPTS[0], "output_ids": [1]}])
+    with pytest.raises(ValueError, match="has no list of integer output_ids"):
+        probe.compare_outputs(
+            [{"prompt": PROMPTS[0], "output_ids": [1]}], [{"prompt": PROMPTS[0], "text": "x"}]
+        )
 
 
 def test_the_shipped_prompt_set_is_fixed_and_varied():
@@ -151,7 +144,7 @@ def test_the_shipped_prompt_set_is_fixed_and_varied():
 
 
 def test_the_summary_shows_a_failed_probe_with_both_outputs_and_both_command_lines(tmp_path):
-    from cuda13_upgrade import report
+    from cuda13_upgrade import summary
 
     failed = probe.compare_outputs(_outputs("same"), _outputs("garbage"))
     result = {
@@ -176,9 +169,9 @@ def test_the_summary_shows_a_failed_probe_with_both_outputs_and_both_command_lin
             _spec([(32, 10)] * 8), _outputs("same"), profile="eagle3-long"
         ),
     }
-    rows = report.summary_rows([result])
+    rows = summary.summary_rows([result])
     assert rows[0]["probe"]["plain"]["passed"] is False
-    text = report.render_markdown("run-1", rows)
+    text = summary.render_markdown("run-1", rows)
     assert (
         "- gpu-node-02 plain: output differs from the old stack (0 of 8 prompts agree for at least 4 tokens)"
         in text

@@ -1,13 +1,11 @@
 """The re-run of a kept host: cuda13_upgrade.rerun and hostscripts/stack_digest.py."""
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from ansible.errors import AnsibleFilterError
 
 from cuda13_upgrade import rerun
 
@@ -406,39 +404,25 @@ def test_the_script_reads_the_state_and_digests_only_a_kept_host(tmp_path):
     }
 
 
-def test_the_host_filter_reads_the_script_task():
-    spec = importlib.util.spec_from_file_location("cuda13_rerun", ROOT / "filter_plugins" / "cuda13_rerun.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    host = module.FilterModule().filters()["cuda13_host_verdict"]
-    output = {
-        "digest": "e" * 64,
-        "parts": PARTS,
-        "errors": {},
-        "state": {"result": KEPT, "step": STEP_DONE, "lock": None, "errors": {}},
-    }
-    task = {"rc": 0, "stdout": json.dumps(output)}
-    assert host(task, TARGET, "20261202T090000Z", False)["already_kept"] is True
-    not_kept = {**output, "digest": None, "parts": None, "state": {**output["state"], "result": None}}
-    task_not_kept = {"rc": 0, "stdout": json.dumps(not_kept)}
-    assert host(task_not_kept, TARGET, "20261202T090000Z")["reason"] == "its last result is none, not kept"
-    assert (
-        host({"rc": 1, "stdout": ""}, TARGET, "20261202T090000Z")["reason"] == "its state could not be read"
+def test_the_verdict_of_the_state_the_script_read():
+    # What stack_digest.py --state prints, as the step host_state hands it on (the digest inside).
+    state = {"result": KEPT, "step": STEP_DONE, "lock": None, "errors": {}}
+    found = {**state, "digest": {"digest": "e" * 64, "parts": PARTS}}
+    assert rerun.host_verdict(found, TARGET, "20261202T090000Z", reverify=False)["already_kept"] is True
+    not_kept = {**state, "result": None, "digest": None}
+    assert rerun.host_verdict(not_kept, TARGET, "20261202T090000Z")["reason"] == (
+        "its last result is none, not kept"
     )
+    assert rerun.host_verdict(None, TARGET, "20261202T090000Z")["reason"] == "its state could not be read"
     # Under the lock, the lock on the host is this run's own.
-    locked = {**output, "state": {**output["state"], "lock": {"run_id": "20261202T090000Z"}}}
-    verdict = host({"rc": 0, "stdout": json.dumps(locked)}, TARGET, "20261202T090000Z", False, True)
+    locked = {**found, "lock": {"run_id": "20261202T090000Z"}}
+    verdict = rerun.host_verdict(locked, TARGET, "20261202T090000Z", reverify=False, locked=True)
     assert verdict["already_kept"] is True
     assert verdict["stopped"] is None
-    with pytest.raises(
-        AnsibleFilterError, match="cuda13_host_verdict: the host's state directory could not be read"
-    ):
-        host({"rc": 1, "stdout": ""}, TARGET, "r", False, True)
-    with pytest.raises(AnsibleFilterError, match="expects the script task's result, got 'x'"):
-        host("x", TARGET, "r")
-    target = module.FilterModule().filters()["cuda13_target"]
-    with pytest.raises(AnsibleFilterError, match="run nvidia_driver_check's options.yml first"):
-        target({})
+    with pytest.raises(ValueError, match="the host's state directory could not be read"):
+        rerun.host_verdict(None, TARGET, "r", reverify=False, locked=True)
+    with pytest.raises(KeyError):
+        rerun.target({})
 
 
 LOCKED_RUN = "20261202T090000Z"

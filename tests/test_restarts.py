@@ -1,14 +1,13 @@
-"""The restart plan (cuda13_upgrade.restarts) and its filters."""
+"""The restart plan (cuda13_upgrade.restarts)."""
 
 from __future__ import annotations
 
 import base64
-import importlib.util
 import re
+import shlex
 from pathlib import Path
 
 import pytest
-from ansible.errors import AnsibleFilterError
 
 from cuda13_upgrade import restarts
 
@@ -21,14 +20,6 @@ EAGLE3 = {
     "new_stack_args": ["--enable-flashinfer-allreduce-fusion"],
 }
 EXEC = "/opt/ml-env/bin/python -m sglang.launch_server --model-path /models/m --port 30000"
-
-
-def filters():
-    path = Path(__file__).resolve().parents[1] / "filter_plugins" / "cuda13_restarts.py"
-    spec = importlib.util.spec_from_file_location("cuda13_restarts", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.FilterModule().filters()
 
 
 def test_two_profiles_restart_three_times_per_upgrade_and_twice_per_rollback():
@@ -150,20 +141,14 @@ def test_the_venv_the_server_runs_is_read_from_its_program_not_the_units_files()
     assert restarts.main_process_venv(None) is None
 
 
-def test_running_filters_decode_slurped_cmdline():
-    content = base64.b64encode(
-        b"/opt/ml-env/bin/python\0-m\0sglang.launch_server\0--model-path\0/m x\0"
-    ).decode()
-    assert filters()["cuda13_running_venv"](content) == "/opt/ml-env"
+def test_the_venv_and_command_of_a_cmdline():
+    cmdline = b"/opt/ml-env/bin/python\0-m\0sglang.launch_server\0--model-path\0/m x\0"
+    assert restarts.main_process_venv(cmdline) == "/opt/ml-env"
     assert (
-        filters()["cuda13_running_command"](content)
+        shlex.join(restarts.main_process_argv(cmdline))
         == "/opt/ml-env/bin/python -m sglang.launch_server --model-path '/m x'"
     )
-    assert filters()["cuda13_running_command"]("") == ""
-    with pytest.raises(AnsibleFilterError, match="cuda13_running_venv: not base64: 'abcde'"):
-        filters()["cuda13_running_venv"]("abcde")
-    with pytest.raises(AnsibleFilterError, match="cuda13_running_command expects slurp's base64 text, got 3"):
-        filters()["cuda13_running_command"](3)
+    assert restarts.main_process_argv(b"") == []
 
 
 def test_bad_profiles_are_refused_with_the_value():
@@ -192,18 +177,15 @@ def test_format_plan_names_each_phase_and_the_counts():
     assert recorded[0] == "baseline (old stack): recorded baseline, no restart"
 
 
-def test_filters_wrap_the_package():
-    f = filters()
-    content = base64.b64encode(("\0".join(EXEC.split()) + "\0").encode()).decode()
-    assert f["cuda13_running_args"](content, EXEC) == []
-    assert f["cuda13_running_args"]("", EXEC) is None
-    plan = f["cuda13_restart_plan"]([PLAIN, EAGLE3], [], False, True)
+def test_running_args_and_the_plan_of_two_profiles():
+    cmdline = ("\0".join(EXEC.split()) + "\0").encode()
+    assert restarts.running_args(cmdline, EXEC) == []
+    assert restarts.running_args(b"", EXEC) is None
+    plan = restarts.plan_upgrade([PLAIN, EAGLE3], running=[], baseline_recorded=False, rollback_verify=True)
     assert plan["restarts_upgrade"] == 3
-    assert f["cuda13_restart_plan_lines"](plan)[-1] == "restarts: 3 per upgrade, 2 more for a rollback"
-    with pytest.raises(AnsibleFilterError, match="cuda13_restart_plan: profile names must be unique"):
-        f["cuda13_restart_plan"]([PLAIN, PLAIN])
-    with pytest.raises(AnsibleFilterError, match="expects the list of profiles"):
-        f["cuda13_restart_plan"]("plain")
+    assert restarts.format_plan(plan)[-1] == "restarts: 3 per upgrade, 2 more for a rollback"
+    with pytest.raises(ValueError, match="profile names must be unique"):
+        restarts.plan_upgrade([PLAIN, PLAIN], running=None)
 
 
 # --- the recorded baseline -------------------------------------------------------
@@ -258,17 +240,14 @@ def test_no_baseline_or_one_without_profiles_is_unusable():
     }
 
 
-def test_the_baseline_filter_reads_slurps_content():
-    import json
+def test_a_baseline_of_a_minute_ago_is_usable_now():
     import time
 
     record = {"taken_at_epoch": time.time() - 60, "profiles": {"plain": {"server_args": [], "probe": []}}}
-    content = base64.b64encode(json.dumps(record).encode()).decode()
-    f = filters()["cuda13_recorded_baseline"]
-    assert f(content, [PLAIN], "24") == {"usable": True, "record": record}
-    assert f(None, [PLAIN], 24) == {"usable": False, "record": {}}
-    with pytest.raises(AnsibleFilterError, match="cuda13_recorded_baseline: baseline.json is not JSON"):
-        f(base64.b64encode(b"{").decode(), [PLAIN], 24)
+    assert restarts.recorded_baseline(record, [PLAIN], max_age_hours=24.0, now=time.time()) == {
+        "usable": True,
+        "record": record,
+    }
 
 
 # restarts.serve_outcome: what one start into a profile came to, from the JSON

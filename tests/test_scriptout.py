@@ -2,26 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 from pathlib import Path
 
 import pytest
 import yaml
-from ansible.errors import AnsibleFilterError
 
 from cuda13_upgrade import scriptout
 from cuda13_upgrade.stack import stack_verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBES = ROOT / "tests" / "fixtures" / "probes"
-
-_spec = importlib.util.spec_from_file_location("cuda13_script", ROOT / "filter_plugins" / "cuda13_script.py")
-assert _spec is not None and _spec.loader is not None
-_filters = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_filters)
-FILTERS = _filters.FilterModule().filters()
 
 # The registered result of stack_probe.py over SSH with ssh -tt (Ansible's default):
 # flashinfer's warning and the JSON share stdout; stderr is empty.
@@ -45,7 +37,7 @@ def test_the_pty_merged_the_warning_into_stdout():
 
 
 def test_the_result_is_read_from_a_pty_merged_stdout():
-    document = FILTERS["cuda13_script_result"](SSH_TTY)
+    document = scriptout.result_document(SSH_TTY["stdout"])
     assert document["prefix"] == "/opt/variant-flashinfer-cubin-0.6.13"
     assert document["dists"]["flashinfer-cubin"] == "0.6.13"
     verdict = stack_verdict(document, 13, driver_library_optional=True, compute_capabilities=["12.0"])
@@ -58,12 +50,12 @@ def test_the_same_result_from_separate_streams():
     merged = SSH_TTY["stdout"].replace("\r\n", "\n")
     warning, result = merged.rstrip("\n").rsplit("\n", 1)
     separate = {"rc": 0, "stdout": result + "\n", "stderr": warning + "\n"}
-    assert FILTERS["cuda13_script_result"](separate) == FILTERS["cuda13_script_result"](SSH_TTY)
-    assert FILTERS["cuda13_script_said"](separate) == FILTERS["cuda13_script_said"](SSH_TTY)
+    assert scriptout.result_document(separate["stdout"]) == scriptout.result_document(SSH_TTY["stdout"])
+    assert scriptout.script_said(separate) == scriptout.script_said(SSH_TTY)
 
 
 def test_what_the_script_said_is_its_other_lines():
-    said = FILTERS["cuda13_script_said"](SSH_TTY)
+    said = scriptout.script_said(SSH_TTY)
     assert said.startswith(WARNING)
     assert "\r" not in said and "{" not in said.splitlines()[0][:1]
     assert len(said.splitlines()) == 1
@@ -84,32 +76,22 @@ def test_the_last_json_line_wins_and_later_text_is_ignored():
     ],
 )
 def test_no_result_is_an_error_naming_the_output(stdout):
-    with pytest.raises(AnsibleFilterError, match="printed no JSON result"):
-        FILTERS["cuda13_script_result"]({"stdout": stdout, "stderr": ""})
+    with pytest.raises(scriptout.NoResultError, match="printed no JSON result"):
+        scriptout.result_document(stdout)
     if stdout.strip():
         with pytest.raises(
-            AnsibleFilterError, match=stdout.strip().splitlines()[-1][:20].replace("[", r"\[")
+            scriptout.NoResultError, match=stdout.strip().splitlines()[-1][:20].replace("[", r"\[")
         ):
-            FILTERS["cuda13_script_result"]({"stdout": stdout, "stderr": ""})
-
-
-def test_the_fallback_covers_a_skipped_task_and_no_result():
-    skipped = {"changed": False, "skipped": True, "skip_reason": "Conditional result was False"}
-    assert FILTERS["cuda13_script_result"](skipped, {}) == {}
-    assert FILTERS["cuda13_script_result"]({"stdout": "oops\r\n", "stderr": ""}, {}) == {}
-    with pytest.raises(AnsibleFilterError, match="did not run"):
-        FILTERS["cuda13_script_result"](skipped)
+            scriptout.result_document(stdout)
 
 
 def test_a_script_that_did_not_start_says_its_msg():
     result = {"rc": 127, "stdout": "", "stderr": "", "msg": "non-zero return code"}
-    assert FILTERS["cuda13_script_said"](result) == "non-zero return code"
+    assert scriptout.script_said(result) == "non-zero return code"
 
 
-def test_stdout_given_alone():
-    assert FILTERS["cuda13_script_result"]('{"a": 1}\n') == {"a": 1}
-    with pytest.raises(AnsibleFilterError, match="expected a script task's result"):
-        FILTERS["cuda13_script_result"](["not", "a", "result"])
+def test_a_json_line_alone_is_the_result():
+    assert scriptout.result_document('{"a": 1}\n') == {"a": 1}
 
 
 def _script_tasks(node):

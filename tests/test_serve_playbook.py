@@ -93,7 +93,7 @@ def _served(tmp_path: Path) -> dict:
     return json.loads((tmp_path / "served.json").read_text())
 
 
-SERVE = f"Put {UNIT} into the profile and wait until it generates"
+SERVE = f"Put the service into the profile and wait until it generates, {UNIT}"
 
 
 def test_never_waits_and_checks_without_touching_the_drop_in(tmp_path, url):

@@ -1,14 +1,9 @@
 """The serving unit's user, group and environment, and the caches they imply."""
 
-import sys
-from pathlib import Path
-
 import pytest
 
 from cuda13_upgrade.errors import ParseError
 from cuda13_upgrade.service import cache_dirs, parse_environ, parse_passwd, parse_show, service_identity
-
-REPO = Path(__file__).resolve().parents[1]
 
 # systemctl show -p User -p Group -p Environment -p MainPID prints the
 # properties in this form (src/shared/bus-print-properties.c: the list
@@ -89,15 +84,7 @@ def test_cache_dirs_follow_tmpdir_for_inductor():
     ] == ("/scratch/torchinductor_u")
 
 
-def test_filter_wraps_errors():
-    from ansible.errors import AnsibleFilterError
-
-    sys.path.insert(0, str(REPO / "filter_plugins"))
-    from cuda13_host import FilterModule
-
-    identity = FilterModule().filters()["cuda13_service_identity"]
-    assert identity(SHOW_SGLANG, PASSWD_SGLANG)["user"] == "sglang"
-    with pytest.raises(AnsibleFilterError, match="cuda13_service_identity: the service's User="):
-        identity(SHOW_SGLANG, "")
-    with pytest.raises(AnsibleFilterError, match="expects passwd as text"):
-        identity(SHOW_SGLANG, None)
+def test_the_identity_of_a_unit_and_the_message_of_a_user_passwd_lacks():
+    assert service_identity(SHOW_SGLANG, PASSWD_SGLANG)["user"] == "sglang"
+    with pytest.raises(ParseError, match="the service's User="):
+        service_identity(SHOW_SGLANG, "")

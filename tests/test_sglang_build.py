@@ -1,16 +1,10 @@
-"""cuda13_upgrade.sglang_build and filter_plugins/cuda13_sglang.py: SGLang from source or its wheel."""
+"""cuda13_upgrade.sglang_build: SGLang from source or its wheel."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
-from ansible.errors import AnsibleFilterError
 
 from cuda13_upgrade import sglang_build
-
-ROOT = Path(__file__).resolve().parents[1]
 
 # pip show --isolated sglang of the two installs (pip 25, the sandbox's stand-in); pip ends
 # its empty fields with a space.
@@ -188,39 +182,21 @@ def test_the_record_names_what_a_rollback_removes_across_runs():
     assert sglang_build.install_record(wheel, "source", "v0.5.9", repo, SRC, VENV)["paths"] == [VENV, SRC]
 
 
-# -- the filters, as Ansible calls them -----------------------------------------------------
+# -- the functions together, as the step calls them ------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def filters():
-    spec = importlib.util.spec_from_file_location(
-        "cuda13_sglang", ROOT / "filter_plugins" / "cuda13_sglang.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.FilterModule().filters()
+def test_the_wheel_over_an_editable_tree_from_requirement_to_record():
+    assert sglang_build.requirement("wheel", "https://x/sglang.git", "v0.5.9") == "sglang==0.5.9"
+    show = sglang_build.parse_pip_show(SHOW_EDITABLE)
+    assert sglang_build.wheel_plan(show, "v0.5.9")["remove_first"] is True
+    assert sglang_build.resolved_wheel(None, "v0.5.9") == []
+    imported = _imported(f"{SITE}/sglang/__init__.py")
+    assert sglang_build.import_problems(imported, "wheel", "v0.5.9", SRC, VENV) == []
+    assert sglang_build.install_record(None, "wheel", "v0.5.9", "https://x", SRC, VENV)["paths"] == [VENV]
 
 
-def test_the_filters_wrap_the_functions(filters):
-    assert filters["cuda13_sglang_requirement"]("wheel", "https://x/sglang.git", "v0.5.9") == "sglang==0.5.9"
-    show = filters["cuda13_pip_show"](SHOW_EDITABLE)
-    assert filters["cuda13_sglang_wheel_plan"](show, "v0.5.9")["remove_first"] is True
-    assert filters["cuda13_sglang_resolved_wheel"](None, "v0.5.9") == []
-    assert (
-        filters["cuda13_sglang_import_problems"](
-            _imported(f"{SITE}/sglang/__init__.py"), "wheel", "v0.5.9", SRC, VENV
-        )
-        == []
-    )
-    assert filters["cuda13_sglang_record"](None, "wheel", "v0.5.9", "https://x", SRC, VENV)["paths"] == [VENV]
-
-
-def test_the_filters_refuse_bad_input_with_ansibles_error(filters):
-    with pytest.raises(AnsibleFilterError, match="names no release"):
-        filters["cuda13_sglang_requirement"]("wheel", "https://x/sglang.git", "main")
-    with pytest.raises(AnsibleFilterError, match="must be one of"):
-        filters["cuda13_sglang_record"](None, "pip", "v0.5.9", "https://x", SRC, VENV)
-    with pytest.raises(AnsibleFilterError, match="expects cuda13_pip_show's dict"):
-        filters["cuda13_sglang_wheel_plan"]("Name: sglang", "v0.5.9")
-    with pytest.raises(AnsibleFilterError, match="expects the import's"):
-        filters["cuda13_sglang_import_problems"]("0.5.9 /x", "wheel", "v0.5.9", SRC, VENV)
+def test_bad_values_are_refused_naming_them():
+    with pytest.raises(ValueError, match="names no release"):
+        sglang_build.requirement("wheel", "https://x/sglang.git", "main")
+    with pytest.raises(ValueError, match="must be one of"):
+        sglang_build.install_record(None, "pip", "v0.5.9", "https://x", SRC, VENV)

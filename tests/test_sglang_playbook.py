@@ -23,7 +23,7 @@ import pytest
 import yaml
 from fakehost import FakeHost
 from packaging.utils import canonicalize_name
-from playbook import run_playbook
+from playbook import REPO, run_playbook
 from sandbox_mirror import testkit
 
 from cuda13_upgrade.steps import resolve
@@ -40,13 +40,12 @@ PLAY = """
 - name: Install the wheels and SGLang
   hosts: all
   gather_facts: false
+  # The sglang_build role's defaults, the options its action reads (sglang_build_*).
+  vars_files:
+    - SGLANG_BUILD_DEFAULTS
   roles:
     - cu130_wheels
   tasks:
-    - name: The role's defaults, and the release it names (read-only)
-      ansible.builtin.import_role:
-        name: sglang_build
-        tasks_from: requirement
     - name: Build SGLang as the role does, and keep its record
       cuda13_sglang:
         resolved: "{{ cu130_wheels_resolved_target | default([]) }}"
@@ -57,7 +56,7 @@ PLAY = """
         dest: "{{ cuda13_new_venv | dirname }}/sglang.json"
         mode: "0644"
       when: not ansible_check_mode
-"""
+""".replace("SGLANG_BUILD_DEFAULTS", str(REPO / "roles" / "sglang_build" / "defaults" / "main.yml"))
 
 
 def _mirror_vars(mirror_url: str, **more) -> dict:

@@ -479,7 +479,7 @@ def test_default_scenario_eagle3_accept_length_is_in_a_kept_hosts_report(
 ):
     """`make demo`'s scenario: both stacks' EAGLE-3 servers count verify steps at the sourced
     accept length, the probe reads them as the role does, and summary.md shows before -> after."""
-    from cuda13_upgrade import probe, report
+    from cuda13_upgrade import probe, summary
 
     default = json.loads((REPO / "sandbox" / "mirror" / "scenarios" / "default.json").read_text())
     # The scenario's own accept length; only the timing is made fast.
@@ -507,7 +507,7 @@ def test_default_scenario_eagle3_accept_length_is_in_a_kept_hosts_report(
         "probe": {"eagle3": probe.compare_outputs(outputs["old"], outputs["new"])},
         "accept_length": {"eagle3": accept},
     }
-    text = report.render_markdown("run-1", report.summary_rows([result]))
+    text = summary.render_markdown("run-1", summary.summary_rows([result]))
     assert "## Speculative accept length" in text
     assert "- cuda13-sandbox-1 eagle3: 2.67 -> 2.67 tokens per verify step (+0.0 %, healthy)" in text
     assert "- cuda13-sandbox-1 eagle3: output matches the old stack (4 of 4 prompts" in text

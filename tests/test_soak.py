@@ -124,7 +124,7 @@ def test_failed_profile_names_the_first_failed_soak():
 
 
 def test_the_result_keeps_the_gate_s_soak_and_the_summary_shows_each_count_and_the_failure():
-    from cuda13_upgrade import report
+    from cuda13_upgrade import hostresult, summary
 
     stalled = _record(3, failures=[_fail(4, "stall")], tail=[f"journal line {i}" for i in range(20)])
     throughput_results = {
@@ -132,7 +132,7 @@ def test_the_result_keeps_the_gate_s_soak_and_the_summary_shows_each_count_and_t
         "candidate": {"plain": {"trials": _trials(100.0), "soak": stalled}},
     }
     judged = {"plain": soak.judge(stalled, profile="plain")}
-    result = report.host_result(
+    result = hostresult.host_result(
         {
             "host": "gpu-1",
             "status": "rolled_back",
@@ -144,9 +144,9 @@ def test_the_result_keeps_the_gate_s_soak_and_the_summary_shows_each_count_and_t
         }
     )
     assert result["soak"]["plain"]["served"] == 3 and result["soak"]["plain"]["outcome"] == "stall"
-    rows = report.summary_rows([result])
+    rows = summary.summary_rows([result])
     assert set(rows[0]["soak"]) == {"baseline/plain", "candidate/plain"}
-    markdown = report.render_markdown("x", rows)
+    markdown = summary.render_markdown("x", rows)
     assert "## Soak" in markdown
     assert "- gpu-1 plain (old stack): served 64 of 64 requests, 8 at once, in 12.5 s" in markdown
     assert (
@@ -154,7 +154,7 @@ def test_the_result_keeps_the_gate_s_soak_and_the_summary_shows_each_count_and_t
         in markdown
     )
     assert "  journal line 19" in markdown and "  journal line 7" not in markdown
-    assert "## Soak" not in report.render_markdown("x", report.summary_rows([{**result, "throughput": {}}]))
+    assert "## Soak" not in summary.render_markdown("x", summary.summary_rows([{**result, "throughput": {}}]))
 
 
 def test_the_host_script_counts_an_http_error_as_an_error():

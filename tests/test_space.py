@@ -147,17 +147,9 @@ def test_space_probe_refuses_a_malformed_argument():
     assert out.returncode == 2 and "expected NAME=PATH" in out.stderr
 
 
-def test_filter_wraps_errors():
-    from ansible.errors import AnsibleFilterError
-
-    sys.path.insert(0, str(REPO / "filter_plugins"))
-    from cuda13_host import FilterModule
-
-    space_plan = FilterModule().filters()["cuda13_space_plan"]
-    with pytest.raises(AnsibleFilterError, match="cuda13_space_plan: no measured space figures"):
-        space_plan({}, {}, FIGURES, "nope")
-    with pytest.raises(AnsibleFilterError, match="expects places as a dict"):
-        space_plan({}, [], FIGURES, "sandbox")
+def test_a_stack_without_figures_is_refused_naming_it():
+    with pytest.raises(Cuda13Error, match="no measured space figures"):
+        stack_figures(FIGURES, "nope")
 
 
 @pytest.fixture

@@ -185,3 +185,16 @@ def test_cuda_python_13_1_in_the_target_refuses_a_580_driver_naming_component_fl
 def test_a_floor_the_toolkit_alone_sets_is_left_to_the_driver_check():
     report = check_stack_driver(_resolved(_real_stack()), "580.82.07", {"toolkit_release": "13.0.2"})
     assert report.to_dict() == {"ok": True, "failures": [], "passed": []}
+
+
+def test_a_two_entry_target_and_one_without_its_version():
+    resolved = [
+        {"name": "cuda-bindings", "version": "13.1.0", "url": None, "sha256": None},
+        {"name": "torch", "version": "2.9.1+cu130", "url": None, "sha256": None},
+    ]
+    report = check_stack_driver(resolved, "580.95.05", {"toolkit_release": "13.0.2"}).to_dict()
+    assert [x["check"] for x in report["failures"]] == ["stack_driver"]
+    assert "cuda-bindings 13.1.0 (CUDA 13.1) needs >= 590.44.01" in report["failures"][0]["message"]
+    assert check_stack_driver(resolved, "590.48.01", {"toolkit_release": "13.0.2"}).ok is True
+    with pytest.raises(PreflightError, match="cu130_wheels_resolved_target"):
+        check_stack_driver([{"name": "torch"}], "590.48.01")

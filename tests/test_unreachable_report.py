@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
-from cuda13_upgrade import cli, report
+from cuda13_upgrade import cli, hostresult
 from cuda13_upgrade.progress import Progress
 
 EVENTS = [
@@ -129,7 +129,7 @@ def test_run_json_and_the_report_name_the_step_and_the_error(tmp_path, monkeypat
     argv = ["rollout", "--yes", "-i", str(inventory), "--reports-dir", str(tmp_path / "r"), "--run-id", "u1"]
     assert cli.main(argv) == 1
     run_dir = tmp_path / "r" / "u1"
-    outcome = report.load_run_record(run_dir)["outcomes"]["gpu-node-03"]
+    outcome = hostresult.load_run_record(run_dir)["outcomes"]["gpu-node-03"]
     assert outcome["status"] == "unreachable"
     assert outcome["failed_step"] == "switch"
     assert outcome["error"] == REFUSED

@@ -335,8 +335,12 @@ def test_torch_cuda_arch_list():
 
 
 def test_torch_cuda_arch_list_rejects_bad_input():
-    with pytest.raises(ValueError, match="no compute capability given"):
+    with pytest.raises(ValueError) as info:
         torch_cuda_arch_list([])
+    assert str(info.value) == (
+        "no compute capability given: []. Option: capabilities. "
+        "Fix: pass the compute_cap of each GPU, e.g. ['12.0']."
+    )
     with pytest.raises(ValueError, match="not one string: '12.0'"):
         torch_cuda_arch_list("12.0")
     with pytest.raises(ValueError, match="'sm_120'"):

@@ -85,8 +85,8 @@ def references(
     candidate: Mapping[str, Mapping[str, Any]] | None, baseline: Mapping[str, Mapping[str, Any]] | None
 ) -> list[list[int]]:
     """The gate's answers to the probe's first prompt: the token ids of each profile's first
-    probe output, the new stack's (``verify_throughput_results.candidate``) then the old
-    stack's (``__cuda13_baseline.profiles``), each ``{profile: {"probe": [output, ...]}}``.
+    probe output, the new stack's (the verify's ``measured.results``) then the old
+    stack's (the baseline's ``profiles``), each ``{profile: {"probe": [output, ...]}}``.
     Outputs without a list of integer ``output_ids`` are left out."""
     found: list[list[int]] = []
     for side in (candidate or {}, baseline or {}):
@@ -126,7 +126,7 @@ def verdict(
         reference_ids: the gate's answers to the same prompt (:func:`references`); empty
             when the probe was off: the output is then not compared.
         kernel_log_mark, kernel_log_read: ``hostscripts/kernel_log.py``'s mark before the
-            switch and a read after the watch (registered results); None when not read.
+            switch and a read after the watch (module ``cuda13_kernel_log``); None when not read.
         min_prefix_tokens: ``verify_throughput_probe_min_prefix_tokens``.
 
     Returns:

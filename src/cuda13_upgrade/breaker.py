@@ -12,7 +12,7 @@ Exact rules:
 
 - The history is the reports directory (``$CUDA13_REPORTS_DIR`` or
   ``<checkout>/reports``): ``<run id>/<host>/result.json`` per host of a run
-  (:mod:`cuda13_upgrade.report`), ``<run id>/run.json`` when the
+  (:mod:`cuda13_upgrade.hostresult`), ``<run id>/run.json`` when the
   ``cuda13-upgrade`` command ran it.
 - A record counts when its ``status`` is ``rolled_back`` or ``failed``
   (:data:`COUNTED`: the gate or a failure put the host back, or the host was
@@ -50,7 +50,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from cuda13_upgrade import ondemand, report
+from cuda13_upgrade import hostresult, ondemand, summary
 from cuda13_upgrade.errors import Cuda13Error
 
 __all__ = [
@@ -154,7 +154,7 @@ def _finished(result: Mapping[str, Any], path: Path) -> datetime:
 
 def _counted_run(run: Path) -> bool:
     """Whether a run directory's results may count: a rollout, not in check mode."""
-    record = report.load_run_record(run)  # ValueError naming run.json
+    record = hostresult.load_run_record(run)  # ValueError naming run.json
     if not record:
         return True
     return record.get("command") == "rollout" and not record.get("check")
@@ -198,7 +198,7 @@ def history(
         if run.name == exclude_run or not _counted_run(run):
             continue
         hosts = sorted(p.parent.name for p in run.glob("*/result.json"))
-        for host, result in zip(hosts, report.load_results(run, hosts), strict=True):
+        for host, result in zip(hosts, hostresult.load_results(run, hosts), strict=True):
             path = run / host / "result.json"
             if not isinstance(result, dict):
                 raise ValueError(f"{path} is not a JSON result: not an object")
@@ -209,7 +209,7 @@ def history(
             when = _finished(result, path)
             if when < since:
                 continue
-            row = report.summary_rows([{**result, "host": host}])[0]
+            row = summary.summary_rows([{**result, "host": host}])[0]
             records.append(
                 (
                     when,

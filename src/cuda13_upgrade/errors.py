@@ -6,8 +6,8 @@ what was wrong, where it came from and what to do::
     <what is wrong>: <value as repr>. Option: <variable name>. Fix: <remedy>.
 
 All classes derive from :class:`ValueError`, so callers that only care about
-"bad input" can catch that, and the Ansible filters can turn any of them into an
-``AnsibleFilterError`` with the same text.
+"bad input" can catch that, and a step (``cuda13_upgrade.steps``) can fail its task
+with the same text.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ ansible-core's ``InventoryManager``: no connection is opened, and no host or
 group variables are loaded (a vaulted ``group_vars`` file needs no password).
 A host's state is its newest record among the runs under the reports
 directory (``<reports>/<run id>/<host>/result.json``, see
-:mod:`cuda13_upgrade.report`), or, for a host that wrote no result in a run
+:mod:`cuda13_upgrade.hostresult`), or, for a host that wrote no result in a run
 of ``rollout``, ``stage`` or ``rollback``, what that run's ``run.json`` says
 went wrong with it (failed, unreachable). A host found in none is "never run".
 Results of check-mode runs change nothing on a host and are not counted.
@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from cuda13_upgrade import ondemand, report
+from cuda13_upgrade import hostresult, ondemand, summary
 from cuda13_upgrade.errors import UsageError
 from cuda13_upgrade.progress import natural_key
 
@@ -99,7 +99,7 @@ def state_of(result: dict[str, Any]) -> str:
     """The state a result (``result.json``, or a run.json outcome) puts a host in:
     ``"kept"``, ``"already kept"``, ``"rolled back"``, ``"failed"``, ``"staged"``,
     ``"interrupted"``, ``"unreachable"``, else its status as written."""
-    status = report.result_status(result)
+    status = hostresult.result_status(result)
     return STATE_OF_STATUS.get(status, status)
 
 
@@ -109,12 +109,12 @@ def _records(run: Path, hosts: Iterable[str]) -> dict[str, tuple[float, dict[str
     Raises ``ValueError`` naming a result file that is not a JSON object."""
     found: dict[str, tuple[float, dict[str, Any], str]] = {}
     try:
-        record = report.load_run_record(run)
+        record = hostresult.load_run_record(run)
     except ValueError:
         record = {}
     outcomes = record.get("outcomes") if isinstance(record.get("outcomes"), dict) else {}
     counts = record.get("command") in CHANGING_COMMANDS and not record.get("check")
-    # A run refused before any change (the breaker, report.fleet_summary) changed no host.
+    # A run refused before any change (the breaker, summary.fleet_summary) changed no host.
     try:
         not_started = json.loads((run / "not_started.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -149,7 +149,7 @@ def host_states(reports_dir: str | Path, hosts: list[str]) -> list[dict[str, Any
     Returns one dict per host: ``{"host", "state", "decision", "run_id",
     "finished_at", "reason", "source"}``: ``state`` one of the
     :func:`state_of` values or ``"never run"``; ``decision`` the fleet report's
-    phrase for it (:func:`cuda13_upgrade.report.decision_text`, e.g. "rolled
+    phrase for it (:func:`cuda13_upgrade.summary.decision_text`, e.g. "rolled
     back at verify", "already kept (verified in run R)"); ``run_id`` the run
     directory's name; ``finished_at`` ISO 8601 (the record's own, else the file's
     modification time, UTC); ``source`` the file read. The newest record is
@@ -172,7 +172,7 @@ def host_states(reports_dir: str | Path, hosts: list[str]) -> list[dict[str, Any
             )  # fmt: skip
             continue
         when, run_id, result, source = newest[host]
-        row = report.summary_rows([result])[0]
+        row = summary.summary_rows([result])[0]
         states.append(
             {
                 "host": host,
@@ -205,7 +205,7 @@ def render_text(states: list[dict[str, Any]], *, inventory: str, group: str, rep
         "| --- | --- | --- | --- |",
     ]
     for s in states:
-        cells = [s["host"], report._cell(s["decision"]), s["run_id"] or "-", s["finished_at"] or "-"]
+        cells = [s["host"], summary._cell(s["decision"]), s["run_id"] or "-", s["finished_at"] or "-"]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", counts_text(states)]
     return "\n".join(lines) + "\n"

@@ -88,7 +88,7 @@ def _text(families: list[Any]) -> str:
 def fleet_metrics(rows: list[Mapping[str, Any]], run_id: str, record: Mapping[str, Any] | None = None) -> str:
     """The fleet file of one run.
 
-    ``rows``: :func:`cuda13_upgrade.report.summary_rows` rows; ``record``:
+    ``rows``: :func:`cuda13_upgrade.summary.summary_rows` rows; ``record``:
     ``run.json`` of the command (``batches``: ``{host: batch number}``,
     ``started_at``/``finished_at``: the rollout's ISO 8601 times, UTC).
 
@@ -185,8 +185,8 @@ def _accept_length(entry: Mapping[str, Any]) -> float | None:
 
 
 def host_metrics(result: Mapping[str, Any]) -> str:
-    """The host's own file, from its ``result.json`` (the ``cuda13_result`` of
-    ``roles/upgrade_host/tasks/result.yml``).
+    """The host's own file, from its ``result.json`` (the record of the action
+    ``cuda13_result``, :mod:`cuda13_upgrade.steps.result`).
 
     Metrics: ``cuda13_upgrade_state{state}`` (1 for the host's state, 0 for
     the other states of :data:`FLEET_STATES` but not reached),

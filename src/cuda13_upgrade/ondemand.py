@@ -45,7 +45,7 @@ def drain_plan(
 
     Returns ``{"drain": bool, "undrain": bool, "refusal": str | None}``:
     ``drain`` when ``cuda13_drain_tasks`` names a task file (the rollout's
-    rule, roles/upgrade_host/tasks/upgrade.yml), ``undrain`` when
+    rule, :func:`cuda13_upgrade.steps.drain.side`), ``undrain`` when
     ``cuda13_undrain_tasks`` does too (run once the host was drained). With no
     drain hook, ``refusal`` names the host, the service, the empty option and
     the two ways on, unless ``allow_undrained``. Raises ``ValueError`` for an

@@ -51,7 +51,8 @@ __all__ = [
     "tier",
 ]
 
-#: The roles whose ``main`` options the preflight checks (nvidia_driver_check's
+#: The roles whose ``main`` options the action ``cuda13_options`` checks
+#: (:data:`cuda13_upgrade.steps.options.ROLES`; nvidia_driver_check's
 #: ``nvidia_driver_check_validate_roles``, and nvidia_driver_check itself).
 ROLES = (
     "cuda13",
@@ -238,7 +239,7 @@ TUNE: tuple[str, ...] = (
 #: Set by the playbooks: a play's or an include_role's vars or a set_fact (the run id, fixed
 #: once per run from $CUDA13_RUN_ID, the CLI's --run-id). The steps' own inputs (the
 #: verify_throughput phase and plan, the switch's and the rollback's profile arguments, the
-#: SGLang release the preflight resolves) are no longer options the playbooks set: each step's
+#: SGLang release the preflight resolves) are not options the playbooks set: each step's
 #: action works them out from the records it is given; those options remain the inputs of a
 #: role's entry point called on its own (advanced).
 PLAYBOOKS: tuple[str, ...] = ("cuda13_run_id",)

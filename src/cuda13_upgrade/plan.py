@@ -9,8 +9,9 @@ make each part:
 
 - the path: ``already kept`` (:func:`cuda13_upgrade.rerun.host_verdict`, the
   early pass of ``upgrade-cuda13.yml``), ``staged`` (``staged.json`` recorded
-  for this very target and resolved set, as ``roles/upgrade_host/tasks/staged.yml``
-  decides; the new venv's ``pip freeze`` is compared again at the window),
+  for this very target and resolved set, as
+  :func:`cuda13_upgrade.steps.host_state.staged_verdict` decides; the new venv's
+  ``pip freeze`` is compared again at the window),
   ``full``, or ``refused`` (a preflight check, the apt transaction or the
   resolution refused the host, with the message the rollout would print);
 - the apt transaction: ``cuda13_upgrade.aptplan.check_transaction``'s record;
@@ -32,8 +33,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cuda13_upgrade import batches, rerun, restarts
-from cuda13_upgrade.report import format_duration
 from cuda13_upgrade.space import human_bytes
+from cuda13_upgrade.summary import format_duration
 
 ALREADY_KEPT = "already kept"
 STAGED = "staged"
@@ -54,7 +55,7 @@ def _pins(resolved: Sequence[Mapping[str, Any]] | None) -> list[str]:
 def staged_for(staged: Mapping[str, Any] | None, target: Mapping[str, Any], pins: Sequence[str]) -> bool:
     """Whether ``staged.json`` (``{"target", "resolved_target": ["name==version"], ...}``)
     was recorded for this run's ``target`` and resolved set (``pins``), as
-    ``roles/upgrade_host/tasks/staged.yml`` decides before it compares the freeze."""
+    :func:`cuda13_upgrade.steps.host_state.staged_verdict` decides before it compares the freeze."""
     if not isinstance(staged, Mapping) or not staged:
         return False
     recorded_pins = list(staged.get("resolved_target") or [])

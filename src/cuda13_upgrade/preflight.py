@@ -33,7 +33,7 @@ Facts (what the host is), a dict::
       "target_dists": {"cuda-bindings": "13.0.3", "nvidia-cuda-runtime": "13.0.96"},
                                             # optional: the resolved target's {name: version}
       "target_torch_cuda": "13.0",          # optional: the target torch's CUDA build
-      "nvidia_smi_runs": {                  # optional: the registered results (rc, stdout, stderr,
+      "nvidia_smi_runs": {                  # optional: the results (rc, stdout, stderr,
         "table": {"rc": 0, ...},            # timedout) of the nvidia-smi runs after the GPU query:
         "compute_apps": {"rc": 124, ...},   # the table, --query-compute-apps (NVIDIA_SMI_RUNS)
       },
@@ -42,7 +42,7 @@ Facts (what the host is), a dict::
 Settings (what the inventory asks for), a dict; every key is optional and
 defaults to :data:`DEFAULT_SETTINGS`. Their values are the options that
 :func:`cuda13_upgrade.options.validate` checked (types, formats, ranges, the
-release's compute capability floor; nvidia_driver_check's ``options.yml``, before
+release's compute capability floor; the action ``cuda13_options``, before
 the preflight): :func:`evaluate` does not check them again, it checks the host:
 
 ====================================  ==========================================
@@ -135,7 +135,7 @@ OPTION_NAMES: dict[str, str] = {
 }
 
 #: The nvidia-smi runs after the GPU query whose hang the preflight refuses, by their key
-#: in the ``nvidia_smi_runs`` fact: what each reads. The query's own failure, a hang
+#: in the facts' ``nvidia_smi_runs``: what each reads. The query's own failure, a hang
 #: included, stops the host before the preflight is evaluated
 #: (cuda13_upgrade.steps.preflight.evaluate, cuda13_upgrade.nvidia_smi.classify_failure).
 NVIDIA_SMI_RUNS: dict[str, str] = {

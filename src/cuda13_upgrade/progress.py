@@ -47,8 +47,9 @@ import yaml
 
 from cuda13_upgrade import batches
 from cuda13_upgrade.errors import UsageError
-from cuda13_upgrade.report import NOT_REACHED, format_duration
+from cuda13_upgrade.hostresult import NOT_REACHED
 from cuda13_upgrade.steps.host import RUN_FACT, STEPS
+from cuda13_upgrade.summary import format_duration
 
 #: The role that walks a host through its upgrade (roles/upgrade_host/tasks/main.yml).
 HOST_ROLE = "upgrade_host"

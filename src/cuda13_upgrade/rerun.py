@@ -41,7 +41,7 @@ TARGET_OPTIONS: dict[str, str] = {
 
 
 def target(options: Mapping[str, Any]) -> dict[str, Any]:
-    """The run's target from the validated options (``nvidia_driver_check_options``).
+    """The run's target from the validated options (``cuda13_options``).
 
     ``options``: ``{option: value}`` as :func:`cuda13_upgrade.options.validate`
     returns them (given values converted to their types, literal defaults for

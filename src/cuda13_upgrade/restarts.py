@@ -15,8 +15,8 @@ profiles so that the service restarts as few times as the profiles need:
   (the service's own command, what it keeps serving) is measured last, so no
   restart back to the own command follows; after the baseline the switch
   follows, which restarts anyway;
-- a recorded baseline (``roles/upgrade_host/tasks/baseline.yml``) skips the old stack's
-  restarts.
+- a recorded baseline (:func:`recorded_baseline`, the step
+  :mod:`cuda13_upgrade.steps.baseline`) skips the old stack's restarts.
 
 With P profiles, one of them without arguments, that is at most 2P - 1
 restarts per upgrade and P per rollback (switch or rollback restart included).
@@ -387,7 +387,8 @@ def serve_outcome(
 
 
 def _runs(running: Mapping[str, Any], venv: str, args: Sequence[Any]) -> bool:
-    """The check of serve.yml: a main process that cannot be read (a wrapper) passes."""
+    """The check of what the main process runs (:func:`serve_outcome`): one that cannot be read
+    (a wrapper) passes."""
     venv_ok = running["running_venv"] is None or running["running_venv"] == (
         posixpath.normpath(venv) if venv else ""
     )

@@ -128,7 +128,7 @@ def stopped_run(
     """The earlier run that stopped on a host part way, or None.
 
     ``step_record``: the host's ``step.json``, the last step boundary a run
-    passed (``roles/upgrade_host/tasks/step.yml``: ``run_id``, ``step``,
+    passed (:func:`cuda13_upgrade.steps.host.begin_step`: ``run_id``, ``step``,
     ``started_at``, ``serving``, ``steps``), None or ``{}`` when there is
     none. ``result``: the host's ``result.json``, if any. ``run_id``: this
     run.

@@ -1,4 +1,4 @@
-"""Read what a host script (``hostscripts/*.py``, run by ``ansible.builtin.script``) printed.
+"""Read what a host script (``hostscripts/*.py``, run as a script) printed.
 
 Over SSH, Ansible runs a script with ``ssh -tt`` (the ssh connection's ``use_tty``
 option, on by default, for any command that may use become): both of the script's
@@ -60,7 +60,7 @@ def result_document(stdout: str) -> dict[str, Any]:
 def script_said(result: Mapping[str, Any]) -> str:
     """What a host script said besides its result: its stderr and its stdout's other lines.
 
-    ``result``: the registered result of an ``ansible.builtin.script`` task (``stdout``,
+    ``result``: the result of a script run (``stdout``,
     ``stderr``, optionally ``msg``). Returns the lines joined by newlines (str, empty when it
     said nothing): stderr first, then stdout's non-result lines (where a pseudo-terminal put
     stderr), then ``msg`` when there is nothing else (a script that did not start).

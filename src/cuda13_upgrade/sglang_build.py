@@ -9,8 +9,8 @@
   venv; nothing is cloned, nothing is compiled.
 
 Both end in the same checks (:func:`import_problems`, and the role's check that no wheel of
-the stack was replaced). Everything here is pure: the role reads ``pip show`` and an import
-on the host, these functions decide (the ``cuda13_sglang`` filter plugin wraps them).
+the stack was replaced). Everything here is pure: the step reads ``pip show`` and an import
+on the host, these functions decide (:mod:`cuda13_upgrade.steps.sglang`, action ``cuda13_sglang``).
 """
 
 from __future__ import annotations
@@ -159,8 +159,8 @@ def resolved_wheel(resolved: Any, ref: str) -> list[dict[str, Any]]:
     Returns:
         ``[{"name": "sglang", "version", "url", "sha256"}]`` when the set holds sglang at the
         release's version as a wheel file (not a git URL: a resolution made for a source build),
-        for ``cuda13_resolved_requirements``; otherwise ``[]`` (the wheel is then installed
-        from the indexes by name and version).
+        for :func:`cuda13_upgrade.resolve.resolved_requirements`; otherwise ``[]`` (the wheel is
+        then installed from the indexes by name and version).
     """
     wanted = release_version(ref)
     found = []

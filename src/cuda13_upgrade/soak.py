@@ -114,7 +114,7 @@ def judge(record: Mapping[str, Any] | None, *, profile: str = "") -> dict[str, A
 
 
 def failed_profile(results: Mapping[str, Mapping[str, Any]] | None) -> str | None:
-    """The first profile of one phase's results (``verify_throughput_results[phase]``) whose
+    """The first profile of one phase's results (:func:`cuda13_upgrade.steps.measure.phase`'s) whose
     soak failed, or ``None``: the profiles after it are not measured on that server."""
     for name, measured in (results or {}).items():
         record = (measured or {}).get("soak") or {}

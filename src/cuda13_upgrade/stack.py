@@ -1,9 +1,9 @@
 """The running stack of a host: parse what the tools print, build the snapshot
 manifest, and rewrite the service's command for the new stack.
 
-Everything here is pure: the roles collect the tools' output on the host and
-these functions turn it into data (the ``cuda13_stack`` filter plugin wraps
-them). Errors are ``ValueError`` with the offending text quoted.
+Everything here is pure: the steps collect the tools' output on the host and
+these functions turn it into data (:mod:`cuda13_upgrade.steps`). Errors are
+``ValueError`` with the offending text quoted.
 """
 
 from __future__ import annotations

@@ -1,10 +1,12 @@
-"""Step durations of a host's upgrade, from the step boundaries the play records.
+"""Step durations of a host's upgrade, from the step boundaries its run record holds.
 
-The upgrade play appends ``{"step": name, "started_at": ISO 8601 UTC}`` to
-the host's ``__cuda13_steps`` each time the host moves to its next step
-(``roles/upgrade_host/tasks/``: ``upgrade.yml``: snapshot, toolkit, wheels,
-sglang_build, drain, baseline, switch, verify; ``batch_soak.yml``: undrain, batch_soak;
-``rescue.yml``: rollback; ``main.yml``: artifact_cache, undrain; ``result.yml``: result).
+Each step, as it begins, appends ``{"step": name, "started_at": ISO 8601 UTC}``
+to the ``steps`` of the host's run record (the fact ``cuda13_host_run``,
+:func:`cuda13_upgrade.steps.host.begin_step`): each action plugin of
+``roles/upgrade_host/tasks/main.yml`` its own step
+(:data:`cuda13_upgrade.steps.host.STEPS`: artifact_cache, snapshot, toolkit,
+wheels, sglang_build, baseline, switch, verify, batch_soak, rollback, result),
+the action ``cuda13_step`` of ``tasks/drain.yml`` the drain and the undrain.
 A step lasts until the next one starts; the last until the result is written.
 
 Time out of service: from the start of ``drain`` (the worker leaves the

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Streaming decode benchmark against an OpenAI-compatible ``/v1/completions``.
 
-Runs on the managed host with the host's Python standard library only (it is
-shipped there by ``ansible.builtin.script``). One trial is one streamed
+Runs on the managed host with the host's Python standard library only (module
+``cuda13_bench``, or as a script). One trial is one streamed
 completion with ``ignore_eos`` so that every trial decodes exactly
 ``--max-tokens`` tokens, as the field report measures single-stream decode.
 

@@ -2,8 +2,9 @@
 """Put the SGLang service through one planned restart and wait until it generates.
 
 Runs on the managed host, standard library only, for every start of the
-service into a profile (roles/cuda13/tasks/serve.yml): the baseline, the
-switch, the verify, its restore and the rollback. One run does, in order:
+service into a profile (module ``cuda13_service``, called by
+:func:`cuda13_upgrade.steps.serve.serve`): the baseline, the switch, the
+verify, its restore and the rollback. One run does, in order:
 
 1. **Decide** (``--restart``): ``always``; ``never``; ``when-changed`` restarts
    when ``--files-changed`` is given or the main process does not run
@@ -37,7 +38,7 @@ switch, the verify, its restore and the rollback. One run does, in order:
    for a one-token ``/v1/completions`` instead. Attempts repeat every second
    until ``--ready-timeout`` seconds have passed.
 5. **Read** what the main process runs now, for the check that it runs the
-   profile (``roles/cuda13/tasks/serve.yml``).
+   profile (:func:`cuda13_upgrade.restarts.serve_outcome`).
 6. With ``--server-info``, once it generates: **read its effective
    configuration**, ``GET /get_server_info`` (SGLang: the server arguments as
    it resolved them, python/sglang/srt/entrypoints/http_server.py), and the

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cuda13_upgrade import ondemand
-from cuda13_upgrade.steps.host import Host, StepFailed, begin_step
+from cuda13_upgrade.steps.host import Host, StepFailed, begin_step, current_step
 
 
 def side(
@@ -25,6 +25,7 @@ def side(
     *,
     step: str,
     command: str = "upgrade",
+    after_failure: bool = False,
 ) -> dict[str, Any]:
     """Begin the ``drain`` or ``undrain`` step of ``command`` (``upgrade``, ``verify``, ``rollback``).
 
@@ -32,6 +33,10 @@ def side(
     which restart a serving host on the operator's demand, no drain hook refuses before any change
     unless ``cuda13_allow_undrained`` (:func:`cuda13_upgrade.ondemand.drain_plan`). ``undrain``: the
     undrain hook when the run record says a drain hook ran; without one nothing is recorded.
+
+    ``after_failure``: the drain of a rescue (a host that went back into service for the soak
+    between batches, taken out again before its rollback): the run record keeps the step that
+    failed as ``failed_step``, which the rollback reports.
 
     Returns ``{"step", "hook": the task file to include or "", "run": the updated run record}``.
     Raises StepFailed with the refusal.
@@ -51,7 +56,10 @@ def side(
             if plan["refusal"]:
                 raise StepFailed(plan["refusal"], {"step": step, "hook": "", "run": dict(run)})
         hook = drain_tasks if drain_tasks and not host.check_mode else ""
+        failed_step = current_step(run, "") if after_failure else None
         updated = begin_step(host, run, "drain") if run.get("steps") is not None else dict(run)
+        if failed_step:
+            updated["failed_step"] = failed_step
         updated["drained"] = bool(hook)
         # The undrain hook is run only where one is set (playbooks/rollback.yml: a drain without it).
         updated["undrain_hook"] = undrain_tasks

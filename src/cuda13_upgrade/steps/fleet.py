@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from cuda13_upgrade import batches, breaker, budget, report, window
+from cuda13_upgrade import batches, breaker, budget, summary, window
 
 #: The play-wide options: one value for every host of the rollout.
 FLEET_OPTIONS = (
@@ -200,7 +200,7 @@ def start(
             "hosts": list(hosts),
             "before_any_change": True,
         }
-        report.fleet_summary(Path(reports_dir) / run_id, list(hosts), not_started)
+        summary.fleet_summary(Path(reports_dir) / run_id, list(hosts), not_started)
     lines = list(the_plan["lines"])
     if the_plan["window_text"]:
         lines.append(f"batches start only inside the window cuda13_window: {the_plan['window_text']}")
@@ -260,5 +260,5 @@ def batch_gate(
                 "hosts": list(hosts)[first:],
             }
     if not_started is not None:
-        report.fleet_summary(Path(reports_dir) / run_id, list(run_hosts), not_started)
+        summary.fleet_summary(Path(reports_dir) / run_id, list(run_hosts), not_started)
     return {"start": not_started is None, "not_started": not_started}

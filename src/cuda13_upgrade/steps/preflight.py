@@ -72,8 +72,8 @@ def settings(options: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def tell_passed(host: Host, passed: list[Mapping[str, Any]]) -> None:
-    """Show each check that passed, one line each: ``<host>: passed: <message>`` (what the old
-    task "Show the preflight" listed; ``cuda13_upgrade.gpucheck.preflight_messages`` reads them)."""
+    """Show each check that passed, one line each: ``<host>: passed: <message>``
+    (``cuda13_upgrade.gpucheck.preflight_messages`` reads them)."""
     for check in passed:
         host.tell(f"passed: {' '.join(str(check['message']).split())}")
 
@@ -120,6 +120,13 @@ def option_host_checks(host: Host, options: Mapping[str, Any], found: Mapping[st
             f"{host.name}: option values that do not fit the host; nothing on the host was changed.\n"
             + _failures_text(failures)
         )
+    checked = [f"{options['cuda13_service_name']} runs the Python of {options['cuda13_old_venv']}"]
+    if facts["apt_packages"] is not None:
+        package = f"{options.get('cuda_toolkit_package')} {options['cuda13_toolkit_package_version']}"
+        checked.append(f"{repo} offers {package}")
+    if answers:
+        checked.append(f"the {len(answers)} package index(es) answer")
+    tell_passed(host, [{"message": f"the options fit the host: {'; '.join(checked)}"}])
 
 
 def _truncate(text: str, width: int) -> str:

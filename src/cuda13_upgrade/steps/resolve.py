@@ -38,7 +38,8 @@ def sglang_requirement(options: Mapping[str, Any]) -> str:
 
     ``cu130_wheels_resolve_sglang`` when set, else the one sglang_build installs
     (:func:`cuda13_upgrade.sglang_build.requirement` of ``sglang_build_method``,
-    ``sglang_build_repo``, ``sglang_build_version``; roles/sglang_build/tasks/requirement.yml).
+    ``sglang_build_repo``, ``sglang_build_version``: the release the step
+    :func:`cuda13_upgrade.steps.sglang.build` installs).
 
     Raises:
         StepFailed: the wheel method with a ref that names no release.

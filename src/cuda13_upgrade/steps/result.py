@@ -1,6 +1,6 @@
 """The step ``result``: the host's record, on the host and on the control node (action ``cuda13_result``).
 
-One record shape for every way a host's run ends (:func:`cuda13_upgrade.report.host_result`):
+One record shape for every way a host's run ends (:func:`cuda13_upgrade.hostresult.host_result`):
 kept, already kept, rolled back, failed, staged, and interrupted (the command's
 ``playbooks/interrupted.yml`` after Ctrl-C). :func:`facts` reads the steps' records
 (what each action returned, registered by the play) into that function's facts;
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from cuda13_upgrade import metrics, report
+from cuda13_upgrade import hostresult, metrics
 from cuda13_upgrade.steps.host import Host, begin_step, json_text, now_iso
 from cuda13_upgrade.steps.host_state import resolved_pins
 
@@ -70,7 +70,7 @@ def facts(
     kept_digest: Mapping[str, Any] | None,
     after_probe: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
-    """:func:`cuda13_upgrade.report.host_result`'s facts from the run record and the steps' records."""
+    """:func:`cuda13_upgrade.hostresult.host_result`'s facts from the run record and the steps' records."""
     state = _ok(records, "host_state")
     preflight = _ok(records, "preflight")
     toolkit = _ok(records, "toolkit")
@@ -187,7 +187,7 @@ def record(
         if kept and read and read.get("parts")
         else None
     )
-    result = report.host_result(
+    result = hostresult.host_result(
         facts(
             host.name,
             options,
@@ -272,7 +272,7 @@ def interrupted(
     recorded = False
     result = None
     if held and run_of(result_path) != run_id:
-        result = report.host_result(
+        result = hostresult.host_result(
             {
                 "host": host.name,
                 "run_id": run_id,

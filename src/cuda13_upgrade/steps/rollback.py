@@ -165,8 +165,8 @@ def _remove_new_stack(host: Host, options: Mapping[str, Any], manifest: Mapping[
 
 @contextlib.contextmanager
 def _part(where: str) -> Iterator[None]:
-    """Name the part of the rollback a failure inside happened in (``record["where"]``, the old
-    rollback's task names), for the message of a rollback that itself failed."""
+    """Name the part of the rollback a failure inside happened in (``record["where"]``), for the
+    message of a rollback that itself failed."""
     try:
         yield
     except StepFailed as exc:
@@ -232,12 +232,12 @@ def restore(
     ``revert_apt``: undoes the toolkit step's apt changes (:func:`cuda13_upgrade.steps.toolkit.revert`).
     Returns ``{"seconds": until the old stack generated again, "alternatives_manual": [groups left
     in manual mode], "served", "removed": [paths], "restarts", "leftovers", "manifest"}``. Raises
-    StepFailed with ``record["where"]``, the part that failed (the old rollback's task names:
-    ``Read the pre-upgrade snapshot``, ``Load the snapshot``, ``Remove the upgrade's drop-ins``,
-    ``Restore the CUDA alternatives``, ``Undo the toolkit step's apt changes``, ``Clear the new
-    stack's caches``, ``Start the old stack with the first profile's arguments``, ``Check the
-    restored stack against the snapshot``, ``Remove the new stack``); a snapshot that cannot be
-    read or lacks what is restored fails before anything changes.
+    StepFailed with ``record["where"]``, the part that failed (``Read the pre-upgrade snapshot``,
+    ``Load the snapshot``, ``Remove the upgrade's drop-ins``, ``Restore the CUDA alternatives``,
+    ``Undo the toolkit step's apt changes``, ``Clear the new stack's caches``, ``Start the old
+    stack with the first profile's arguments``, ``Check the restored stack against the
+    snapshot``, ``Remove the new stack``); a snapshot that cannot be read or lacks what is
+    restored fails before anything changes.
     """
     started = time.time()
     args = [str(a) for a in profile_args or []]
@@ -335,7 +335,7 @@ def after_failure(
     "measured": the re-check's phase record or None, "space_freed", "restarts", "leftovers", "run"}``.
     Never raises for a failed rollback: it is recorded (status ``failed``) with what it left.
     """
-    step = current_step(run)
+    step = str(run.get("failed_step") or current_step(run))
     error = _truncate(str(failed.get("msg") or failed.get("stderr") or ""), 2000)
     diagnosed = diagnosis.diagnose(failure_texts(failed), source=step).to_dict()
     switch = records.get("switch") or {}

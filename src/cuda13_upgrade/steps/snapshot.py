@@ -69,14 +69,37 @@ def build(
 ) -> tuple[dict, list[str]]:
     """The manifest from what the host read, and the cache directories to look for (the unit's
     identity's and ``stack_snapshot_cache_dirs``). Raises StepFailed when the unit's user is
-    unknown to the host."""
+    unknown to the host, or what it read has not the shape the manifest needs (a unit without
+    ``ExecStart=``)."""
     environ = base64.b64decode(raw.get("environ_b64") or "").decode("utf-8", "replace")
     try:
         identity = service.service_identity(raw.get("identity_show") or "", raw.get("passwd") or "", environ)
     except ValueError as exc:
         raise StepFailed(f"{host}: {exc}") from exc
     shown = dict(line.split("=", 1) for line in str(raw.get("show") or "").splitlines() if "=" in line)
-    manifest = stack.build_manifest(
+    try:
+        manifest = _manifest(host, run_id, options, raw, identity, shown)
+    except ValueError as exc:
+        # A unit without a command (nothing for the switch to move), an nvcc that prints no release.
+        raise StepFailed(
+            f"{host}: cannot record the running stack: {exc}; nothing on the host was changed."
+        ) from exc
+    candidates = list(
+        dict.fromkeys([*identity["cache_dirs"].values(), *(options.get("stack_snapshot_cache_dirs") or [])])
+    )
+    return manifest, candidates
+
+
+def _manifest(
+    host: str,
+    run_id: str,
+    options: Mapping[str, Any],
+    raw: Mapping[str, Any],
+    identity: Mapping[str, Any],
+    shown: Mapping[str, str],
+) -> dict:
+    """:func:`cuda13_upgrade.stack.build_manifest` of what the host read; raises ValueError."""
+    return stack.build_manifest(
         {
             "host": host,
             "taken_at": now_iso(),
@@ -103,7 +126,3 @@ def build(
             "cache_dirs": [],
         }
     )
-    candidates = list(
-        dict.fromkeys([*identity["cache_dirs"].values(), *(options.get("stack_snapshot_cache_dirs") or [])])
-    )
-    return manifest, candidates

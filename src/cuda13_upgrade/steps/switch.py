@@ -67,12 +67,17 @@ def switch(
 
     Returns ``{"exec_start": the new stack's command, "dropin_changed", "kernel_log_mark": the mark
     or None, "served": the start's outcome, "restarts", "leftovers"}``. Raises StepFailed
-    when the new stack does not serve.
+    when the service's command is not run from ``stack_switch_old_venv`` (before any change)
+    and when the new stack does not serve.
     """
     unit = manifest.get("service") or {}
-    exec_start = stack.rewrite_exec_start(
-        unit.get("exec_start") or "", options["stack_switch_old_venv"], options["stack_switch_new_venv"]
-    )
+    try:
+        exec_start = stack.rewrite_exec_start(
+            unit.get("exec_start") or "", options["stack_switch_old_venv"], options["stack_switch_new_venv"]
+        )
+    except ValueError as exc:
+        # A command not run from the old venv (a wrapper such as /usr/bin/env): refused before any change.
+        raise StepFailed(f"{host.name}: {exc}. The switch changed nothing on the host.") from exc
     mark = None
     if mark_kernel_log and not host.check_mode:
         mark = host.module(

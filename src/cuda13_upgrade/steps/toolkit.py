@@ -8,7 +8,7 @@ Three functions, one per state of the action:
   own file, reuse the host's entry, or refuse entries that disagree on ``Signed-By``), and
   apt's transaction, simulated in a scratch apt state (``aptplan.check_transaction``: refused
   when it would touch the driver, the kernel, dkms or an installed package). The preflight
-  runs it on every host before any host changes (``roles/cuda_toolkit/tasks/check.yml``).
+  runs it on every host before any host changes (:func:`cuda13_upgrade.steps.preflight.check`).
 * :func:`install` (``state: present``), the step: hold the driver's packages (dpkg's hold,
   ``aptplan.driver_packages``), pin the CUDA alternatives groups in manual mode on their current
   target, add NVIDIA's repository when the host has no entry for it, record what changed in apt

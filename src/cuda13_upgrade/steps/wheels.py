@@ -1,6 +1,6 @@
 """The step ``wheels``: the cu130 Python stack in a new venv beside the serving one (action cuda13_wheels).
 
-:func:`install` (roles/cu130_wheels/tasks/main.yml): the checks (the pins are a
+:func:`install` (``state: present``): the checks (the pins are a
 list, the new venv is not the serving one), where pip takes the wheels from, the
 venv's directory (0755: the service's user executes its python) and pip's
 temporary directory (0700), then one of three installs with Ansible's ``pip``
@@ -21,10 +21,11 @@ else the indexes. Its environment is ``cu130_wheels_pip_environment`` with
 ``TMPDIR`` at ``cu130_wheels_pip_tmpdir``; pip's output is hidden when that
 environment is set.
 
-Then :func:`check` (roles/cu130_wheels/tasks/check.yml, not in check mode): the
-stack probe with the venv's own Python (module ``cuda13_stack_probe``) and the
-verdict :func:`cuda13_upgrade.stack.stack_verdict`; an inconsistent stack is
-refused with the verdict's problems and the diagnosis
+Then, outside check mode, :func:`check` (``state: checked`` runs it alone: a
+staged host's stack, or any venv): the stack probe with the venv's own Python
+(module ``cuda13_stack_probe``) and the verdict
+:func:`cuda13_upgrade.stack.stack_verdict`; an inconsistent stack is refused
+with the verdict's problems and the diagnosis
 (:func:`cuda13_upgrade.diagnosis.diagnose`) where one is known.
 """
 
