@@ -97,3 +97,43 @@ def test_a_malformed_prefix_is_refused_before_any_container_is_touched(prefixes,
     said = " ".join(run.stdout.split())
     assert "sandbox_name_prefix lower-case letters, digits, dots and dashes (got Bad Prefix/)" in said, said
     assert existing(names) == set(names)
+
+
+def test_provisioning_one_sandbox_leaves_another_sandbox_s_hosts_alone(prefixes, tmp_path):
+    # Two prefixes share one inventory directory, each with its own hosts file,
+    # as `-e sandbox_name_prefix=...` writes them: the group `sandbox` holds both
+    # sandboxes' hosts. Provisioning one must not reach the other's hosts (here
+    # a container that is not running: a task on it would fail unreachable).
+    mine, other, _names = prefixes
+    inventory = tmp_path / "inventory"
+    inventory.mkdir()
+    shutil.copy(ROOT / "inventory" / "sandbox" / "groups.yml", inventory / "groups.yml")
+    (inventory / "group_vars").symlink_to(ROOT / "inventory" / "sandbox" / "group_vars")
+    other_group = "sandbox_" + other.replace("-", "_")
+    (inventory / f"hosts-{other}.yml").write_text(
+        f"all:\n  children:\n    sandbox:\n      children:\n        {other_group}:\n"
+        f"    {other_group}:\n      hosts:\n        {other}-1:\n"
+    )
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+        "CONTAINERS_CONF": str(ROOT / "sandbox" / "containers.conf"),
+    }
+    argv = [
+        str(Path(sys.executable).parent / "ansible-playbook"),
+        str(ROOT / "playbooks" / "sandbox.yml"),
+        "-i",
+        str(inventory),
+        "-e",
+        f"sandbox_name_prefix={mine}",
+        "-e",
+        f"sandbox_inventory_file={inventory / f'hosts-{mine}.yml'}",
+        "-e",
+        f"ansible_ssh_private_key_file={ROOT / '.sandbox' / 'ssh' / 'id_ed25519'}",
+    ]
+    run = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert run.returncode == 0, run.stdout + run.stderr
+    written = inventory / f"hosts-{mine}.yml"
+    assert f"{mine}-1:" in written.read_text()
+    assert f"ok: [{mine}-1]" in run.stdout
+    assert f"[{other}-1]" not in run.stdout, run.stdout
