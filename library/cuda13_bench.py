@@ -53,6 +53,13 @@ options:
   watch_interval_s: {description: Seconds between watch checks., type: float, default: 15}
   watch_deadline_s: {description: Seconds each watch check may take., type: float, default: 60}
   timeout: {description: Seconds one request may take., type: float, default: 300}
+  auth_unit:
+    description:
+      - The server's systemd unit whose running server's C(--api-key) every request sends as
+        C(Authorization - Bearer <key>) (SGLang answers 401 to any other request but C(/health*) and
+        C(/metrics)); the key is read from the command line of the unit's processes on the host, and
+        is in nothing the module returns. Unset - no header.
+    type: str
 attributes:
   check_mode: {support: none, description: It sends load to the server; the steps do not call it in check mode.}
 author: cuda13-upgrade

@@ -10,6 +10,9 @@ description:
   - Writes (or removes) the profile drop-in, restarts the unit as O(restart) says, waits until its processes
     are gone and free their GPU memory, starts it, waits until it generates and reads what its main
     process runs, C(/get_server_info) and its start-up log.
+  - A server started with SGLang's C(--api-key) gets that key, read from the command line of the unit's
+    processes, as C(Authorization - Bearer <key>) on the wait's and C(/get_server_info)'s requests; the key
+    is in nothing the module returns (C(/get_server_info)'s C(api_key) and C(admin_api_key) are left out).
   - The logic is C(src/cuda13_upgrade/hostscripts/service_cycle.py).
 options:
   unit: {description: The systemd unit., type: str, required: true}

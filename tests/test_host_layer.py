@@ -51,6 +51,7 @@ def test_the_key_is_the_same_for_the_same_inputs(tree):
         "sandbox/roles/sandbox_host/defaults/main.yml",
         "roles/cuda13/tasks/serve.yml",
         "src/cuda13_upgrade/hostscripts/service_cycle.py",
+        "src/cuda13_upgrade/hostscripts/server_auth.py",  # service_cycle imports it
         "molecule/shared/provision.yml",
         "sandbox/mirror/scenarios/default.json",
     ],

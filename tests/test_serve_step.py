@@ -53,6 +53,8 @@ def test_a_restart_into_a_profile_writes_its_drop_in_and_the_server_runs_it(tmp_
     assert served["running_args"] == EAGLE3 and served["running_venv"] == OLD_VENV
     assert served["report"] == [f"sglang.service serves {WHAT} after a restart."]
     assert served["cycle"]["ready"]["generated"] is True and "diff" not in served
+    # The process command lines (which may hold --api-key) are read, not recorded.
+    assert not [key for key in served["cycle"] if key.endswith("_b64")], served["cycle"]
 
 
 def test_never_leaves_the_drop_in_and_the_server_as_they_are(tmp_path):

@@ -182,6 +182,7 @@ def test_a_host_that_answers_every_check_is_healthy(tmp_path):
     (asked,) = host.called("cuda13_bench")
     assert (asked["mode"], asked["watch_seconds"], asked["watch_interval_s"]) == ("watch", 300, 15)
     assert asked["unit"] == "sglang.service" and asked["url"] == "http://127.0.0.1:30000"
+    assert asked["auth_unit"] == "sglang.service"  # the key of its server, read on the host
     assert soaked["kernel_log"]["gated"] is False
 
 

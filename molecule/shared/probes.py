@@ -6,19 +6,32 @@ import json
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-BENCH = REPO / "src" / "cuda13_upgrade" / "hostscripts" / "completion_bench.py"
+HOSTSCRIPTS = REPO / "src" / "cuda13_upgrade" / "hostscripts"
+BENCH = HOSTSCRIPTS / "completion_bench.py"
+#: The host scripts the benchmark imports (run as a script, from its own directory).
+BENCH_IMPORTS = ("server_auth.py",)
 
 
 def stream_decode(
     host, *, max_tokens: int = 128, trials: int = 2, url: str = "http://127.0.0.1:30000"
 ) -> dict:
-    """Run the streaming decode benchmark on ``host``; returns its JSON result."""
-    script = BENCH.read_text(encoding="utf-8")
-    cmd = (
-        f"python3 - --url {url} --trials {trials} --warmup 1 --max-tokens {max_tokens} "
-        f"<<'CUDA13_BENCH_EOF'\n{script}\nCUDA13_BENCH_EOF"
+    """Run the streaming decode benchmark on ``host``; returns its JSON result.
+
+    The script and the host scripts it imports are written to a directory of their
+    own on the host (removed after), as the project's host module runs them."""
+    directory = host.check_output("mktemp -d /tmp/cuda13-probe.XXXXXX")
+    writes = "".join(
+        f"cat > {directory}/{path.name} <<'CUDA13_PROBE_EOF'\n{path.read_text(encoding='utf-8')}\nCUDA13_PROBE_EOF\n"
+        for path in (BENCH, *(HOSTSCRIPTS / name for name in BENCH_IMPORTS))
     )
-    result = host.run(cmd)
+    try:
+        written = host.run(writes)
+        assert written.rc == 0, written.stderr
+        result = host.run(
+            f"python3 {directory}/{BENCH.name} --url {url} --trials {trials} --warmup 1 --max-tokens {max_tokens}"
+        )
+    finally:
+        host.run(f"rm -rf {directory}")
     assert result.rc == 0, result.stderr
     return json.loads(result.stdout)
 

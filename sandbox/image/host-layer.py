@@ -43,6 +43,7 @@ INPUTS = (
     "sandbox",
     "roles/cuda13/tasks/serve.yml",
     "src/cuda13_upgrade/hostscripts/service_cycle.py",
+    "src/cuda13_upgrade/hostscripts/server_auth.py",
     "molecule/shared/prepare.yml",
     "molecule/shared/provision.yml",
     "sandbox/image/host-layer.py",

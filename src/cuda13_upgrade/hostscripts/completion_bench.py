@@ -46,6 +46,12 @@ must stay the one that served at the start. It prints ``{"url", "watch": record}
 watch is the controller's to judge (``cuda13_upgrade.batch_soak``), not an error of this
 script.
 
+With ``--auth-unit UNIT`` every request carries ``Authorization: Bearer <key>``, the key
+being the ``--api-key`` that UNIT's running server was started with, read from its
+processes' command lines on the host (``server_auth``; SGLang answers 401 to any other
+request but ``/health*`` and ``/metrics``); ``--method bench_serving`` gets it as
+``OPENAI_API_KEY`` in its environment. The key is in nothing it prints.
+
 Prints one JSON object on stdout: ``{"url": ..., "warmup": n, "trials": [...]}``.
 Exit status 2 with a message on stderr when the server cannot be reached or
 answers something that is not a completion stream (the probe: an answer without
@@ -61,6 +67,16 @@ import sys
 import time
 import urllib.error
 import urllib.request
+
+try:
+    from .server_auth import bearer, unauthorized_message, unit_api_key, without_secrets
+except ImportError:  # run as a script: its directory is on sys.path
+    from server_auth import (  # type: ignore[no-redef]
+        bearer,
+        unauthorized_message,
+        unit_api_key,
+        without_secrets,
+    )
 
 
 def completion_request(url: str, prompt: str, max_tokens: int, model: str | None) -> urllib.request.Request:
@@ -336,8 +352,18 @@ def _soak_request(url: str, model: str | None, prompt: str, max_tokens: int, dea
     return out("served")
 
 
-# What systemd says of the unit's main process (systemctl show's property names).
-_UNIT_PROPERTIES = ("ActiveState", "SubState", "MainPID", "ExecMainCode", "ExecMainStatus", "NRestarts")
+# What systemd says of the unit's main process (systemctl show's property names). MainPID is 0
+# once the main process has exited; ExecMainPID, ExecMainCode and ExecMainStatus keep the last
+# one's PID and end (org.freedesktop.systemd1(5)), what the soak names when none ran at its start.
+_UNIT_PROPERTIES = (
+    "ActiveState",
+    "SubState",
+    "MainPID",
+    "ExecMainPID",
+    "ExecMainCode",
+    "ExecMainStatus",
+    "NRestarts",
+)
 
 
 def unit_state(unit: str | None) -> dict:
@@ -570,7 +596,9 @@ def watch(
     }
 
 
-def bench_serving_trial(python: str, url: str, *, max_tokens: int, prompt_len: int, prompts: int) -> dict:
+def bench_serving_trial(
+    python: str, url: str, *, max_tokens: int, prompt_len: int, prompts: int, api_key: str | None = None
+) -> dict:
     """One trial with SGLang's own client, ``python -m sglang.bench_serving``.
 
     Runs it from the serving venv's ``python`` at concurrency 1 and returns
@@ -608,7 +636,10 @@ def bench_serving_trial(python: str, url: str, *, max_tokens: int, prompt_len: i
             "--output-file",
             out,
         ]
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+        # SGLang's bench_serving sends OPENAI_API_KEY as the bearer token (its get_auth_headers);
+        # the key goes through the environment, never the command line.
+        env = {**os.environ, "OPENAI_API_KEY": api_key} if api_key else None
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False, env=env)
         printed = (proc.stdout + proc.stderr).strip().splitlines()
         # The whole result block, however long, or the last 40 lines when there is none.
         title = [i for i, line in enumerate(printed) if "Serving Benchmark Result" in line]
@@ -619,7 +650,11 @@ def bench_serving_trial(python: str, url: str, *, max_tokens: int, prompt_len: i
             lines = [line for line in handle if line.strip()]
         if not lines:
             raise RuntimeError(f"sglang.bench_serving wrote no result: {tail}")
-        return {"method": "bench_serving", "record": json.loads(lines[-1]), "stdout_tail": tail}
+        record = json.loads(lines[-1])
+        if isinstance(record, dict) and isinstance(record.get("server_info"), dict):
+            # its copy of /get_server_info holds the server's --api-key
+            record["server_info"] = without_secrets(record["server_info"])
+        return {"method": "bench_serving", "record": record, "stdout_tail": tail}
 
 
 class BenchError(Exception):
@@ -659,6 +694,7 @@ DEFAULTS = {
     "watch_seconds": 0.0,
     "watch_interval_s": 15.0,
     "watch_deadline_s": 60.0,
+    "auth_unit": None,
 }
 
 
@@ -666,8 +702,24 @@ def run(options: dict) -> dict:
     """One run of the benchmark: trials (default), ``probe`` > 0, ``load_metrics`` or
     ``watch_seconds`` > 0, as the module docstring describes; ``options`` as :data:`DEFAULTS`
     (``workload``: ``{"seed": int, "prompts": [str]}`` or None). Returns the JSON object the
-    command prints. Raises :class:`BenchError` where the command exits with status 2."""
+    command prints. Raises :class:`BenchError` where the command exits with status 2.
+
+    With ``auth_unit`` (a systemd unit), every request sends the ``--api-key`` the unit's
+    running server was started with as ``Authorization: Bearer`` (SGLang's check:
+    :mod:`server_auth`); the key is read on the host and is in nothing this returns. A 401
+    answer is a :class:`BenchError` that says whether a key was found."""
     o = {**DEFAULTS, **{k: v for k, v in options.items() if v is not None or k not in DEFAULTS}}
+    key = unit_api_key(o["auth_unit"])
+    with bearer(key) as sent:
+        try:
+            return _run(o, key)
+        except BenchError as exc:
+            if "HTTP Error 401" in str(exc) or "HTTP 401" in str(exc):
+                raise BenchError(f"{exc}: {unauthorized_message(o['auth_unit'], sent)}") from None
+            raise
+
+
+def _run(o: dict, api_key: str | None) -> dict:
     url = o["url"]
     workload = o["workload"]
     if o["probe"] > 0 or o["watch_seconds"] > 0:
@@ -753,6 +805,7 @@ def run(options: dict) -> dict:
                     max_tokens=o["max_tokens"],
                     prompt_len=o["prompt_len"],
                     prompts=o["prompts"],
+                    api_key=api_key,
                 )
                 for _ in range(count)
             ]
@@ -822,6 +875,7 @@ BENCH_SPEC = {
     "watch_interval_s": {"type": "float", "default": 15.0},
     "watch_deadline_s": {"type": "float", "default": 60.0},
     "timeout": {"type": "float", "default": 300.0},
+    "auth_unit": {"type": "str"},
 }
 
 
@@ -888,6 +942,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--unit", default=None, help="the server's systemd unit, read after a failed soak")
     parser.add_argument("--journal-lines", type=int, default=30)
+    parser.add_argument(
+        "--auth-unit",
+        default=None,
+        help="the systemd unit whose running server's --api-key the requests send as the bearer token",
+    )
     parser.add_argument(
         "--probe", type=int, default=0, help="correctness probe of the first N prompts of --prompt-file"
     )

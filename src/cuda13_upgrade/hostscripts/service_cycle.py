@@ -46,7 +46,13 @@ verify, its restore and the rollback. One run does, in order:
    ``journalctl _SYSTEMD_INVOCATION_ID=<id>``), up to SGLang's "The server is
    fired up and ready to roll!" and at most ``--startup-lines``: where the
    server says it turned off a path it was asked for
-   (``cuda13_upgrade.effective`` reads them).
+   (``cuda13_upgrade.effective`` reads them). Its ``api_key`` and ``admin_api_key``
+   fields are left out (``server_auth.SECRET_FIELDS``).
+
+Steps 4 and 6 send the ``--api-key`` the unit's running server was started with, read from
+its processes' command lines, as ``Authorization: Bearer <key>`` (SGLang answers 401 to
+``/v1/completions`` and ``/get_server_info`` without it; ``server_auth``); the key is in
+nothing this prints.
 
 When the start fails or the server does not generate, the last
 ``--journal-lines`` lines of the unit's journal are included.
@@ -94,6 +100,11 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
+
+try:
+    from .server_auth import bearer, unit_api_key, without_secrets
+except ImportError:  # run as a script: its directory is on sys.path
+    from server_auth import bearer, unit_api_key, without_secrets  # type: ignore[no-redef]
 
 # Seconds one readiness attempt may take: longer than SGLang's own 20 s wait
 # (SGLANG_HEALTH_CHECK_TIMEOUT) for the generation /health_generate starts.
@@ -404,7 +415,8 @@ def startup_log(unit: str, limit: int) -> list[str]:
 
 
 def server_info(url: str) -> tuple[dict | None, str | None]:
-    """``GET <url>/get_server_info``: (the JSON object, None) or (None, why not)."""
+    """``GET <url>/get_server_info``: (the JSON object without ``server_auth.SECRET_FIELDS``, None) or
+    (None, why not)."""
     try:
         with urllib.request.urlopen(url + "/get_server_info", timeout=ATTEMPT_TIMEOUT_S) as response:
             document = json.loads(response.read().decode("utf-8"))
@@ -414,7 +426,7 @@ def server_info(url: str) -> tuple[dict | None, str | None]:
         return None, f"Request failed: {exc}"
     if not isinstance(document, dict):
         return None, f"not a JSON object: {str(document)[:200]}"
-    return document, None
+    return without_secrets(document), None
 
 
 def _step(result: dict, verb: str, unit: str) -> bool:
@@ -482,10 +494,14 @@ def cycle(
         _systemctl("reset-failed", unit)
         ok = _step(result, "start", unit)
     if ok and ready_url:
-        result["ready"] = wait_until_generates(ready_url.rstrip("/"), ready_timeout)
-        ok = result["ready"]["generated"]
+        # A server started with --api-key answers 401 to /v1/completions and /get_server_info
+        # without its key (/health_generate is exempt): the key of the unit's running server.
+        with bearer(unit_api_key(unit)):
+            result["ready"] = wait_until_generates(ready_url.rstrip("/"), ready_timeout)
+            ok = result["ready"]["generated"]
+            if ok and server_info_too:
+                result["server_info"], result["server_info_error"] = server_info(ready_url.rstrip("/"))
         if ok and server_info_too:
-            result["server_info"], result["server_info_error"] = server_info(ready_url.rstrip("/"))
             result["startup_log"] = startup_log(unit, startup_lines)
     if not ok and (result["start_error"] or result["ready"]):
         result["journal"] = journal_tail(unit, journal_lines)

@@ -67,6 +67,22 @@ def _load_on(options: Mapping[str, Any], phase: str) -> tuple[bool, int]:
     return metrics or soak_requests > 0, soak_requests
 
 
+def role_inputs(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The inputs of :func:`phase` that roles/verify_throughput takes as options, for its entry
+    point run on its own (action ``cuda13_measure``): ``{"plan": verify_throughput_plan,
+    "baseline": verify_throughput_baseline, "baseline_probe": verify_throughput_baseline_probe}``,
+    each None where the option is empty or unset (the phase then plans from what runs now; a
+    candidate phase without the old stack's trials is refused by
+    :func:`cuda13_upgrade.restarts.measure_plan`). The upgrade's own steps give :func:`phase`
+    their records instead (cuda13_upgrade.steps.baseline, cuda13_upgrade.steps.verify).
+    """
+    return {
+        "plan": options.get("verify_throughput_plan") or None,
+        "baseline": options.get("verify_throughput_baseline") or None,
+        "baseline_probe": options.get("verify_throughput_baseline_probe") or None,
+    }
+
+
 def phase(
     host: Host,
     *,
@@ -232,6 +248,8 @@ def _profile(
 ) -> dict[str, Any]:
     name = str(profile["name"])
     url = serve_options(options)["url"]
+    # The unit whose server's --api-key the requests send (read on the host, never here).
+    auth_unit = serve_options(options)["service"]
     where = f"{name}/{phase}"
     outputs: list = []
     if probe_on:
@@ -240,6 +258,7 @@ def _profile(
             "probe",
             {
                 "url": url,
+                "auth_unit": auth_unit,
                 "workload": prompts,
                 "probe": int(options["verify_throughput_probe_prompts"]),
                 "max_new_tokens": int(options["verify_throughput_probe_tokens"]),
@@ -256,6 +275,7 @@ def _profile(
             "load",
             {
                 "url": url,
+                "auth_unit": auth_unit,
                 "workload": prompts,
                 "max_tokens": int(options["verify_throughput_output_len"]),
                 "ttft_prompt_len": int(options["verify_throughput_ttft_prompt_len"]),
@@ -315,6 +335,7 @@ def _trials(
     gate = gate_settings(options)
     args = {
         "url": url,
+        "auth_unit": serve_options(options)["service"],
         "append": f"{options['verify_throughput_dir']}/{phase}-{name}.json",
         "series": run_id,
         "min_trials": min_trials,

@@ -103,7 +103,10 @@ def serve(
                 "running_command": outcome["running_command"],
             },
         )
-    served = {**outcome, "cycle": result.get("cycle"), "dropin_changed": bool(result.get("dropin_changed"))}
+    # The process command lines (base64) may hold the server's --api-key: they are read
+    # here and kept out of the record.
+    cycle = {key: value for key, value in (result.get("cycle") or {}).items() if not key.endswith("_b64")}
+    served = {**outcome, "cycle": cycle or None, "dropin_changed": bool(result.get("dropin_changed"))}
     if result.get("diff"):
         served["diff"] = result["diff"]
     return served

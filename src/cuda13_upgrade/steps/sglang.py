@@ -191,8 +191,9 @@ def _source(
                 "virtualenv": venv,
                 "extra_args": shlex.join(["--isolated", *index]),
             },
-            environment={"TMPDIR": tmpdir},
-            hidden=False,
+            # The operator's environment too: it reads the same indexes (a NETRC, a proxy).
+            environment=_environment(options, {"TMPDIR": tmpdir}),
+            hidden=hidden,
             changed=state["changed"],
         )
         state["changed"] = _changed(done) or state["changed"]

@@ -202,6 +202,7 @@ def soak_between_batches(
             "watch_interval_s": float(options["cuda13_soak_interval_seconds"]),
             "watch_deadline_s": float(options["verify_throughput_soak_deadline_s"]),
             "unit": options["cuda13_service_name"],
+            "auth_unit": options["cuda13_service_name"],
         },
     )
     judged = batch_soak.verdict(

@@ -5,8 +5,9 @@ Flag names and defaults follow SGLang's ``ServerArgs``: ``--model-path``, ``--ho
 EAGLE3, ...), ``--speculative-draft-model-path``, ``--speculative-num-steps``,
 ``--speculative-eagle-topk``, ``--speculative-num-draft-tokens``, ``--served-model-name``,
 and the switches ``--disable-cuda-graph``, ``--disable-custom-all-reduce``,
-``--enable-torch-symm-mem``, ``--enable-flashinfer-allreduce-fusion`` (ServerArgs fields of
-python/sglang/srt/server_args.py; a field's flag is its name with ``-`` for ``_``).
+``--enable-torch-symm-mem``, ``--enable-flashinfer-allreduce-fusion``, and ``--api-key``
+(ServerArgs fields of python/sglang/srt/server_args.py; a field's flag is its name with ``-``
+for ``_``).
 Other arguments are accepted and ignored (with a log line), so a real unit's command line
 runs unchanged.
 """
@@ -38,6 +39,7 @@ class ServerArgs:
     speculative_eagle_topk: int | None = None
     speculative_num_draft_tokens: int | None = None
     log_level: str = "info"
+    api_key: str | None = None
     disable_cuda_graph: bool = False
     disable_custom_all_reduce: bool = False
     enable_torch_symm_mem: bool = False
@@ -69,6 +71,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--speculative-eagle-topk", type=int)
     p.add_argument("--speculative-num-draft-tokens", type=int)
     p.add_argument("--log-level", default="info")
+    p.add_argument("--api-key", dest="api_key")
     for switch in (
         "--disable-cuda-graph",
         "--disable-custom-all-reduce",

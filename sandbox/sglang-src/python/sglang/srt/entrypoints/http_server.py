@@ -216,10 +216,29 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
 
+    def _unauthorized(self) -> bool:
+        """SGLang's ``--api-key`` check (python/sglang/srt/utils.py ``add_api_key_middleware``,
+        sgl-project/sglang 0.4/0.5): with a key, every request but OPTIONS and the paths that
+        start with ``/health`` or ``/metrics`` must carry ``Authorization: Bearer <key>``
+        exactly, else 401 ``{"error": "Unauthorized"}``. True when it answered 401."""
+        key = self.server.state.server_args.api_key
+        path = self.path.split("?", 1)[0]
+        if not key or path.startswith(("/health", "/metrics")):
+            return False
+        if self.headers.get("Authorization") == "Bearer " + key:
+            return False
+        length = int(self.headers.get("Content-Length") or 0)
+        if length:  # the refused request's body, read so that the connection stays usable
+            self.rfile.read(length)
+        self._json(401, {"error": "Unauthorized"})
+        return True
+
     # -- routes -----------------------------------------------------------------------
     def do_GET(self) -> None:  # noqa: N802 (stdlib name)
         state = self.server.state
         path = self.path.split("?", 1)[0]
+        if self._unauthorized():
+            return
         if path == "/health":
             self._send(200, b"", "text/plain; charset=utf-8")
         elif path == "/health_generate":
@@ -261,6 +280,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802 (stdlib name)
         path = self.path.split("?", 1)[0]
+        if self._unauthorized():
+            return
         if path not in ("/v1/completions", "/generate", "/flush_cache"):
             self._json(404, {"detail": "Not Found"})
             return
