@@ -13,7 +13,13 @@ description:
 options:
   path: {description: The file on the control node., type: str, required: true}
   content: {description: The text to write., type: str, required: true}
-  mode: {description: "The file's mode, an octal string such as C('0644'), or a number.", type: raw, default: "0644"}
+  mode:
+    description:
+      - "The file's mode, an octal string such as C('0600'), or a number. Reports are private: the
+        directories created are 0700."
+      - The text is written redacted (unit C(Environment=) values, URL userinfo, C(--api-key) values).
+    type: raw
+    default: "0600"
 attributes:
   check_mode: {support: full, description: Writes nothing; says whether it would change.}
 author: cuda13-upgrade

@@ -146,10 +146,39 @@ def _package_version(value: Any) -> tuple[str, str] | None:
     return None
 
 
+#: Characters a path or URL option may not hold: whitespace and the shell's metacharacters
+#: that separate, substitute, redirect or quote (POSIX Shell Command Language 2.2 and 2.4).
+#: A value reaches host commands as one argument; refusing these keeps one that was ever
+#: put into a command line from becoming more than one, or a command of its own.
+_SHELL_CHARACTERS = frozenset(";$`|&<>'\"\\")
+
+
+def _shell_character(text: str) -> str | None:
+    """The first character of ``text`` that is whitespace, unprintable or in
+    :data:`_SHELL_CHARACTERS`, else None."""
+    return next((c for c in text if c in _SHELL_CHARACTERS or c.isspace() or not c.isprintable()), None)
+
+
+def _refused_character(text: str, what: str) -> tuple[str, str] | None:
+    """``(problem, expected)`` when ``text`` holds a character :func:`_shell_character` finds."""
+    found = _shell_character(text)
+    if found is None:
+        return None
+    hint = " (percent-encode it, e.g. %20 for a space)" if what == "URL" else ""
+    return (
+        f"holds {found!r}, which a {what} given to the upgrade may not hold (whitespace or a shell "
+        "metacharacter)",
+        f"a {what} without whitespace, control characters or any of ; $ ` | & < > ' \" \\{hint}",
+    )
+
+
 def _url(*, empty_ok: bool = False, schemes: tuple[str, ...] = ("http", "https")) -> Callable[[Any], Any]:
     def rule(value: Any) -> tuple[str, str] | None:
         if empty_ok and value == "":
             return None
+        refused = _refused_character(str(value), "URL")
+        if refused:
+            return refused
         parts = urlsplit(str(value))
         if parts.scheme not in schemes or not (parts.netloc or parts.scheme == "file"):
             expected = " or ".join(f"{s}://" for s in schemes)
@@ -163,6 +192,9 @@ def _url(*, empty_ok: bool = False, schemes: tuple[str, ...] = ("http", "https")
 def _urls(value: Any) -> tuple[str, str] | None:
     """a list of http(s)/file URLs"""
     for url in value or []:
+        refused = _refused_character(str(url), "URL")
+        if refused:
+            return f"holds {url!r}, which {refused[0]}", f"a list of URLs, each {refused[1]}"
         if _url(schemes=("http", "https", "file"))(url):
             return f"holds {url!r}, which is not a URL", "a list of http(s):// or file:// index URLs"
     return None
@@ -173,6 +205,9 @@ def _abs_path(*, empty_ok: bool = False) -> Callable[[Any], tuple[str, str] | No
         if empty_ok and value in ("", None):
             return None
         text = str(value)
+        refused = _refused_character(text, "path")
+        if refused:
+            return refused
         if not text.startswith("/") or posixpath.normpath(text) == "/":
             return "is not an absolute path", "an absolute path on the host other than /" + (
                 " (or '')" if empty_ok else ""
@@ -186,6 +221,9 @@ def _abs_path(*, empty_ok: bool = False) -> Callable[[Any], tuple[str, str] | No
 def _abs_paths(value: Any) -> tuple[str, str] | None:
     """a list of absolute paths"""
     for path in value or []:
+        refused = _refused_character(str(path), "path")
+        if refused:
+            return f"holds {path!r}, which {refused[0]}", f"a list of absolute paths, each {refused[1]}"
         if _abs_path()(path):
             return f"holds {path!r}, which is not an absolute path", "a list of absolute paths"
     return None
@@ -870,6 +908,51 @@ def _cross_checks(values: Mapping[str, Any], given: Mapping[str, Any]) -> list[d
                 f"a list without {below}; hosts with such GPUs stay on CUDA 12",
             )
         )
+    failures.extend(pip_environment_failures(values))
+    return failures
+
+
+#: The pip environments whose pip runs with ``--isolated`` (steps/wheels.py, steps/resolve.py,
+#: steps/sglang.py): pip reads none of its ``PIP_*`` variables there (pip's ``--isolated``:
+#: "ignoring environment variables and user configuration").
+_ISOLATED_PIP_ENVIRONMENTS = ("cu130_wheels_pip_environment", "sglang_build_environment")
+
+
+def pip_environment_failures(values: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The variables of the pip environments that pip ignores (issue 35, item 6).
+
+    ``cu130_wheels_pip_environment`` and ``sglang_build_environment``: any ``PIP_*`` name
+    (every pip call there runs with ``--isolated``). ``artifact_cache_pip_environment``
+    (``pip download`` on the control node, not isolated): ``PIP_INDEX_URL``, which its
+    ``--index-url`` overrides. Each failure names the variable only: the values may be
+    secrets and are never shown. Returns ``[{"option", "value": [names], "message"}]``.
+    """
+    failures = []
+    for option in (*_ISOLATED_PIP_ENVIRONMENTS, "artifact_cache_pip_environment"):
+        environment = values.get(option)
+        if not isinstance(environment, Mapping):
+            continue
+        isolated = option in _ISOLATED_PIP_ENVIRONMENTS
+        for name in sorted(str(k) for k in environment):
+            if not (name.startswith("PIP_") if isolated else name == "PIP_INDEX_URL"):
+                continue
+            why = (
+                "every pip call of the upgrade runs with --isolated, which makes pip read none of its "
+                "PIP_* variables (the index options are given on its command line)"
+                if isolated
+                else "pip download's --index-url (artifact_cache_index_url) wins over it"
+            )
+            failures.append(
+                {
+                    "option": option,
+                    "value": [name],
+                    "message": (
+                        f"{option} sets {name}, which pip ignores: {why}. Option: {option}. Fix: remove "
+                        f"{name}; for an index that wants credentials put them in a netrc file on the "
+                        f"{'host' if isolated else 'control node'} (docs/credentials.md)."
+                    ),
+                }
+            )
     return failures
 
 

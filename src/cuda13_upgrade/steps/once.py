@@ -19,14 +19,16 @@ import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from cuda13_upgrade.redact import redact
 from cuda13_upgrade.steps.host import StepFailed
 
 
 @contextlib.contextmanager
 def locked(path: str) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``path`` (created, with its directory) for the block."""
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path, "a+", encoding="utf-8") as handle:
+    """Hold an exclusive ``flock`` on ``path`` (created 0600, with its directory 0700: it is in
+    the run's private report directory) for the block."""
+    os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
+    with open(os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600), "a+", encoding="utf-8") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
@@ -44,13 +46,14 @@ def read_json(path: str) -> Any:
 
 
 def write_json(path: str, value: Any) -> None:
-    """Write ``value`` to ``path`` atomically (a temporary file renamed over it)."""
+    """Write ``value``, redacted (:func:`cuda13_upgrade.redact.redact`), to ``path`` atomically
+    (a temporary file, 0600, renamed over it)."""
     directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
+    os.makedirs(directory, mode=0o700, exist_ok=True)
     fd, scratch = tempfile.mkstemp(prefix=".cuda13-", dir=directory)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(value, handle, indent=1, sort_keys=True)
+            json.dump(redact(value), handle, indent=1, sort_keys=True)
         os.replace(scratch, path)
     except BaseException:
         with contextlib.suppress(OSError):

@@ -1,0 +1,130 @@
+"""Secrets kept out of every record and log the project writes on the control node.
+
+One function, :func:`redact`, is applied where the run's report files are written
+(:mod:`cuda13_upgrade.reportfiles`, the command's ``ansible-<command>.log`` and
+``run.json``, ``summary.*``) and where the command prints a task's line
+(:mod:`cuda13_upgrade.progress`). It masks, with :data:`MASK`:
+
+* the values of a systemd unit's ``Environment=`` assignments (systemd.exec(5),
+  "Environment="), in unit text (``systemctl cat``), in ``systemctl show -p
+  Environment`` output and in the same texts inside JSON: ``Environment=HF_TOKEN=hf_x``
+  becomes ``Environment=HF_TOKEN=***``. The values of :data:`PLAIN_VARIABLES` (the
+  paths the project itself sets in its drop-in and reads for the caches) are kept;
+* a URL's userinfo (RFC 3986 section 3.2.1, ``scheme://user:password@host/``):
+  ``https://user:token@pypi.example/simple`` becomes ``https://***@pypi.example/simple``;
+* the value of a server's ``--api-key`` argument (SGLang's server argument that sets
+  the bearer key), as ``--api-key=<value>``, ``--api-key <value>`` or an argument
+  list's next element: ``--api-key ***``.
+
+A mapping under a key ``environment`` (a process's or unit's environment as a dict)
+keeps only the values of :data:`PLAIN_VARIABLES`. Nothing else is changed; a text
+without secrets comes back equal, and :func:`redact` of a redacted value is the same
+value.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["MASK", "PLAIN_VARIABLES", "SECRET_FLAGS", "redact", "redact_environment", "redact_text"]
+
+#: What a secret is replaced with.
+MASK = "***"
+
+#: Environment variables whose values are paths the project sets or reads (the switch's
+#: drop-in: ``steps/switch.py``; the caches: ``service.CACHE_VARIABLES``; who the unit runs
+#: as: ``service.service_identity``) and are kept in the records; every other value is masked.
+PLAIN_VARIABLES = frozenset(
+    {
+        "CUDA_HOME",
+        "TRITON_CACHE_DIR",
+        "FLASHINFER_WORKSPACE_BASE",
+        "TORCH_EXTENSIONS_DIR",
+        "TORCHINDUCTOR_CACHE_DIR",
+        "HOME",
+        "USER",
+        "XDG_CACHE_HOME",
+        "TRITON_HOME",
+        "TMPDIR",
+        "PATH",
+        "LD_LIBRARY_PATH",
+    }
+)
+
+#: Command-line flags whose value is a secret.
+SECRET_FLAGS = ("--api-key", "--admin-api-key")
+
+# scheme://userinfo@ : userinfo is everything up to the first "@" before the host, without
+# "/", whitespace or quotes (RFC 3986: userinfo holds no "/" or "@").
+_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/\s@'\"\\]+)@")
+
+# --api-key=VALUE, --api-key VALUE, and the same inside a list or JSON ("--api-key", "VALUE").
+_FLAGS = re.compile(
+    r"(?P<flag>(?<![\w-])(?:" + "|".join(re.escape(f) for f in SECRET_FLAGS) + r"))"
+    r"(?P<sep>=|(?:[\s\"',\[\]]|\\[\"n])+)(?P<value>[^\s\"',\]\\]+)"
+)
+
+# Environment= and what follows it on its line (a real newline, or "\n" written into JSON).
+_ENVIRONMENT = re.compile(r"(?:(?<![A-Za-z0-9_])|(?<=\\n))Environment=(?P<rest>(?:(?!\\n)[^\n])*)")
+
+# One assignment of an Environment= line: quoted ("A=b c", 'A=b', \"A=b\" in JSON) or bare.
+_ASSIGNMENT = re.compile(
+    r"(?P<open>\\\"|\"|')(?P<qname>[A-Za-z_][A-Za-z0-9_]*)=(?P<qvalue>.*?)(?P=open)"
+    r"|(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>[^\s\"'\\]*)"
+)
+
+
+def _assignment(match: re.Match[str]) -> str:
+    if match.group("open"):
+        name, value, quote = match.group("qname"), match.group("qvalue"), match.group("open")
+        kept = value if name in PLAIN_VARIABLES or value == MASK else MASK
+        return f"{quote}{name}={kept}{quote}"
+    name, value = match.group("name"), match.group("value")
+    kept = value if name in PLAIN_VARIABLES or value in ("", MASK) else MASK
+    return f"{name}={kept}"
+
+
+def _environment_line(match: re.Match[str]) -> str:
+    return "Environment=" + _ASSIGNMENT.sub(_assignment, match.group("rest"))
+
+
+def redact_text(text: str) -> str:
+    """``text`` with the secrets of the module's list masked (``str`` in, ``str`` out)."""
+    if not text:
+        return text
+    text = _USERINFO.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
+    text = _FLAGS.sub(lambda m: f"{m.group('flag')}{m.group('sep')}{MASK}", text)
+    return _ENVIRONMENT.sub(_environment_line, text)
+
+
+def redact_environment(environment: Mapping[str, Any]) -> dict[str, Any]:
+    """An environment (``{name: value}``) with every value but those of
+    :data:`PLAIN_VARIABLES` masked."""
+    return {k: (v if k in PLAIN_VARIABLES else MASK) for k, v in environment.items()}
+
+
+def redact(value: Any) -> Any:
+    """``value`` with its secrets masked: strings by :func:`redact_text`, mappings and
+    lists element by element (a list's element after ``--api-key`` masked; a mapping
+    under the key ``environment`` by :func:`redact_environment`), other values as they
+    are. Returns a new value; the given one is not changed."""
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, Mapping):
+        return {
+            k: (
+                redact_environment(v)
+                if str(k).lower() == "environment" and isinstance(v, Mapping)
+                else redact(v)
+            )
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        out = []
+        for i, item in enumerate(value):
+            after_flag = i > 0 and isinstance(value[i - 1], str) and value[i - 1] in SECRET_FLAGS
+            out.append(MASK if after_flag and isinstance(item, str) else redact(item))
+        return out if isinstance(value, list) else tuple(out)
+    return value
