@@ -40,7 +40,15 @@ class ActionModule(StepAction):
         hostvars = task_vars["hostvars"]
         fleet = hostvars["localhost"]["cuda13_fleet"]
         hosts = [h for batch in fleet["batches"] for h in batch]
-        records = [hostvars[h]["__cuda13_plan"]["plan"] for h in hosts]
+        # A host lost after its state was read (unreachable in the preflight) has no plan of its own.
+        records = [
+            (hostvars[h].get("__cuda13_plan") or {}).get("plan")
+            or plan.unreachable_plan(h, "lost its connection during the plan's preflight")
+            for h in hosts
+        ]
+        # Where each must-set value came from (cuda13_inventory, playbooks/start.yml).
+        sources = hostvars["localhost"].get("cuda13_must_set_sources") or {}
+        records = [{**r, "must_set_from": dict(sources.get(r["host"]) or {})} for r in records]
         the_plan = planning.rollout(records, fleet, args["run_id"], args["allow_partial"])
         path = (
             reportfiles.run_dir({"cuda13_reports_dir": args["reports_dir"]}, the_plan["run_id"]) / "plan.json"

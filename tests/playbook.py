@@ -1,22 +1,79 @@
-"""Run ``ansible-playbook`` on localhost (``-i localhost, -c local``) with this project's ansible.cfg.
+"""Run ``ansible-playbook`` on localhost (connection local) with this project's ansible.cfg.
 
 The playbook tests (tests/test_*_playbook.py and others) run the real roles and task files
 this way; the GPU is the one thing they replace (the nvidia-smi double of sandbox/host).
+localhost comes from an inventory that sets what a fleet's inventory sets (:data:`FLEET_VALUES`,
+:func:`local_inventory`): the preflight refuses hosts that receive none of the values a fleet
+must set (action cuda13_inventory) and hosts without a drain hook (cuda13_allow_undrained).
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 ANSIBLE_PLAYBOOK = Path(sys.executable).with_name("ansible-playbook")
 STACK_DIGEST = REPO / "src" / "cuda13_upgrade" / "hostscripts" / "stack_digest.py"
 NVIDIA_SMI_DOUBLE = REPO / "sandbox" / "host" / "nvidia-smi"
 NVIDIA_SMI_STATES = REPO / "sandbox" / "host" / "nvidia-smi-states"
+
+
+#: What a fleet's inventory sets for its hosts, as the tests' hosts get it: values a fleet
+#: must set (cuda13_upgrade.inventorycheck.MUST_SET) as inventory/blackwell sets them (equal to
+#: the roles' defaults, so the value a test gives with ``-e``, a play's vars or a host's own
+#: inventory variables is still the one used), and cuda13_allow_undrained: a test host serves
+#: no traffic and has no router to drain it from (tests/test_safe_defaults_playbook.py and
+#: tests/test_ondemand_playbook.py test the refusal without it).
+FLEET_VALUES: dict[str, object] = {
+    "cuda13_service_name": "sglang.service",
+    "cuda13_server_url": "http://127.0.0.1:30000",
+    "cuda_toolkit_apt_repo_url": "https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/",
+    "cuda13_allow_undrained": True,
+}
+
+#: run_playbook's default inventory: localhost from :func:`local_inventory`, written once per process.
+LOCAL = "<localhost with a fleet's values>"
+_local_dir: Path | None = None
+
+
+def fleet_group(hosts: dict[str, dict], **values: object) -> dict:
+    """An inventory group (``{"hosts": hosts, "vars": ...}``) whose group variables are
+    :data:`FLEET_VALUES` updated with ``values`` (a value None leaves the name out); a host's
+    own variables in ``hosts`` and the inventory's ``group_vars`` files win over them, ``-e``
+    over all."""
+    given = {**FLEET_VALUES, **values}
+    return {"hosts": hosts, "vars": {name: value for name, value in given.items() if value is not None}}
+
+
+def local_inventory(directory: Path, hosts: dict[str, dict] | None = None, **values: object) -> Path:
+    """Write ``directory/hosts.yml``: ``hosts`` (default: localhost) with connection local, in
+    the group ``all`` with :func:`fleet_group`'s variables (``values`` added). ``directory``
+    must hold no ``group_vars`` for another group. Returns the file."""
+    directory.mkdir(parents=True, exist_ok=True)
+    hosts = {
+        name: {"ansible_connection": "local", **found} for name, found in (hosts or {"localhost": {}}).items()
+    }
+    path = directory / "hosts.yml"
+    path.write_text(yaml.safe_dump({"all": fleet_group(hosts, **values)}, sort_keys=False))
+    return path
+
+
+def _local() -> Path:
+    """The default inventory of run_playbook, made on first use and removed at exit."""
+    global _local_dir
+    if _local_dir is None:
+        _local_dir = Path(tempfile.mkdtemp(prefix="cuda13-test-inventory-"))
+        atexit.register(shutil.rmtree, _local_dir, True)
+    return local_inventory(_local_dir)
 
 
 def extra_vars(**values: object) -> list[str]:
@@ -27,7 +84,7 @@ def extra_vars(**values: object) -> list[str]:
 def run_playbook(
     playbook: Path | str,
     *args: str,
-    inventory: Path | str = "localhost,",
+    inventory: Path | str = LOCAL,
     interpreter: bool = True,
     roles: bool = False,
     filters: bool = False,
@@ -37,8 +94,10 @@ def run_playbook(
 ) -> subprocess.CompletedProcess:
     """Run ``playbook`` on localhost and return the finished process (text stdout and stderr).
 
-    ``args`` follow the inventory options (``-e`` values, ``--check``, ...). ``inventory``
-    replaces localhost with an inventory file (its hosts say how to reach them). ``interpreter``
+    ``args`` follow the inventory options (``-e`` values, ``--check``, ...). ``inventory``: by
+    default localhost with what a fleet's inventory sets (:func:`local_inventory`); an inventory
+    file instead (its hosts say how to reach them), or ``"localhost,"``, the bare host list with
+    no values (connection local). ``interpreter``
     passes this Python as ``ansible_python_interpreter``; ``roles`` and ``filters`` point
     ``ANSIBLE_ROLES_PATH`` and ``ANSIBLE_FILTER_PLUGINS`` at the repository's own; ``env``
     adds or replaces environment variables. Colour is off, so the output can be matched.
@@ -53,6 +112,8 @@ def run_playbook(
     environ.setdefault("ANSIBLE_LIBRARY", str(REPO / "library"))
     environ.setdefault("ANSIBLE_MODULE_UTILS", str(REPO / "module_utils"))
     environ.update(env or {})
+    if str(inventory) == LOCAL:
+        inventory = _local()
     argv = [str(ANSIBLE_PLAYBOOK), str(playbook), "-i", str(inventory)]
     if str(inventory) == "localhost,":
         argv += ["-c", "local"]

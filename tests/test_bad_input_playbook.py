@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from playbook import extra_vars, run_playbook
+from playbook import FLEET_VALUES, extra_vars, run_playbook
 
 REPO = Path(__file__).resolve().parents[1]
 DOUBLE = REPO / "sandbox" / "host" / "nvidia-smi"
@@ -155,6 +155,8 @@ def table_run(tmp_path_factory):
                 "all": {
                     "hosts": hosts,
                     "vars": {
+                        # what a fleet's inventory sets; each row's own value wins over it
+                        **FLEET_VALUES,
                         "ansible_connection": "local",
                         "ansible_python_interpreter": sys.executable,
                         "nvidia_driver_check_host_checks": False,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from playbook import run_playbook
+from playbook import fleet_group, run_playbook
 
 REPO = Path(__file__).resolve().parents[1]
 HOSTS = [f"gpu-node-{i:02d}" for i in range(1, 9)]
@@ -37,12 +37,12 @@ def _write(
                 "all": {
                     "hosts": {"localhost": {"ansible_connection": "local"}},
                     "children": {
-                        "blackwell": {
-                            "hosts": {
+                        "blackwell": fleet_group(
+                            {
                                 h: {"ansible_connection": "local", **((host_vars or {}).get(h, {}))}
                                 for h in HOSTS
                             }
-                        }
+                        )
                     },
                 }
             }

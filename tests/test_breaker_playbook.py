@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import yaml
-from playbook import run_playbook
+from playbook import fleet_group, run_playbook
 
 REPO = Path(__file__).resolve().parents[1]
 HOSTS = ["gpu-node-01", "gpu-node-02"]
@@ -87,7 +87,7 @@ def _run(tmp_path: Path, run_id: str, *extra: str, stand_in: str = "kept"):
                     "all": {
                         "hosts": {"localhost": {"ansible_connection": "local"}},
                         "children": {
-                            "blackwell": {"hosts": {h: {"ansible_connection": "local"} for h in HOSTS}}
+                            "blackwell": fleet_group({h: {"ansible_connection": "local"} for h in HOSTS})
                         },
                     }
                 }

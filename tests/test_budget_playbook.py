@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 import yaml
-from playbook import run_playbook
+from playbook import fleet_group, run_playbook
 
 from cuda13_upgrade.steps import fleet
 
@@ -72,12 +72,12 @@ def _run(tmp_path: Path, n_hosts: int, stand_in: dict[str, str], *extra: str, gr
                 "all": {
                     "hosts": {"localhost": {"ansible_connection": "local"}},
                     "children": {
-                        "blackwell": {
-                            "hosts": {
+                        "blackwell": fleet_group(
+                            {
                                 h: {"ansible_connection": "local", "stand_in": stand_in.get(h, "kept")}
                                 for h in hosts
                             }
-                        }
+                        )
                     },
                 }
             }

@@ -170,6 +170,7 @@ def test_h200_every_part_passes_through_the_script(tmp_path, double_bin, torch_s
     variables = json.loads((out / "preflight" / "vars.json").read_text())
     assert variables["nvidia_driver_check_host_checks"] is False
     assert variables["cuda13_preflight_resolve"] is False
+    assert variables["cuda13_allow_undrained"] is True
     assert "9.0" in variables["nvidia_driver_check_allowed_compute_capabilities"]
     inventory = yaml.safe_load((out / "preflight" / "inventory.yml").read_text())
     assert inventory == {
@@ -439,6 +440,8 @@ def test_preflight_vars_allow_the_local_gpus_and_stay_offline(tmp_path, capabili
     assert values.get("nvidia_driver_check_allowed_compute_capabilities") == allowed
     assert values["nvidia_driver_check_host_checks"] is False
     assert values["cuda13_preflight_resolve"] is False
+    # not a fleet host: the rollout's refusal of a host without a drain hook does not apply
+    assert values["cuda13_allow_undrained"] is True
     assert values["nvidia_driver_check_nvidia_smi_timeout"] == 3
     assert values["cuda13_new_venv"] == str(tmp_path / "preflight" / "new-venv")
 

@@ -23,19 +23,86 @@ def test_without_a_drain_hook_the_command_refuses_naming_the_option(command):
 
 def test_allow_undrained_goes_on_without_draining():
     plan = ondemand.drain_plan("verify", "h", "sglang.service", "", "", allow_undrained=True)
-    assert plan == {"drain": False, "undrain": False, "refusal": None}
+    assert plan == {
+        "drain": False,
+        "undrain": False,
+        "refusal": None,
+        "warning": "no drain hook (cuda13_drain_tasks), allowed by cuda13_allow_undrained: the host keeps "
+        "taking traffic while its service restarts",
+    }
 
 
 def test_with_the_hooks_the_host_is_drained_and_undrained():
     plan = ondemand.drain_plan("rollback", "h", "s.service", "/p/drain.yml", "/p/undrain.yml")
-    assert plan == {"drain": True, "undrain": True, "refusal": None}
+    assert plan == {"drain": True, "undrain": True, "refusal": None, "warning": None}
     # The rollout's rule: a drain without an undrain hook leaves the host to the operator.
     assert ondemand.drain_plan("rollback", "h", "s.service", "/p/drain.yml", "")["undrain"] is False
 
 
 def test_an_unknown_command_is_refused():
-    with pytest.raises(ValueError, match="unknown on-demand command 'rollout'"):
+    with pytest.raises(ValueError, match="unknown command 'rollout': one of verify, rollback, upgrade"):
         ondemand.drain_plan("rollout", "h", "s.service", "", "")
+
+
+def test_the_rollout_follows_the_same_rule():
+    """Issue 35 item 1: one rule for every command that restarts or loads a serving host."""
+    plan = ondemand.drain_plan("upgrade", "gpu-node-01", "sglang.service", "", "")
+    assert plan["refusal"] == (
+        "gpu-node-01: the rollout restarts sglang.service into each profile on both stacks and sends it "
+        "the gate's benchmark load, and no drain hook takes the host out of service first: "
+        "cuda13_drain_tasks is empty. Nothing was changed. Set cuda13_drain_tasks and cuda13_undrain_tasks "
+        "(playbooks/hooks/sglang-router-drain.yml and -undrain.yml with cuda13_router_url), or run it "
+        "while the host serves with -e cuda13_allow_undrained=true."
+    )
+    assert ondemand.drain_plan("upgrade", "h", "s", "/p/d.yml", "/p/u.yml")["refusal"] is None
+    assert ondemand.drain_plan("upgrade", "h", "s", "", "", allow_undrained=True)["refusal"] is None
+
+
+def test_a_hook_file_that_does_not_exist_is_refused_with_where_it_was_looked_for(tmp_path):
+    (tmp_path / "hooks").mkdir()
+    (tmp_path / "hooks" / "d.yml").write_text("---\n")
+    (tmp_path / "hooks" / "u.yml").write_text("---\n")
+    assert ondemand.hook_failures(str(tmp_path / "hooks" / "d.yml"), "hooks/u.yml", [tmp_path]) == []
+    failures = ondemand.hook_failures(str(tmp_path / "nosuch.yml"), "hooks/u.yml", [tmp_path / "a", tmp_path])
+    assert failures == [
+        {
+            "option": "cuda13_drain_tasks",
+            "value": str(tmp_path / "nosuch.yml"),
+            "message": (
+                "the drain hook is no task file on the control node (a relative path is looked up in "
+                f"{tmp_path / 'a'}, {tmp_path}): {str(tmp_path / 'nosuch.yml')!r}. Option: cuda13_drain_tasks. "
+                'Fix: give the path of the hook\'s task file, e.g. "{{ playbook_dir }}/hooks/sglang-router-drain.yml".'
+            ),
+        }
+    ]
+    # Relative: the role's tasks/ (and a tasks/ under each place), as include_tasks looks.
+    assert ondemand.resolve_hook("d.yml", [tmp_path / "hooks"]) == tmp_path / "hooks" / "d.yml"
+    assert ondemand.resolve_hook("nosuch.yml", [tmp_path]) is None
+
+
+@pytest.mark.parametrize(
+    ("drain", "undrain", "option", "text"),
+    [
+        (
+            "/p/d.yml",
+            "",
+            "cuda13_undrain_tasks",
+            "a drain hook (/p/d.yml) without an undrain hook: a drained host "
+            "would stay out of the load balancer after its upgrade: ''. Option: cuda13_undrain_tasks.",
+        ),
+        (
+            "",
+            "/p/u.yml",
+            "cuda13_drain_tasks",
+            "an undrain hook (/p/u.yml) without a drain hook: nothing takes the "
+            "host out of the load balancer before it restarts: ''. Option: cuda13_drain_tasks.",
+        ),
+    ],
+)
+def test_drain_and_undrain_come_as_a_pair(drain, undrain, option, text):
+    failures = ondemand.hook_failures(drain, undrain, None)
+    assert [f["option"] for f in failures] == [option]
+    assert failures[0]["message"].startswith(text)
 
 
 def test_an_auto_group_whose_auto_pick_is_the_new_toolkit_stays_manual():

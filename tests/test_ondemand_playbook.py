@@ -6,10 +6,10 @@ directory: nothing is restarted, since each case stops before the service is tou
 
 import json
 
-from playbook import REPO, extra_vars, run_playbook
+from playbook import LOCAL, REPO, extra_vars, local_inventory, run_playbook
 
 
-def _run(tmp_path, name, snapshot=True, **values):
+def _run(tmp_path, name, snapshot=True, inventory=LOCAL, **values):
     state = tmp_path / "state"
     (state / "snapshots").mkdir(parents=True, exist_ok=True)
     if snapshot:
@@ -22,6 +22,7 @@ def _run(tmp_path, name, snapshot=True, **values):
             cuda13_reports_dir=tmp_path / "reports",
             **values,
         ),
+        inventory=inventory,
         env={"CUDA13_RUN_ID": "r1"},
     )
     return proc, proc.stdout + proc.stderr, state
@@ -45,11 +46,13 @@ def test_rollback_without_a_snapshot_changes_nothing_and_says_so(tmp_path):
 
 
 def test_rollback_and_verify_refuse_without_a_drain_hook(tmp_path):
+    undrained = local_inventory(tmp_path / "inventory", cuda13_allow_undrained=None)
     for name, does in (
         ("rollback", "rollback restarts sglang.service on the old stack"),
         ("verify", "verify restarts sglang.service into each profile and sends it the benchmark's load"),
     ):
-        proc, out, state = _run(tmp_path, name)
+        # A fleet's inventory that does not allow an undrained host, and names no drain hook.
+        proc, out, state = _run(tmp_path, name, inventory=undrained)
         assert proc.returncode != 0
         text = " ".join(out.replace("''", "'").split())
         assert f"localhost: {does}, and no drain hook takes the host out of service first" in text

@@ -159,12 +159,30 @@ def test_a_refused_host_carries_every_refusal_with_its_remedy():
 
 
 def test_without_a_drain_hook_the_plan_warns_that_traffic_reaches_the_host():
-    record = _full(drain_tasks="", undrain_tasks="")
+    record = _full(drain_tasks="", undrain_tasks="", allow_undrained=True)
     assert record["warnings"] == [
-        "no drain hook (cuda13_drain_tasks): the host keeps taking traffic while its service restarts"
+        "no drain hook (cuda13_drain_tasks), allowed by cuda13_allow_undrained: the host keeps taking "
+        "traffic while its service restarts"
     ]
     whole = plan.rollout_plan([record])
-    assert any("no drain hook for gpu-node-01" in line for line in whole["summary"]["lines"])
+    assert (
+        "no drain hook for gpu-node-01 (cuda13_allow_undrained): traffic reaches them while they restart"
+        in whole["summary"]["lines"]
+    )
+
+
+def test_without_a_drain_hook_nor_allow_undrained_the_plan_refuses_the_host():
+    """Issue 35 item 1: plan.py used to warn only; now the rollout's rule (ondemand.drain_plan)."""
+    record = _full(drain_tasks="", undrain_tasks="", service="sglang.service")
+    assert record["path"] == plan.REFUSED
+    assert record["refusals"] == [
+        "gpu-node-01: the rollout restarts sglang.service into each profile on both stacks and sends it "
+        "the gate's benchmark load, and no drain hook takes the host out of service first: "
+        "cuda13_drain_tasks is empty. Nothing was changed. Set cuda13_drain_tasks and cuda13_undrain_tasks "
+        "(playbooks/hooks/sglang-router-drain.yml and -undrain.yml with cuda13_router_url), or run it "
+        "while the host serves with -e cuda13_allow_undrained=true."
+    ]
+    assert plan.rollout_plan([record])["summary"]["stops"] is True
 
 
 def test_batches_take_the_hosts_that_change_and_the_fleet_summary_counts_them():

@@ -98,13 +98,35 @@ def test_a_preflight_refusal_and_a_failed_state_read_refuse_the_host():
 
 def test_records_of_passes_that_did_not_run_count_as_none():
     planned = _host(
-        state={"skipped": True}, preflight={"skipped": True}, options={**OPTIONS, "cuda13_drain_tasks": ""}
+        state={"skipped": True},
+        preflight={"skipped": True},
+        options={
+            **OPTIONS,
+            "cuda13_drain_tasks": "",
+            "cuda13_undrain_tasks": "",
+            "cuda13_allow_undrained": True,
+        },
     )
     assert planned["path"] == "full" and planned["wheels"] is None
     assert planned["apt"] == {"package": "", "to_install": True, "install": []}
     assert planned["warnings"] == [
-        "no drain hook (cuda13_drain_tasks): the host keeps taking traffic while its service restarts"
+        "no drain hook (cuda13_drain_tasks), allowed by cuda13_allow_undrained: the host keeps taking "
+        "traffic while its service restarts"
     ]
+
+
+def test_a_host_without_a_drain_hook_is_planned_as_refused():
+    """Issue 35 item 1: plan says what the rollout's preflight would: refused, with its message."""
+    planned = _host(
+        state={"skipped": True},
+        preflight={"skipped": True},
+        options={**OPTIONS, "cuda13_drain_tasks": "", "cuda13_undrain_tasks": ""},
+    )
+    assert planned["path"] == "refused"
+    assert planned["refusals"][0].startswith("gpu-node-01: the rollout restarts ")
+    assert planned["refusals"][0].endswith(
+        "or run it while the host serves with -e cuda13_allow_undrained=true."
+    )
 
 
 def test_an_already_kept_host_is_planned_to_stay_as_it_is():

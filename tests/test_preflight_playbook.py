@@ -5,7 +5,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from playbook import extra_vars, run_playbook
+import yaml
+from playbook import extra_vars, fleet_group, run_playbook
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -74,23 +75,19 @@ def test_missing_nvidia_smi_is_refused_with_the_remedy(tmp_path):
 def test_one_refused_host_stops_the_run_after_every_host_was_checked(tmp_path):
     inventory = tmp_path / "hosts.yml"
     double = REPO / "sandbox" / "host" / "nvidia-smi"
-    inventory.write_text(
-        "all:\n"
-        "  children:\n"
-        "    blackwell:\n"
-        "      hosts:\n"
-        "        good-node:\n"
-        f"          nvidia_driver_check_nvidia_smi: {double}\n"
-        "        bad-node:\n"
-        "          nvidia_driver_check_nvidia_smi: /nonexistent/nvidia-smi\n"
-        "      vars:\n"
-        "        ansible_connection: local\n"
-        f"        ansible_python_interpreter: {sys.executable}\n"
-        "        nvidia_driver_check_required_disk_gib: 0.001\n"
-        "        nvidia_driver_check_space_stack: sandbox\n"
-        "        nvidia_driver_check_host_checks: false\n"
-        f"        cuda13_new_venv: {tmp_path}/venv\n"
+    blackwell = fleet_group(
+        {
+            "good-node": {"nvidia_driver_check_nvidia_smi": str(double)},
+            "bad-node": {"nvidia_driver_check_nvidia_smi": "/nonexistent/nvidia-smi"},
+        },
+        ansible_connection="local",
+        ansible_python_interpreter=sys.executable,
+        nvidia_driver_check_required_disk_gib=0.001,
+        nvidia_driver_check_space_stack="sandbox",
+        nvidia_driver_check_host_checks=False,
+        cuda13_new_venv=f"{tmp_path}/venv",
     )
+    inventory.write_text(yaml.safe_dump({"all": {"children": {"blackwell": blackwell}}}))
     proc = run_playbook(
         REPO / "playbooks" / "preflight.yml",
         # localhost has no package index: the resolution is tests/test_resolve_step.py's

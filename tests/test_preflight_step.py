@@ -41,6 +41,8 @@ def _opts(tmp_path: Path, **given) -> dict:
         "cu130_wheels_index_url": INDEXES[0],
         "cu130_wheels_extra_index_urls": INDEXES[1:],
         "cu130_wheels_venv": "/opt/ml-env-cu130",
+        # No drain hook on the test host: the drain rule is tested on its own below.
+        "cuda13_allow_undrained": True,
     }
     return options(tmp_path, **{**defaults, **given})
 
@@ -197,3 +199,29 @@ def test_the_driver_is_checked_against_the_floor_of_each_resolved_component(tmp_
     assert passed["ok"] is True and host.told == [
         f"passed: {' '.join(p['message'].split())}" for p in passed["passed"]
     ]
+
+
+def test_a_host_without_a_drain_hook_is_refused_before_it_is_read(tmp_path):
+    """Issue 35 item 1: the rollout restarts and loads a serving host; with no drain hook (and
+    no cuda13_allow_undrained) its preflight refuses it before any module runs on the host."""
+    host = FakeHost()
+    opts = {**_opts(tmp_path), "cuda13_allow_undrained": False, "cuda13_service_name": "sglang.service"}
+    with pytest.raises(StepFailed) as failed:
+        _check(host, opts, tmp_path)
+    assert failed.value.msg == (
+        "gpu-node-01: the rollout restarts sglang.service into each profile on both stacks and sends it "
+        "the gate's benchmark load, and no drain hook takes the host out of service first: "
+        "cuda13_drain_tasks is empty. Nothing was changed. Set cuda13_drain_tasks and cuda13_undrain_tasks "
+        "(playbooks/hooks/sglang-router-drain.yml and -undrain.yml with cuda13_router_url), or run it "
+        "while the host serves with -e cuda13_allow_undrained=true."
+    )
+    assert host.calls == []
+
+
+def test_plan_records_the_drain_refusal_and_reads_nothing(tmp_path):
+    host = FakeHost()
+    opts = {**_opts(tmp_path), "cuda13_allow_undrained": False}
+    record = _check(host, opts, tmp_path, refuse=False)
+    assert record["ok"] is False
+    assert record["refusals"][0].startswith("gpu-node-01: the rollout restarts nosuch-cuda13-test.service")
+    assert host.calls == []

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from playbook import local_inventory
 
 from cuda13_upgrade.errors import Cuda13Error
 from cuda13_upgrade.preflight import evaluate
@@ -170,9 +171,7 @@ def test_the_preflight_refuses_pip_tmpdir_on_a_small_tmpfs_and_nothing_changes(t
         str(Path(sys.executable).with_name("ansible-playbook")),
         str(REPO / "playbooks" / "preflight.yml"),
         "-i",
-        "localhost,",
-        "-c",
-        "local",
+        str(local_inventory(tmp_path / "inventory")),
         "-e",
         json.dumps(
             {

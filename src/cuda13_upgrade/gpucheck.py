@@ -829,6 +829,9 @@ PREFLIGHT_OFFLINE_VARS: dict[str, Any] = {
     "nvidia_driver_check_required_disk_gib": 0,
     # The hosts of the play: those of the written inventory (localhost).
     "cuda13_target_hosts": "all",
+    # Not a fleet host: no router sends it traffic, and the preflight restarts nothing (the
+    # rollout's refusal of a host without a drain hook, cuda13_upgrade.ondemand.drain_plan).
+    "cuda13_allow_undrained": True,
 }
 
 

@@ -12,8 +12,10 @@ make each part:
   for this very target and resolved set, as
   :func:`cuda13_upgrade.steps.host_state.staged_verdict` decides; the new venv's
   ``pip freeze`` is compared again at the window),
-  ``full``, or ``refused`` (a preflight check, the apt transaction or the
-  resolution refused the host, with the message the rollout would print);
+  ``full``, ``refused`` (a preflight check, the apt transaction or the
+  resolution refused the host, with the message the rollout would print), or
+  ``unreachable`` (Ansible could not connect to it; the reason recorded, the
+  plan finished for the other hosts, :func:`unreachable_plan`);
 - the apt transaction: ``cuda13_upgrade.aptplan.check_transaction``'s record;
 - the wheels: the count of pip's resolution (``cuda13_upgrade.resolve.resolved_set``)
   and the bytes recorded for the stack in ``stack-space.yml`` (pip's report has
@@ -23,8 +25,9 @@ make each part:
   service runs now unknown (the snapshot reads it), so the baseline restarts
   into every profile: an upper bound;
 - the time out of service: the drain-to-undrain time the host's own last run
-  recorded (``result.json``'s ``out_of_service_s``), else the longest another
-  host of the plan recorded, else unknown.
+  recorded (``result.json``'s ``out_of_service_s``; that run's own drain to undrain,
+  from its ``steps``, where it counted from an earlier run's drain), else the longest
+  another host of the plan recorded, else unknown.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from cuda13_upgrade import batches, rerun, restarts
+from cuda13_upgrade import batches, ondemand, rerun, restarts, timeline
 from cuda13_upgrade.space import human_bytes
 from cuda13_upgrade.summary import format_duration
 
@@ -40,8 +43,33 @@ ALREADY_KEPT = "already kept"
 STAGED = "staged"
 FULL = "full"
 REFUSED = "refused"
+UNREACHABLE = "unreachable"
 #: Every path, in the order the summary lists them.
-PATHS = (FULL, STAGED, ALREADY_KEPT, REFUSED)
+PATHS = (FULL, STAGED, ALREADY_KEPT, REFUSED, UNREACHABLE)
+
+
+def unreachable_plan(host: str, reason: str) -> dict[str, Any]:
+    """The plan of a host Ansible could not connect to: path ``unreachable``, ``why`` the
+    connection's reason (Ansible's message, its "Task failed: " prefix and line breaks
+    dropped), no batch, nothing else known. The rollout would stop at such a host's
+    preflight (:func:`rollout_plan` counts it as it counts a refused host)."""
+    text = " ".join(str(reason).split())
+    text = text.removeprefix("Task failed: ") or "Ansible could not connect to it"
+    return {
+        "host": host,
+        "path": UNREACHABLE,
+        "why": text,
+        "refusals": [],
+        "notice": "",
+        "apt": None,
+        "wheels": None,
+        "space": [],
+        "restarts": None,
+        "drain": {"drain": "", "undrain": ""},
+        "warnings": [],
+        "out_of_service_s": None,
+        "estimate_from": "",
+    }
 
 
 def _size(count: float | None) -> str:
@@ -78,6 +106,8 @@ def host_plan(
     rollback_verify: bool = True,
     drain_tasks: str = "",
     undrain_tasks: str = "",
+    allow_undrained: bool = False,
+    service: str = "the service",
 ) -> dict[str, Any]:
     """One host's plan.
 
@@ -99,6 +129,10 @@ def host_plan(
         profiles: the server profiles (``cuda13_profiles``).
         rollback_verify: ``cuda13_rollback_verify``.
         drain_tasks, undrain_tasks: ``cuda13_drain_tasks``, ``cuda13_undrain_tasks``.
+        allow_undrained: ``cuda13_allow_undrained``; service: ``cuda13_service_name``. A host
+            that would change with no drain hook is refused unless ``allow_undrained``, and
+            warned about with it (:func:`cuda13_upgrade.ondemand.drain_plan`, the rule the
+            rollout's preflight applies).
 
     Returns:
         ``{"host", "path", "why", "refusals": [str], "notice": str,
@@ -113,6 +147,10 @@ def host_plan(
     previous = verdict.get("previous") if isinstance(verdict.get("previous"), Mapping) else {}
     pins = _pins(resolved)
     measured_out = _seconds(previous.get("out_of_service_s"))
+    if previous.get("out_of_service_since") and isinstance(previous.get("steps"), list):
+        # That run resolved an earlier one that left the host drained: its time counts the stop
+        # between the runs; the estimate is its own drain to undrain (cuda13_upgrade.timeline).
+        measured_out = _seconds(timeline.out_of_service_s(previous["steps"]))
     record: dict[str, Any] = {
         "host": host,
         "path": FULL,
@@ -144,6 +182,10 @@ def host_plan(
             verdict.get("reason") or f"run {verified} verified this target and the stack it kept is unchanged"
         )
         return record
+    drain = ondemand.drain_plan("upgrade", host, service, drain_tasks, undrain_tasks, allow_undrained)
+    # The preflight's first check (steps/preflight.py): after an earlier refusal it never ran.
+    if drain["refusal"] and not record["refusals"]:
+        record["refusals"].append(drain["refusal"])
     if record["refusals"]:
         record["path"] = REFUSED
         record["why"] = "the rollout's preflight refuses it; no host is changed while one is refused"
@@ -179,10 +221,8 @@ def host_plan(
             "rollback": upgrade["restarts_rollback"],
             "lines": restarts.format_plan(upgrade),
         }
-    if not drain_tasks:
-        record["warnings"].append(
-            "no drain hook (cuda13_drain_tasks): the host keeps taking traffic while its service restarts"
-        )
+    if drain["warning"]:
+        record["warnings"].append(drain["warning"])
     return record
 
 
@@ -219,7 +259,8 @@ def rollout_plan(
 
     Returns:
         ``{"run_id", "hosts": [record with "batch": int | None], "batches": [[host]],
-        "summary": {"hosts", "paths": {path: [host]}, "refused": [host], "stops": bool,
+        "summary": {"hosts", "paths": {path: [host]}, "refused": [host],
+        "unreachable": [host], "stops": bool,
         "changes": int, "restarts": int, "wheels_bytes": int | None,
         "out_of_service_s": float | None, "lines": [str]}}``; ``stops``: the
         rollout would stop at its preflight, changing no host.
@@ -246,9 +287,11 @@ def rollout_plan(
     for r in records:
         paths.setdefault(r["path"], []).append(r["host"])
     refused = paths[REFUSED]
+    unreachable = paths[UNREACHABLE]
     changing = [r for r in records if r["path"] in (FULL, STAGED)]
     # With cuda13_preflight_allow_partial the hosts that passed go on; with none passed, none do.
-    stops = bool(refused) and (not allow_partial or not changing)
+    # An unreachable host fails the rollout's preflight as a refused one does.
+    stops = bool(refused or unreachable) and (not allow_partial or not changing)
     wheel_sizes = [r["wheels"]["bytes"] for r in changing if r.get("wheels")]
     total_bytes = sum(wheel_sizes) if wheel_sizes and None not in wheel_sizes else None
     restarts_total = sum((r.get("restarts") or {}).get("upgrade", 0) for r in changing)
@@ -258,13 +301,15 @@ def rollout_plan(
         + ", ".join(f"{len(paths[p])} {p}" for p in PATHS if paths[p])
         + ("" if records else "none"),
     ]
+    stopped_by = [f"{', '.join(refused)} refused"] if refused else []
+    stopped_by += [f"{', '.join(unreachable)} unreachable"] if unreachable else []
     if stops:
         lines.append(
-            f"the rollout would stop at its preflight and change no host: {', '.join(refused)} refused "
+            f"the rollout would stop at its preflight and change no host: {'; '.join(stopped_by)} "
             "(fix them, leave them out with --limit, or set cuda13_preflight_allow_partial=true)"
         )
-    elif refused:
-        lines.append(f"{', '.join(refused)} refused; cuda13_preflight_allow_partial=true upgrades the others")
+    elif stopped_by:
+        lines.append(f"{'; '.join(stopped_by)}; cuda13_preflight_allow_partial=true upgrades the others")
     if changing and not stops:
         lines.append(
             f"{_count(len(changing), 'host')} {'changes' if len(changing) == 1 else 'change'},"
@@ -283,7 +328,10 @@ def rollout_plan(
             lines.append("out of service per host: not known (no host of the plan has a recorded run)")
         undrained = [r["host"] for r in changing if not r["drain"]["drain"]]
         if undrained:
-            lines.append(f"no drain hook for {', '.join(undrained)}: traffic reaches them while they restart")
+            lines.append(
+                f"no drain hook for {', '.join(undrained)} (cuda13_allow_undrained): traffic reaches them"
+                " while they restart"
+            )
     lines += [str(line) for line in batch_lines] + [str(line) for line in fleet_lines]
     return {
         "run_id": run_id,
@@ -293,6 +341,7 @@ def rollout_plan(
             "hosts": len(records),
             "paths": paths,
             "refused": refused,
+            "unreachable": unreachable,
             "stops": stops,
             "changes": 0 if stops else len(changing),
             "restarts": restarts_total,
@@ -301,6 +350,21 @@ def rollout_plan(
             "lines": lines,
         },
     }
+
+
+def _must_set_lines(sources: Mapping[str, str]) -> list[str]:
+    """Where a host's must-set values came from (``must_set_from``: option -> ``path:line``,
+    ``-e`` or "role default"), one line per source file, the role defaults last."""
+    by_source: dict[str, list[str]] = {}
+    for name, where in sources.items():
+        by_source.setdefault(
+            str(where).rsplit(":", 1)[0] if str(where)[:1] == "/" else str(where), []
+        ).append(name)
+    defaults = by_source.pop("role default", [])
+    lines = [f"  set in {where}: {', '.join(names)}" for where, names in by_source.items()]
+    if defaults:
+        lines.append(f"  role default: {', '.join(defaults)}")
+    return lines
 
 
 def render_text(plan: Mapping[str, Any]) -> str:
@@ -316,6 +380,7 @@ def render_text(plan: Mapping[str, Any]) -> str:
             out += [f"    {line}" for line in rest]
         if r.get("notice"):
             out += [f"  notice: {line}" for line in r["notice"].splitlines()]
+        out += _must_set_lines(r.get("must_set_from") or {})
         apt = r.get("apt")
         if apt:
             if apt["to_install"]:

@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from cuda13_upgrade import ondemand, varnames
 from cuda13_upgrade import options as rules
 from cuda13_upgrade.steps.host import StepFailed
 
@@ -74,19 +75,83 @@ def option_names(specs: Mapping[str, Any]) -> list[str]:
     return sorted({*specs, *rules.PLAY_OPTIONS})
 
 
-def check(host: str, given: Mapping[str, Any], specs: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict:
+def check_names(
+    host: str,
+    names: Iterable[str],
+    known: Iterable[str],
+    allowed: Any,
+    origins: Mapping[str, list[str]] | None = None,
+) -> None:
+    """Refuse the names of ``names`` (the host's variables from the inventory and ``-e``) that
+    carry a project prefix but that nothing reads (:func:`cuda13_upgrade.varnames.unknown`).
+
+    ``known``: :func:`cuda13_upgrade.varnames.known_names`; ``allowed``: the operator's
+    ``cuda13_extra_vars_allowed`` (a list of names or patterns; anything else is taken as
+    none); ``origins``: :func:`cuda13_upgrade.varnames.origins`. Raises StepFailed with
+    :func:`cuda13_upgrade.varnames.refusal` and ``{"unknown": [{"name", "suggestion"}]}``.
+    """
+    patterns = [str(p) for p in allowed] if isinstance(allowed, list | tuple) else []
+    found = varnames.unknown(names, known, patterns)
+    if found:
+        raise StepFailed(varnames.refusal(host, found, origins or {}), {"unknown": found})
+
+
+def check(
+    host: str,
+    given: Mapping[str, Any],
+    specs: Mapping[str, Any],
+    defaults: Mapping[str, Any],
+    hook_search: list[str | Path] | None = None,
+) -> dict:
     """Check and convert the options of ``host``.
 
     ``given``: ``{option: value}`` the inventory or ``-e`` set; ``specs``: :func:`read_specs`;
-    ``defaults``: every other option's templated default. Returns ``{"values": {option: value},
+    ``defaults``: every other option's templated default. ``hook_search``: the directories a
+    relative drain hook is looked up in (:func:`cuda13_upgrade.ondemand.hook_failures`; None
+    checks only that the hooks come as a pair). Returns ``{"values": {option: value},
     "given": [option names]}``. Raises StepFailed listing every bad value, each with the option
     and the remedy, when one does not hold.
     """
     verdict = rules.validate(dict(given), specs, defaults)
-    if not verdict["ok"]:
-        lines = "\n".join(f"- {failure['message']}" for failure in verdict["failures"])
+    failures = list(verdict["failures"])
+    if verdict["ok"]:
+        values = verdict["values"]
+        failures += ondemand.hook_failures(
+            values.get("cuda13_drain_tasks"), values.get("cuda13_undrain_tasks"), hook_search
+        )
+    if failures:
+        lines = "\n".join(f"- {failure['message']}" for failure in failures)
         raise StepFailed(
             f"{host}: invalid option values; nothing on the host was changed.\n{lines}",
-            {"failures": verdict["failures"]},
+            {"failures": failures},
         )
     return {"values": verdict["values"], "given": sorted(given)}
+
+
+#: Options no longer read, each with what replaced it: a value the inventory or ``-e`` still
+#: sets is told to the operator (:func:`retired`), not refused.
+RETIRED = {
+    "nvidia_driver_check_validate_roles": (
+        "the options of every role ({roles}) are checked at the start of the preflight, "
+        "before any change, and every step reads them"
+    ),
+    "verify_throughput_baseline_load": (
+        "the load metrics are compared only by the upgrade's gate (action cuda13_verify), which takes "
+        "the old stack's from its own baseline step; roles/verify_throughput measures them and "
+        "compares none"
+    ),
+}
+
+
+def retired(names: Iterable[str]) -> list[str]:
+    """The warning line for each name of ``names`` (the variables the host has) in :data:`RETIRED`.
+
+    Returns ``["<name> is no longer read: <what replaced it>. Remove it from the inventory
+    or -e."]`` in :data:`RETIRED`'s order; ``[]`` when none is set.
+    """
+    have = set(names)
+    return [
+        f"{name} is no longer read: {why.format(roles=', '.join(ROLES))}. Remove it from the inventory or -e."
+        for name, why in RETIRED.items()
+        if name in have
+    ]

@@ -35,6 +35,8 @@ def host(
     task's result), ``options`` (the record), ``state`` (``cuda13_host_state``'s), ``preflight``
     (``cuda13_preflight``'s, run with ``refuse`` false), ``figures`` (the stacks' space figures)."""
     options = options or {}
+    if isinstance(state, Mapping) and state.get("unreachable"):
+        return plan.unreachable_plan(name, str(state.get("msg") or ""))
     state = state if isinstance(state, Mapping) and not state.get("skipped") else {}
     preflight = preflight if isinstance(preflight, Mapping) and not preflight.get("skipped") else {}
     refusals = [r for r in (_failed(options_check), _failed(state)) if r]
@@ -65,6 +67,8 @@ def host(
         rollback_verify=bool(options.get("cuda13_rollback_verify", True)),
         drain_tasks=str(options.get("cuda13_drain_tasks") or ""),
         undrain_tasks=str(options.get("cuda13_undrain_tasks") or ""),
+        allow_undrained=bool(options.get("cuda13_allow_undrained")),
+        service=str(options.get("cuda13_service_name") or "the service"),
     )
 
 

@@ -3,6 +3,10 @@
 In order, each refusing the host with what is wrong and what to do, and
 "nothing on the host was changed":
 
+0. the drain rule of the rollout, before the host is read: a host no drain hook
+   takes out of service is refused unless ``cuda13_allow_undrained``
+   (:func:`cuda13_upgrade.ondemand.drain_plan`, the rule of ``verify`` and
+   ``rollback`` too);
 1. the options against the host (``nvidia_driver_check_host_checks``): the unit
    exists and runs the serving venv's Python (or, switched, the new one's), the
    serving venv has a Python, NVIDIA's repository offers the toolkit's package at
@@ -33,7 +37,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from cuda13_upgrade import nvidia_smi, preflight, space
+from cuda13_upgrade import nvidia_smi, ondemand, preflight, space
 from cuda13_upgrade import options as option_rules
 from cuda13_upgrade.steps.host import Host, StepFailed
 
@@ -296,6 +300,16 @@ def check(
     }
     host_checks = bool(options.get("nvidia_driver_check_host_checks", True))
     try:
+        drain = ondemand.drain_plan(
+            "upgrade",
+            host.name,
+            str(options.get("cuda13_service_name")),
+            options.get("cuda13_drain_tasks"),
+            options.get("cuda13_undrain_tasks"),
+            bool(options.get("cuda13_allow_undrained")),
+        )
+        if drain["refusal"]:
+            raise StepFailed(drain["refusal"])
         found = host.module(
             "cuda13_host_facts",
             {
