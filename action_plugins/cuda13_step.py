@@ -12,9 +12,18 @@ class ActionModule(StepAction):
         "options": {"type": "dict", "required": True},
         "command": {"type": "str", "choices": ["upgrade", "verify", "rollback"], "default": "upgrade"},
         "after_failure": {"type": "bool", "default": False},
+        "interrupted_run": {"type": "str", "default": ""},
     }
 
     def run_step(self, host, args, task_vars):
+        if args["interrupted_run"]:
+            # playbooks/interrupted.yml: the interrupted run's drained host, its undrain decided.
+            if args["step"] != "undrain":
+                raise drain.StepFailed("cuda13_step: interrupted_run goes with step undrain")
+            return {
+                **drain.after_interrupt(host, args["options"], run_id=args["interrupted_run"]),
+                "changed": False,
+            }
         record = drain.side(
             host,
             self.run_state,

@@ -787,7 +787,7 @@ def test_ctrl_c_stops_ansible_records_each_hosts_step_and_releases_the_lock(tmp_
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, out + err
-    assert "interrupt: stopping ansible-playbook (pid" in out
+    assert "interrupt: SIGINT received; stopping ansible-playbook (pid" in out
     assert "interrupted: node-a during A long step. Their locks are released." in err
     assert not (state / "run.lock").exists()
     record = json.loads((state / "result.json").read_text())
@@ -912,3 +912,29 @@ def test_an_unreachable_host_is_reported_at_the_step_the_play_recorded(tmp_path)
     assert summary["rows"][0]["decision"] == "unreachable at step switch"
     assert "| gpu-node-03 | unreachable at step switch |" in summary["markdown"]
     assert "| gpu-node-04 | unreachable at step drain |" in summary["markdown"]
+
+
+def test_a_run_the_breaker_refused_lists_every_host_it_named(tmp_path):
+    # Issue 35, item 11 (a): the refusal runs once, on the first host; not_started.json names both.
+    run_dir = tmp_path / "r"
+    run_dir.mkdir()
+    (run_dir / "not_started.json").write_text(
+        json.dumps(
+            {
+                "said": "not started",
+                "reason": "breaker tripped (2 rollbacks or failures of rollouts within the last 7 days)",
+                "hosts": ["node-a", "node-b"],
+                "before_any_change": True,
+            }
+        )
+    )
+    seen = SimpleNamespace(hosts=["node-a"])
+    assert commands._run_hosts(run_dir, seen, 0.0) == ["node-a", "node-b"]
+    summary = fleet_summary(run_dir, commands._run_hosts(run_dir, seen, 0.0))
+    assert [r["host"] for r in summary["rows"]] == ["node-a", "node-b"]
+    assert {r["decision"] for r in summary["rows"]} == {
+        "not started: breaker tripped (2 rollbacks or failures of rollouts within the last 7 days)"
+    }
+    assert "| node-b |" in summary["markdown"]
+    # A refusal of an earlier run under the same --run-id is not this run's.
+    assert commands._run_hosts(run_dir, seen, 4e9) == ["node-a"]

@@ -444,13 +444,14 @@ def test_the_interrupt_clean_up_gets_the_connection_flags_and_passwords_but_not_
 def test_the_exit_status_table_lists_each_status_once():
     text = (ROOT / "docs" / "cli.md").read_text()
     table = text.partition("## Exit status")[2].partition("\n## ")[0]
-    statuses = re.findall(r"^\| (\d+) \|", table, re.M)
-    assert statuses == ["0", "1", "2", "3", "130"]
+    statuses = re.findall(r"^\| (\d+)[ ,|]", table, re.M)
+    assert statuses == ["0", "1", "2", "3", "4", "130"]
     codes = [
         commands.EXIT_OK,
         commands.EXIT_HOSTS,
         commands.EXIT_USAGE,
         commands.EXIT_ANSIBLE,
+        commands.EXIT_BREAKER,
         commands.EXIT_INTERRUPTED,
     ]
     assert [int(s) for s in statuses] == codes

@@ -18,24 +18,63 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from cuda13_upgrade import reportfiles
 from cuda13_upgrade.cli.parser import COMMANDS, CONFIRMED, Command, Options, default_run_id, playbook_path
 from cuda13_upgrade.cli.runner import (
     RunResult,
     ansible_flags,
     ask_secrets,
+    host_key_checking_off,
+    host_key_warning,
     host_outcomes,
     run_playbook,
 )
 from cuda13_upgrade.errors import UsageError
 from cuda13_upgrade.hostresult import NOT_REACHED, load_run_record, result_status
 from cuda13_upgrade.progress import extra_var, natural_key
+from cuda13_upgrade.redact import redact
 from cuda13_upgrade.summary import fleet_summary
 
 EXIT_OK = 0
 EXIT_HOSTS = 1
 EXIT_USAGE = 2
 EXIT_ANSIBLE = 3
+#: The breaker across runs is tripped: the rollout was refused before any change (docs/cli.md).
+EXIT_BREAKER = 4
+#: SIGINT (Ctrl-C); SIGTERM and SIGHUP end with 128 + their number too: 143 and 129.
 EXIT_INTERRUPTED = 130
+
+
+def interrupted_status(signum: int | None) -> int:
+    """The exit status after an interrupted run: 128 + the signal's number (SIGINT 130,
+    SIGTERM 143, SIGHUP 129), the shells' convention; 130 when the signal is not known."""
+    return 128 + signum if signum else EXIT_INTERRUPTED
+
+
+def check_target_hosts(options: Options) -> list[str]:
+    """The hosts of the target group (:func:`target_group`) in ``options``' inventory, before
+    any playbook runs, so that every command ends the same way on a group without hosts:
+    :class:`UsageError` (exit status 2) with the message of ``playbooks/start.yml``
+    (:func:`cuda13_upgrade.fleetstate.inventory_hosts`). ``--limit`` is not applied here
+    (ansible-playbook says itself when it matches nothing)."""
+    from cuda13_upgrade import fleetstate
+
+    assert options.inventory is not None
+    os.environ["ANSIBLE_CONFIG"] = str(options.home / "ansible.cfg")
+    return fleetstate.inventory_hosts(options.inventory, target_group(options.extra_vars))
+
+
+def breaker_refused(run_dir: Path, started: float) -> dict[str, Any] | None:
+    """The breaker's refusal of this run (``not_started.json`` written since ``started``, a Unix
+    time, with ``before_any_change``: only the tripped breaker writes it, steps/fleet.py), else None."""
+    path = run_dir / "not_started.json"
+    try:
+        if path.stat().st_mtime < started:
+            return None
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and record.get("before_any_change") else None
 
 
 def exit_status(
@@ -94,14 +133,16 @@ def recorded_outcomes(
 
 
 def _tail(text: str, lines: int = 25) -> str:
-    return "\n".join(text.rstrip().splitlines()[-lines:])
+    return redact("\n".join(text.rstrip().splitlines()[-lines:]))
 
 
 def _run_hosts(run_dir: Path, run: RunResult, started: float) -> list[str]:
     """Hosts of this run, in natural order (``gpu-node-2`` before ``gpu-node-10``):
     those the runner saw in a play not only for localhost (the rollout's
     preflight play sees every host of the run, also those of batches it will
-    not reach) and those with a result file written during this run.
+    not reach), those with a result file written during this run, and those a
+    ``not_started.json`` written during this run names (a run the breaker refused
+    runs its refusal once, on the first host: the runner saw that one only).
 
     ``summary.json`` is not a source: ``playbooks/report.yml`` lists the whole
     target group there, ignoring ``--limit``.
@@ -110,6 +151,13 @@ def _run_hosts(run_dir: Path, run: RunResult, started: float) -> list[str]:
     for path in sorted(run_dir.glob("*/result.json")):
         if path.stat().st_mtime >= started:
             hosts.append(path.parent.name)
+    not_started = run_dir / "not_started.json"
+    try:
+        if not_started.stat().st_mtime >= started:
+            named = json.loads(not_started.read_text(encoding="utf-8")).get("hosts") or []
+            hosts += [str(h) for h in named if isinstance(h, str)]
+    except (OSError, ValueError, AttributeError):
+        pass  # no refusal this run, or a damaged record: the runner's hosts stand
     return sorted(set(hosts), key=natural_key)
 
 
@@ -129,6 +177,11 @@ def run_command(options: Options, stream: TextIO | None = None) -> int:
         file=out,
         flush=True,
     )
+    if not _confirmed(options):  # confirm_command checked the group already
+        check_target_hosts(options)
+    host_keys_off = host_key_checking_off()
+    if host_keys_off:
+        print(host_key_warning(host_keys_off), file=sys.stderr, flush=True)
     # asked once: a confirmation's plan run (confirm_command) asked already
     options.passwords = options.passwords or ask_secrets(options)
     started = datetime.now(UTC).timestamp() - 1.0
@@ -145,9 +198,9 @@ def run_command(options: Options, stream: TextIO | None = None) -> int:
         passwords=options.passwords,
         stream=out,
     )
-    run_dir.mkdir(parents=True, exist_ok=True)
+    reportfiles.private_dir(run_dir)
     log = run_dir / f"ansible-{command.name}.log"
-    log.write_text(run.stdout + (("\n" + run.stderr) if run.stderr else ""), encoding="utf-8")
+    reportfiles.write_text(log, run.stdout + (("\n" + run.stderr) if run.stderr else ""))
     hosts = _run_hosts(run_dir, run, started)
     record = {
         "command": command.name,
@@ -163,8 +216,17 @@ def run_command(options: Options, stream: TextIO | None = None) -> int:
         "started_at": datetime.fromtimestamp(started + 1.0, UTC).isoformat(),
         "finished_at": datetime.now(UTC).isoformat(),
         "batches": run.batches,
+        "host_key_checking": (
+            {"off": True, "by": f"{host_keys_off} (the caller's environment)"}
+            if host_keys_off
+            else {"off": False, "by": ""}
+        ),
     }
-    (run_dir / "run.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    if run.signum is not None:
+        import signal
+
+        record["interrupted_by"] = signal.Signals(run.signum).name
+    reportfiles.write_text(run_dir / "run.json", json.dumps(redact(record), indent=2) + "\n")
     if run.interrupted or run.status == "canceled":
         if run.doing:
             print("interrupted; what each host was doing:", file=sys.stderr)
@@ -172,6 +234,14 @@ def run_command(options: Options, stream: TextIO | None = None) -> int:
         return _after_interrupt(options, command, run, hosts, log, out)
     rows = _show_report(run_dir, hosts, out) if hosts else []
     status = exit_status(rows, run.rc, [command.ok_status])
+    refused = breaker_refused(run_dir, started) if command.name == "rollout" else None
+    if refused is not None and status != EXIT_OK:
+        print(
+            f"The breaker refused the rollout; no host was changed (exit status {EXIT_BREAKER}): "
+            f"{refused.get('reason')} (full output: {log})",
+            file=sys.stderr,
+        )
+        return EXIT_BREAKER
     if status == EXIT_ANSIBLE:
         print(
             f"ansible-playbook failed (rc {run.rc}) before any host had a result:\n"
@@ -190,16 +260,16 @@ _LOCKING = ("rollout", "stage", "rollback")
 def _after_interrupt(
     options: Options, command: Command, run: RunResult, hosts: list[str], log: Path, out: TextIO
 ) -> int:
-    """After Ctrl-C: run ``playbooks/interrupted.yml`` on the run's hosts (each
-    host's step recorded in its result, this run's locks released), print
-    where each host was, and return 130."""
+    """After Ctrl-C, SIGTERM or SIGHUP: run ``playbooks/interrupted.yml`` on the run's hosts
+    (each host's step recorded in its result, this run's locks released), print
+    where each host was, and return :func:`interrupted_status` (130, 143, 129)."""
     assert options.inventory is not None and options.run_id is not None
     steps = {h: run.steps.get(h, "not started") for h in hosts}
     cleanup = options.home / "playbooks" / "interrupted.yml"
     released = ""
     if command.name in _LOCKING and hosts and not options.check and cleanup.is_file():
         print("== Recording the interrupted hosts and releasing their locks", file=out, flush=True)
-        extra = json.dumps({"cuda13_interrupted_steps": steps})
+        extra = json.dumps({"cuda13_interrupted_steps": steps, "cuda13_interrupted_by": _signal_name(run)})
         done = run_playbook(
             cleanup,
             options.inventory,
@@ -223,7 +293,17 @@ def _after_interrupt(
         f"interrupted: {where}.{released} Run the same command again to continue (Ansible's output: {log})",
         file=sys.stderr,
     )
-    return EXIT_INTERRUPTED
+    return interrupted_status(run.signum)
+
+
+def _signal_name(run: RunResult) -> str:
+    """What interrupted ``run``, as the host's record says it: "Ctrl-C" for SIGINT, else the
+    signal's name ("SIGTERM", "SIGHUP")."""
+    import signal
+
+    if run.signum is None or run.signum == signal.SIGINT:
+        return "Ctrl-C"
+    return signal.Signals(run.signum).name
 
 
 def _show_report(run_dir: Path, hosts: list[str] | None, out: TextIO) -> list[dict[str, Any]]:
@@ -328,14 +408,21 @@ def run_plan(options: Options, out: TextIO) -> tuple[int, dict[str, Any] | None]
     extra variables, with its run id, and read the plan it wrote
     (``<reports>/<run id>/plan.json``, :func:`cuda13_upgrade.plan.rollout_plan`).
 
-    Returns ``(status, plan)``: 0 with the plan when no host is refused, 1 with
-    the plan when one is, 3 and None when the playbook wrote no plan (its
-    output's tail is printed, the whole of it is in ``ansible-plan.log``).
+    Returns ``(status, plan)``: 0 with the plan when no host is refused nor
+    unreachable, 1 with the plan when one is, 3 and None when the playbook wrote
+    no plan (its output's tail is printed, the whole of it is in
+    ``ansible-plan.log``), 128 + the signal and None when it was interrupted.
+    Raises :class:`UsageError` when the target group has no hosts
+    (:func:`check_target_hosts`).
     """
     assert options.inventory is not None
     run_id = options.run_id or default_run_id()
     own = options.home / str(COMMANDS["plan"].playbook)
     playbook = playbook_path(options) if options.command == "plan" else own
+    check_target_hosts(options)
+    host_keys_off = host_key_checking_off()
+    if host_keys_off and options.command == "plan":  # a rollout's own run warns after its plan
+        print(host_key_warning(host_keys_off), file=sys.stderr, flush=True)
     options.passwords = options.passwords or ask_secrets(options)
     run = run_playbook(
         playbook,
@@ -350,9 +437,15 @@ def run_plan(options: Options, out: TextIO) -> tuple[int, dict[str, Any] | None]
         stream=out,
     )
     run_dir = options.reports_dir / run_id
-    run_dir.mkdir(parents=True, exist_ok=True)
+    reportfiles.private_dir(run_dir)
     log = run_dir / "ansible-plan.log"
-    log.write_text(run.stdout + (("\n" + run.stderr) if run.stderr else ""), encoding="utf-8")
+    reportfiles.write_text(log, run.stdout + (("\n" + run.stderr) if run.stderr else ""))
+    if run.interrupted:
+        print(
+            f"interrupted; no plan was made and nothing was changed (Ansible's output: {log})",
+            file=sys.stderr,
+        )
+        return interrupted_status(run.signum), None
     try:
         the_plan = json.loads((run_dir / "plan.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -364,7 +457,8 @@ def run_plan(options: Options, out: TextIO) -> tuple[int, dict[str, Any] | None]
             file=sys.stderr,
         )
         return EXIT_ANSIBLE, None
-    return (EXIT_HOSTS if the_plan["summary"]["refused"] else EXIT_OK), the_plan
+    summary = the_plan["summary"]
+    return (EXIT_HOSTS if summary["refused"] or summary.get("unreachable") else EXIT_OK), the_plan
 
 
 def plan_command(options: Options, stream: TextIO | None = None) -> int:
@@ -384,6 +478,11 @@ def plan_command(options: Options, stream: TextIO | None = None) -> int:
         print(plan.render_text(the_plan), file=out, end="")
         print(f"\nplan: {options.reports_dir / the_plan['run_id'] / 'plan.json'}", file=out)
     return status
+
+
+def _confirmed(options: Options) -> bool:
+    """Whether :func:`confirm_command` asks (and so has read the target group) for ``options``."""
+    return options.command in CONFIRMED and not options.yes and not options.check
 
 
 def _isatty(handle: Any) -> bool:

@@ -200,8 +200,9 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=(
             "Exit status: 0 every host of the run did what the command is for (kept the "
             "upgrade, passed preflight, ...); 1 a host failed, rolled back or was not "
-            "reached; 2 usage error; 3 ansible failed before any host result; "
-            "130 interrupted."
+            "reached; 2 usage error (also: no hosts in the target group); 3 ansible failed before "
+            "any host result; 4 the breaker refused the rollout; 130, 143, 129 interrupted by "
+            "SIGINT, SIGTERM, SIGHUP."
         ),
     )
     parser.add_argument("--version", action="version", version=version_text())

@@ -13,6 +13,7 @@ from __future__ import annotations
 import getpass
 import os
 import shlex
+import shutil
 import signal
 import sys
 import tempfile
@@ -41,41 +42,57 @@ class RunResult:
     stderr: str
     doing: list[str] = field(default_factory=list)  # per host, when the run was canceled
     batches: dict[str, int] = field(default_factory=dict)  # host -> batch of the serial play
-    #: The operator interrupted the run (SIGINT); ``steps``: each host's last step then.
+    #: The run was interrupted (SIGINT, SIGTERM or SIGHUP); ``steps``: each host's last step then.
     interrupted: bool = False
     steps: dict[str, str] = field(default_factory=dict)
+    #: The first signal that interrupted the run (``signal.SIGINT`` ...), None when none did.
+    signum: int | None = None
+
+
+#: The signals a run handles as Ctrl-C: SIGINT, and SIGTERM and SIGHUP (a CI cancel, ``timeout``,
+#: ``systemctl stop``, a closed terminal), each passed on to ansible-playbook as SIGINT.
+INTERRUPT_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class _Interrupt:
-    """While a run lasts, SIGINT (Ctrl-C) is passed on to ansible-playbook as
-    SIGINT, so that it stops its tasks and exits on its own terms (ansible-runner
-    would SIGKILL its process group); before ansible-playbook has sent its first
-    event (its pid is not known yet) the runner is cancelled. Outside the main
-    thread nothing is installed."""
+    """While a run lasts, SIGINT (Ctrl-C), SIGTERM and SIGHUP are passed on to
+    ansible-playbook as SIGINT, so that it stops its tasks and exits on its own
+    terms (ansible-runner would SIGKILL its process group; ansible-playbook has
+    no handler of its own for SIGTERM or SIGHUP and would die at once, with no
+    line and no record); before ansible-playbook has sent its first event (its
+    pid is not known yet) the runner is cancelled. ``signum``: the first signal
+    received (the command's exit status is 128 + it). Outside the main thread
+    nothing is installed."""
 
     def __init__(self, progress: Progress, stream: TextIO) -> None:
         self.progress = progress
         self.stream = stream
         self.count = 0
-        self._previous: Any = None
+        self.signum: int | None = None
+        self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> _Interrupt:
-        try:
-            self._previous = signal.signal(signal.SIGINT, self._handle)
-        except ValueError:  # not the main thread
-            self._previous = None
+        for signum in INTERRUPT_SIGNALS:
+            try:
+                self._previous[signum] = signal.signal(signum, self._handle)
+            except ValueError:  # not the main thread
+                break
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous = {}
 
     def _handle(self, signum: int, frame: Any) -> None:
         self.count += 1
+        if self.signum is None:
+            self.signum = signum
         pid = self.progress.pid
+        name = signal.Signals(signum).name
         print(
-            f"interrupt: stopping ansible-playbook{f' (pid {pid})' if pid else ''}; then each host's "
-            "step is recorded and this run's locks are released",
+            f"interrupt: {name} received; stopping ansible-playbook{f' (pid {pid})' if pid else ''}; then "
+            "each host's step is recorded and this run's locks are released",
             file=self.stream,
             flush=True,
         )
@@ -129,6 +146,32 @@ def runner_envvars(home: Path, run_id: str, reports_dir: Path, *, sandbox: bool 
     if sandbox:
         env["CONTAINERS_CONF"] = str(home / "sandbox" / "containers.conf")
     return env
+
+
+#: The values of ``ANSIBLE_HOST_KEY_CHECKING`` that turn checking off, as ansible-core's
+#: ``boolean()`` reads them (``ansible.module_utils.parsing.convert_bool``, case-insensitive).
+_OFF_VALUES = ("false", "f", "no", "n", "off", "0")
+
+
+def host_key_checking_off(environ: Mapping[str, str] | None = None) -> str | None:
+    """The caller's ``ANSIBLE_HOST_KEY_CHECKING=VALUE`` (as given) when it turns host key
+    checking off (``False``, ``0``, ``no``, ``off``, ...; any case), else None.
+    :func:`runner_envvars` keeps the caller's value, so it holds for the whole run."""
+    env = os.environ if environ is None else environ
+    value = env.get("ANSIBLE_HOST_KEY_CHECKING")
+    if value is not None and value.strip().lower() in _OFF_VALUES:
+        return f"ANSIBLE_HOST_KEY_CHECKING={value}"
+    return None
+
+
+def host_key_warning(setting: str) -> str:
+    """The warning line the command prints when the caller's environment (``setting``, from
+    :func:`host_key_checking_off`) turns host key checking off."""
+    return (
+        f"warning: host key checking is off for this run: {setting} in the caller's environment, so no "
+        "host's SSH key is checked against known_hosts (a replaced or spoofed host is not noticed). "
+        "Unset it and add the hosts' keys to ~/.ssh/known_hosts (ssh-keyscan) to check them."
+    )
 
 
 #: ansible-playbook's prompts (ansible-core's CLI.ask_passwords and its vault prompt),
@@ -214,6 +257,26 @@ def runner_cmdline(
     return shlex.join(args)
 
 
+def ansible_playbook_path(path: str) -> str:
+    """The ``ansible-playbook`` that ansible-runner will run: the first on ``path`` (the
+    ``PATH`` of :func:`runner_envvars`, this interpreter's ``bin`` first).
+
+    Raises UsageError (exit status 2) when there is none: ``pip install`` of this package
+    brings ansible-runner but not Ansible (pyproject.toml: ``ansible`` is in the ``dev``
+    extra), and ansible-runner would otherwise fail with a bare "command not found".
+    """
+    found = shutil.which("ansible-playbook", path=path)
+    if found is None:
+        raise UsageError(
+            "ansible-playbook was not found (searched "
+            f"{path or '(empty PATH)'}). The cuda13-upgrade command runs Ansible, which "
+            "'pip install -e .' does not install: install it into the same environment with "
+            "pip install -e '.[dev]' (or pip install 'ansible>=12,<13'), or put ansible-playbook "
+            "on PATH. Nothing on any host was changed."
+        )
+    return found
+
+
 def run_playbook(
     playbook: Path,
     inventory: str,
@@ -245,6 +308,7 @@ def run_playbook(
     if runner is None:
         import ansible_runner
 
+        ansible_playbook_path(runner_envvars(home, run_id, reports_dir)["PATH"])
         runner = ansible_runner.run
 
     progress = RunProgress(stream, live=progress_mode(stream), serial=serial_from_extra_vars(extra_vars))
@@ -283,6 +347,7 @@ def run_playbook(
         batches={view.host: view.batch for view in progress.views.values() if view.batch},
         interrupted=interrupt.count > 0,
         steps=dict(progress.last_step),
+        signum=interrupt.signum,
     )
 
 

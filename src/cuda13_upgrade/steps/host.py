@@ -13,15 +13,18 @@ a ``set_fact``::
     {"run_id": str, "host": str, "started_at": ISO 8601 (UTC),
      "target": {...} (cuda13_upgrade.rerun.target), "state_dir": str,
      "serving": the venv the service points at, "drained": bool (a drain hook ran
-     and its undrain has not), "changed": bool (a step changed the host),
+     and its undrain has not, in this run or an earlier one), "drained_since": ISO 8601 (when
+     an earlier run left the host drained; absent otherwise), "changed": bool (a step changed the host),
      "steps": [{"step": str, "started_at": ISO 8601}, ...],
      "failure": None | {"step", "task", "error", "diagnosis"}}
 
 Each step, as it begins, appends itself to ``steps`` and writes the same
 boundary to ``<state_dir>/step.json`` on the host (``{"run_id", "step",
-"started_at", "run_started_at", "serving", "target", "steps"}``), so that a run
+"started_at", "run_started_at", "serving", "target", "steps", "drained_at"}``), so that a run
 cut off by a lost connection, a kill or a power cut leaves the step it was in
-for the next run to resolve (cuda13_upgrade.runlock.stopped_run).
+for the next run to resolve (cuda13_upgrade.runlock.stopped_run). ``drained_at``: when the
+drain the host is still in began (:func:`drained_at`), else null: the next run counts the
+host out of service from there (cuda13_upgrade.timeline.out_of_service_s).
 """
 
 from __future__ import annotations
@@ -149,6 +152,21 @@ def new_run(
     }
 
 
+def drained_at(run: Mapping[str, Any]) -> str | None:
+    """When the drain the host is in began (ISO 8601): the start of the run record's last
+    ``drain`` step while ``drained`` (a drain hook ran, or is running, and its undrain has not
+    ended), or ``drained_since`` when an earlier run left the host drained (it has been out of
+    service since then: cuda13_upgrade.steps.host_state.read); None otherwise."""
+    if not run.get("drained"):
+        return None
+    if run.get("drained_since"):
+        return str(run["drained_since"])
+    for step in reversed(run.get("steps") or []):
+        if isinstance(step, Mapping) and step.get("step") == "drain":
+            return str(step.get("started_at") or "") or None
+    return None
+
+
 def begin_step(
     host: Host,
     run: Mapping[str, Any],
@@ -180,6 +198,7 @@ def begin_step(
             "serving": updated.get("serving"),
             "target": updated.get("target") or {},
             "steps": [s["step"] for s in updated["steps"]],
+            "drained_at": drained_at(updated),
         }
         host.module(
             "cuda13_record",

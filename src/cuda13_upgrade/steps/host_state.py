@@ -114,6 +114,12 @@ def read(
         state_dir=str(options["cuda13_state_dir"]),
         serving=str(options["cuda13_old_venv"]),
     )
+    run = {**run, **left_drained_by_earlier((state or {}).get("step"), run_id)} if locked else run
+    if run.get("drained"):
+        host.tell(
+            f"drained since {run['drained_since']} by run {run['drained_by_run']}: this run puts the host"
+            " back into service (its undrain hook) once its server serves."
+        )
     return {
         **verdict,
         "staged": bool(staged),
@@ -121,3 +127,19 @@ def read(
         "target": target,
         "run": {**run, "measure": bool(verdict["measure"]), "already_kept": bool(verdict["already_kept"])},
     }
+
+
+def left_drained_by_earlier(step_record: Mapping[str, Any] | None, run_id: str) -> dict[str, Any]:
+    """What this run's record inherits from an earlier run that left the host drained.
+
+    ``step_record``: the host's ``step.json`` (:func:`cuda13_upgrade.steps.host.begin_step`); its
+    ``drained_at`` is set while a drain hook's undrain has not run (a run interrupted, killed or
+    cut off after its drain, or one whose undrain found the server down). Returns
+    ``{"drained": True, "drained_since": drained_at, "drained_by_run": that run's id}``, so that
+    this run undrains the host too, after a failure before its own drain as well
+    (cuda13_upgrade.steps.drain), or ``{}``."""
+    record = step_record if isinstance(step_record, Mapping) else {}
+    earlier = record.get("run_id")
+    if not record.get("drained_at") or not earlier or earlier == run_id:
+        return {}
+    return {"drained": True, "drained_since": str(record["drained_at"]), "drained_by_run": str(earlier)}
