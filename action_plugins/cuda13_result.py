@@ -15,6 +15,8 @@ class ActionModule(StepAction):
         "mode": {"type": "str", "choices": ["upgrade", "stage", "interrupted"], "default": "upgrade"},
         "records": {"type": "dict", "default": {}},
         "step": {"type": "str", "default": "unknown"},
+        "by": {"type": "str", "default": "Ctrl-C"},
+        "undrain": {"type": "dict", "default": {}},
     }
 
     def run_step(self, host, args, task_vars):
@@ -27,7 +29,13 @@ class ActionModule(StepAction):
 
         if args["mode"] == "interrupted":
             done = result.interrupted(
-                host, options, run_id=args["run_id"], step=args["step"], write_report=write
+                host,
+                options,
+                run_id=args["run_id"],
+                step=args["step"],
+                write_report=write,
+                by=args["by"],
+                undrain=args["undrain"],
             )
             return {**done, "changed": done["recorded"]}
         done = result.record(

@@ -12,7 +12,7 @@ description:
   - Writes C(result.json) on the host (0600) and in the run's report on the control node, the host's metrics for
     node_exporter's textfile collector (C(cuda13_metrics_textfile_dir)), and for a staged host C(staged.json).
   - With O(mode) C(interrupted) (after the command's Ctrl-C) - on a host whose lock that run still holds, records
-    where it was and releases the lock.
+    where it was and releases the lock; a host whose undrain hook ran has its drain cleared in C(step.json).
   - Sets the fact C(cuda13_result) (the record), which the failure budget and the run's last play read.
 options:
   options: {description: The validated options (C(cuda13_options))., type: dict, required: true}
@@ -20,6 +20,14 @@ options:
   mode: {description: How the run ends., type: str, choices: [upgrade, stage, interrupted], default: upgrade}
   records: {description: "The steps' records by step (host_state, preflight, snapshot, toolkit, wheels, sglang, baseline, switch, verify, batch_soak, rollback).", type: dict, default: {}}
   step: {description: With C(interrupted), the step the run was in., type: str, default: unknown}
+  by: {description: "With C(interrupted), what stopped the run: Ctrl-C, SIGTERM or SIGHUP (the record's error names it).", type: str, default: Ctrl-C}
+  undrain:
+    description: >-
+      With C(interrupted), what cuda13_step (interrupted_run) decided, its undrain hook run before (C(failed) - the
+      hook's error). After a hook that ran, C(step.json)'s C(drained_at) is cleared; a host left drained has the line
+      that says so in its record's error.
+    type: dict
+    default: {}
 attributes:
   check_mode: {support: full, description: Writes the control node's copy only.}
 author: cuda13-upgrade

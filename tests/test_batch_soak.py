@@ -94,8 +94,9 @@ def _served(at: float, ids: list[int] = REFERENCE) -> dict:
 
 
 def _script_result(doc: dict) -> dict:
-    """What ``register:`` holds for a script task that printed ``doc`` (over ssh -tt)."""
-    return {"rc": 0, "stdout": json.dumps(doc) + "\r\n", "stderr": "", "changed": False}
+    """What the steps pass on of the host module cuda13_kernel_log that found ``doc``: its
+    ``log`` record itself."""
+    return doc
 
 
 def test_a_host_that_answers_every_check_alike_is_healthy():
@@ -140,6 +141,30 @@ def test_a_main_process_systemd_restarted_between_checks_is_a_crash():
     judged = batch_soak.verdict(_record(_served(0), _served(5), after=restarted), reference_ids=[REFERENCE])
     assert judged["healthy"] is False and judged["outcome"] == "crash"
     assert "main process 4242 killed by SIGFPE (unit active/running, main PID now 5151)" in judged["reason"]
+
+
+def test_a_watch_that_started_after_the_server_died_names_its_last_pid_not_0():
+    # The undrain sent the host real traffic before the watch's first reading: the server had
+    # died of it already (issue 35, item 11: "the unit's main process 0").
+    dead = {
+        **UNIT,
+        "ActiveState": "failed",
+        "SubState": "failed",
+        "MainPID": "0",
+        "ExecMainPID": "4242",
+        "ExecMainCode": "2",
+        "ExecMainStatus": "8",
+    }
+    lost = {"at_s": 0.0, "outcome": "crash", "detail": "[Errno 111] Connection refused", "output_ids": []}
+    record = {**_record(lost, watched=0.1, after=dead), "unit_before": dead}
+    judged = batch_soak.verdict(record, reference_ids=[REFERENCE])
+    assert judged["outcome"] == "crash"
+    assert judged["reason"] == (
+        "degraded in service 0 s into the 10 s soak between batches (cuda13_soak_seconds): "
+        "check 1 at 0 s lost the server ([Errno 111] Connection refused); "
+        "the unit's main process 4242 had already ended when the soak started "
+        "(killed by SIGFPE; unit failed/failed, no main process)"
+    )
 
 
 def test_an_answer_unlike_the_gate_s_degrades_the_host():

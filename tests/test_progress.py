@@ -113,9 +113,12 @@ def test_plain_lines_say_when_each_step_starts_and_ends_with_its_duration():
         "gpu-node-03: not reached (1 kept, 1 rolled back, 0 failed, 0 running, 0 waiting, 1 not reached)"
         in lines
     )
-    batch_3 = lines[lines.index("batch 3 of 3 (1 kept, 1 rolled back, 0 failed, 0 running, 1 waiting)") :]
-    assert [line for line in batch_3 if line.startswith("gpu-node-03: ")] == [
-        "gpu-node-03: not reached (1 kept, 1 rolled back, 0 failed, 0 running, 0 waiting, 1 not reached)"
+    # The gate started no third batch: no "batch 3 of 3" line (issue 35, item 11 (b)).
+    assert not [line for line in lines if line.startswith("batch 3")], lines
+    assert [line for line in lines if line.startswith("gpu-node-03: ")] == [
+        "gpu-node-03: nvidia_driver_check started",
+        *[line for line in lines if line.startswith("gpu-node-03: nvidia_driver_check done in ")],
+        "gpu-node-03: not reached (1 kept, 1 rolled back, 0 failed, 0 running, 0 waiting, 1 not reached)",
     ]
     assert re.match(
         r"run finished after \d+ s: 1 kept, 1 rolled back, 0 failed, 0 running, 1 not reached", lines[-1]
@@ -324,3 +327,93 @@ def test_the_run_s_printed_batch_plan_counts_the_batches():
     view, lines = _plain([*EVENTS[:start], plan, *EVENTS[start:]], serial=None)
     assert view.batch_sizes == [2, 1]
     assert any(line.startswith("batch 1 of 2 (") for line in lines), lines
+
+
+def test_a_host_no_batch_took_is_not_reached_not_done():
+    """Issue 35, item 11 (b): the plays after the batched one (the report's, the failing of the
+    hosts rolled back) run on every host; a host no batch took is "not reached" in the closing line."""
+
+    def event(kind, second, **data):
+        return {"event": kind, "created": f"2026-12-02T10:00:{second:02d}.000000", "event_data": data}
+
+    def task(kind, host, second, name, play, facts=None):
+        return event(
+            kind, second, host=host, task=name, play_pattern=play, res={"ansible_facts": facts or {}}
+        )
+
+    upgrade = "Upgrade, verify, keep or roll back"
+    events = [
+        event("playbook_on_play_start", 0, play="Preflight (read-only)", play_pattern="blackwell"),
+        task("runner_on_ok", "gpu-node-01", 1, "Query the GPUs with nvidia-smi", "blackwell"),
+        task("runner_on_ok", "gpu-node-02", 1, "Query the GPUs with nvidia-smi", "blackwell"),
+        event("playbook_on_play_start", 2, play=upgrade, play_pattern="blackwell"),
+        task(
+            "runner_on_ok",
+            "gpu-node-01",
+            3,
+            "Record the host's result",
+            "blackwell",
+            {"cuda13_result": {"status": "kept"}},
+        ),
+        event(
+            "playbook_on_play_start",
+            4,
+            play="Fail the hosts that did not keep the upgrade",
+            play_pattern="blackwell",
+        ),
+        task("runner_on_start", "gpu-node-02", 5, "Fail each host that rolled back or failed", "blackwell"),
+        event(
+            "runner_on_skipped",
+            5,
+            host="gpu-node-02",
+            task="Fail each host that rolled back or failed",
+            play_pattern="blackwell",
+        ),
+        event("playbook_on_stats", 6, ok={"gpu-node-01": 2, "gpu-node-02": 1}, failures={}, dark={}),
+    ]
+    view, lines = _plain(events, serial=1)
+    assert view.views["gpu-node-02"].state == progress.NOT_REACHED
+    assert lines[-1] == "run finished after 6 s: 1 kept, 0 rolled back, 0 failed, 0 running, 1 not reached"
+
+
+def test_a_batch_the_gate_never_started_prints_no_batch_line():
+    """Issue 35, item 11 (b): the batch gate refuses the second batch (the failure budget);
+    "batch 2 of 2" is never said, and the header stays at the batch that ran."""
+
+    def event(kind, second, **data):
+        return {"event": kind, "created": f"2026-12-02T10:00:{second:02d}.000000", "event_data": data}
+
+    upgrade = "Upgrade, verify, keep or roll back"
+    gate = "Start the batch only within the failure budget and inside the window"
+    spent = {"said": "not reached", "reason": "failure budget spent", "hosts": ["gpu-node-02"]}
+
+    def gate_events(host, second, res):
+        common = {"host": host, "task": gate, "play_pattern": "blackwell", "task_action": "cuda13_fleet"}
+        return [
+            event("runner_on_start", second, **common),
+            event("runner_on_ok", second, **common, res=res),
+        ]
+
+    events = [
+        event("playbook_on_play_start", 0, play=upgrade, play_pattern="blackwell"),
+        *gate_events("gpu-node-01", 1, {"start": True, "not_started": None}),
+        event(
+            "runner_on_ok",
+            2,
+            host="gpu-node-01",
+            task="Record the host's result",
+            play_pattern="blackwell",
+            res={"ansible_facts": {"cuda13_result": {"status": "rolled_back"}}},
+        ),
+        event("playbook_on_play_start", 3, play=upgrade, play_pattern="blackwell"),
+        *gate_events("gpu-node-02", 4, {"start": False, "not_started": spent}),
+        event("playbook_on_stats", 5, ok={}, failures={}, dark={}),
+    ]
+    view, lines = _plain(events, serial=1)
+    batch_lines = [line for line in lines if line.startswith("batch ")]
+    assert [line.split(" (")[0] for line in batch_lines] == ["batch 1"], lines
+    assert view.batch == 1
+    assert (
+        "gpu-node-02: not reached (0 kept, 1 rolled back, 0 failed, 0 running, 0 waiting, 1 not reached)"
+        in lines
+    )

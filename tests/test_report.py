@@ -50,6 +50,9 @@ def _phase(trials: dict[str, list[float]], server_args: dict[str, list[str]]) ->
 
 ARGS = {"plain": [], "eagle3": ["--speculative-algorithm", "EAGLE3"]}
 
+#: Why a rollback after the switch restarted the service (cuda13_upgrade.steps.rollback.serving_touched).
+LEFT_OLD_STACK = "the step 'switch' began: the service left its old stack"
+
 
 def _result(host: str, **over: Any) -> dict[str, Any]:
     """A result.json of roles/upgrade_host/tasks/result.yml, defaults of a host that kept."""
@@ -105,9 +108,12 @@ def _result(host: str, **over: Any) -> dict[str, Any]:
             "checks": {},
             "confirmed": None,
             "alternatives_manual": [],
+            "service_restarted": None,
+            "serving_touched": None,
         },
         "steps": [],
         "out_of_service_s": None,
+        "out_of_service_since": None,
         "resolved_target": [],
         "staged_in": None,
         "apt": {"held": [], "holds_added": [], "source": None, "installed": []},
@@ -199,6 +205,8 @@ def rolled_back_regressed(host: str) -> dict[str, Any]:
             },
             "confirmed": True,
             "alternatives_manual": [],
+            "service_restarted": True,
+            "serving_touched": LEFT_OLD_STACK,
         },
         **_timed(
             [*KEPT_STEPS[:8], ("rollback", "12:45:00"), ("undrain", "12:55:00"), ("result", "12:55:30")],
@@ -229,6 +237,8 @@ def rolled_back_at_switch(host: str) -> dict[str, Any]:
             "checks": {},
             "confirmed": None,
             "alternatives_manual": [],
+            "service_restarted": True,
+            "serving_touched": LEFT_OLD_STACK,
         },
     )
 
@@ -337,6 +347,8 @@ def test_rows(run_dir):
         "seconds": None,
         "confirmed": None,
         "alternatives_manual": [],
+        "service_restarted": None,
+        "serving_touched": None,
     }
     assert k["stack_after"] == {
         "venv": "/opt/ml-env-cu130",
@@ -352,6 +364,8 @@ def test_rows(run_dir):
         "seconds": 41.27,
         "confirmed": True,
         "alternatives_manual": [],
+        "service_restarted": True,
+        "serving_touched": LEFT_OLD_STACK,
     }
 
     assert switch["profiles"]["plain"] == {
@@ -732,8 +746,8 @@ def _facts(**extra):
             "cuda": {"resolved": "/usr/local/cuda-12.8", "nvcc": {"version": "12.8.93"}},
             "sglang": {"describe": "v0.4.9"},
         },
-        "kept_digest": {"rc": 0, "stdout": '{"digest": "d1", "parts": {"driver": "x"}}\n'},
-        "after_probe": {"rc": 1, "stdout": '{"torch": {"version": "2.9.1+cu130", "cuda": "13.0"}}\n'},
+        "kept_digest": {"digest": "d1", "parts": {"driver": "x"}, "errors": {}},
+        "after_probe": {"torch": {"version": "2.9.1+cu130", "cuda": "13.0"}},
         "resolved_target": [{"name": "torch", "version": "2.9.1+cu130"}],
         "restarts": "3",
         **extra,
@@ -744,7 +758,7 @@ def test_a_kept_host_s_record_holds_the_new_stack_its_digest_and_its_time_out_of
     record = hostresult.host_result(_facts())
     assert record["status"] == "kept" and record["measured"] is True
     assert record["verified_in_run"] == "20261203T010000Z"
-    assert record["stack_digest"] == {"digest": "d1", "parts": {"driver": "x"}}
+    assert record["stack_digest"] == {"digest": "d1", "parts": {"driver": "x"}, "errors": {}}
     assert record["stack_before"] == {
         "venv": "/opt/ml-env",
         "cuda": "/usr/local/cuda-12.8",
@@ -752,7 +766,7 @@ def test_a_kept_host_s_record_holds_the_new_stack_its_digest_and_its_time_out_of
         "torch": "2.7.1+cu128",
         "sglang": "v0.4.9",
     }
-    # The probe's JSON counts even when it exited non-zero (it reports what it could not import).
+    # The probe's record counts also when it could not import everything (cuda13_stack_probe's probe).
     assert record["stack_after"] == {
         "venv": "/opt/ml-env-cu130",
         "torch": "2.9.1+cu130",
@@ -769,6 +783,8 @@ def test_a_kept_host_s_record_holds_the_new_stack_its_digest_and_its_time_out_of
         "checks": {},
         "confirmed": None,
         "alternatives_manual": [],
+        "service_restarted": None,
+        "serving_touched": None,
     }
 
 
@@ -790,6 +806,8 @@ def test_a_rolled_back_host_says_whether_the_old_stack_is_confirmed_and_why():
         "checks": checks,
         "confirmed": False,
         "alternatives_manual": [],
+        "service_restarted": None,
+        "serving_touched": None,
     }
     assert record["reason"] == "the new stack is slower"
     assert record["stack_digest"] is None

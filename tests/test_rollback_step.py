@@ -152,3 +152,122 @@ def test_an_old_stack_that_does_not_start_is_named_with_what_the_rollback_left(t
     assert "/etc/systemd/system/sglang.service.d/50-cuda13-upgrade.conf" in host.removed
     assert [s["step"] for s in out["run"]["steps"]] == ["switch", "rollback"]
     assert host.told[-1].startswith("failed at step 'switch': The new stack fails the gate")
+
+
+# --- a failure before the switch restores files and links only (issue 35, item 9) ------------------
+
+MANIFEST = {
+    "service": {"exec_start": OLD, "user": "root"},
+    "venv": {"path": "/opt/ml-env", "pip_freeze": ["torch==2.10.0"]},
+    "cuda": {"resolved": "/usr/local/cuda-12.8", "alternatives": {}},
+}
+
+
+class RestoringHost(Host):
+    """A host the rollback puts back: pip freeze, /usr/local/cuda and the unit match the snapshot."""
+
+    def _command(self, args: dict) -> dict:
+        self.commands.append(args["argv"])
+        argv = args["argv"]
+        if argv[1:4] == ["-m", "pip", "freeze"]:
+            return {"rc": 0, "stdout": "torch==2.10.0"}
+        if argv[:2] == ["readlink", "-f"]:
+            return {"rc": 0, "stdout": "/usr/local/cuda-12.8"}
+        if argv[:2] == ["systemctl", "cat"]:
+            return {"rc": 0, "stdout": f"# /etc/systemd/system/sglang.service\n[Service]\nExecStart={OLD}\n"}
+        return {"rc": 1, "stdout": "", "stderr": "not here"}
+
+
+def _failed_run(*steps: str) -> dict:
+    run = new_run(run_id="r1", host="gpu-node-01", target={}, state_dir="", serving="/opt/ml-env")
+    for step in steps:
+        run = begin_step(FakeHost(), run, step)
+    return {**run, "changed": True, "drained": "drain" in steps}
+
+
+WHEELS_REFUSED = (
+    "torch-2.10.0+cu130 holds a CUDA 12 object (libcudart.so.12): the new stack would not run on CUDA 13."
+)
+
+
+@pytest.mark.parametrize(
+    ("steps", "failed"),
+    [
+        (("snapshot", "toolkit"), {"msg": "apt-get install cuda-toolkit-13-0 failed"}),
+        (("snapshot", "toolkit", "wheels"), {"msg": WHEELS_REFUSED}),
+        (("snapshot", "toolkit", "wheels", "sglang_build"), {"msg": "the SGLang build failed"}),
+        (("snapshot", "toolkit", "wheels", "sglang_build", "drain"), {"msg": "the drain hook failed"}),
+        (
+            ("snapshot", "toolkit", "wheels", "sglang_build", "drain", "baseline"),
+            {"msg": "gpu-node-01: cannot measure the baseline phase: no profile", "restarts": 0},
+        ),
+    ],
+    ids=["toolkit", "wheels", "sglang", "drain", "baseline"],
+)
+def test_a_failure_before_the_switch_restores_files_without_restarting_the_service(tmp_path, steps, failed):
+    options = _rollback_options(tmp_path)
+    _snapshot(options, json.dumps(MANIFEST))
+    host = RestoringHost()
+    out = rollback.after_failure(
+        host, options, run=_failed_run(*steps), failed=failed, failed_task="the step", records={}
+    )
+    assert out["status"] == "rolled_back" and out["failed_step"] == steps[-1]
+    # The service that never left its stack is not restarted, nor measured again.
+    assert host.called("cuda13_service") == [] and not host.called("cuda13_bench")
+    assert out["service_restarted"] is False and out["serving_touched"] == "" and out["restarts"] == 0
+    # Its files and links are: the upgrade's drop-ins and the new stack's caches removed.
+    assert "/etc/systemd/system/sglang.service.d/50-cuda13-upgrade.conf" in host.removed
+    assert str(tmp_path / "cache" / "cu130") in host.removed
+    assert out["error"] == f"{failed['msg']} The server was not restarted: it never left the old stack."
+    assert host.told[-1] == (
+        f"rolled back at step '{steps[-1]}': {failed['msg']}"
+        " The server was not restarted: it never left the old stack."
+    )
+
+
+@pytest.mark.parametrize(
+    ("steps", "failed", "records", "why"),
+    [
+        (
+            ("snapshot", "toolkit", "wheels", "sglang_build", "drain", "baseline", "switch"),
+            {"msg": "the new stack did not start"},
+            {},
+            "the step 'switch' began: the service left its old stack",
+        ),
+        (
+            ("snapshot", "toolkit", "wheels", "sglang_build", "drain", "baseline", "switch", "verify"),
+            {"msg": "The new stack fails the gate: plain: slower"},
+            {},
+            "the step 'switch' began: the service left its old stack",
+        ),
+        (
+            ("snapshot", "toolkit", "wheels", "sglang_build", "drain", "baseline"),
+            {"msg": "gpu-node-01: the benchmark failed on every try", "restarts": 1},
+            {},
+            "the baseline restarted the service into a profile's arguments",
+        ),
+    ],
+    ids=["switch", "verify", "baseline-restarted"],
+)
+def test_a_failure_after_the_service_left_its_stack_restarts_it(tmp_path, steps, failed, records, why):
+    options = _rollback_options(tmp_path)
+    _snapshot(options, json.dumps(MANIFEST))
+    host = RestoringHost()
+    out = rollback.after_failure(
+        host, options, run=_failed_run(*steps), failed=failed, failed_task="the step", records=records
+    )
+    assert out["status"] == "rolled_back", out["error"]
+    assert len(host.called("cuda13_service")) == 1 and out["service_restarted"] is True
+    assert out["serving_touched"] == why and out["restarts"] == 1
+    assert out["error"] == failed["msg"] and "not restarted" not in host.told[-1]
+
+
+def test_an_upgrade_into_the_venv_the_service_runs_restarts_it(tmp_path):
+    options = {
+        **_rollback_options(tmp_path),
+        "cuda13_new_venv": "/opt/ml-env",
+        "cuda13_old_venv": "/opt/ml-env",
+    }
+    assert rollback.serving_touched(_failed_run("snapshot", "toolkit", "wheels"), {}, {}, options) == (
+        "the upgrade installed into the venv the service runs (/opt/ml-env)"
+    )

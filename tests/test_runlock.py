@@ -100,6 +100,7 @@ def test_a_run_that_stopped_at_the_switch_is_found_with_where_it_stopped():
         "started_at": "2026-12-01T10:41:07+00:00",
         "serving": "/opt/ml-env",
         "recorded": None,
+        "drained_at": None,
     }
 
 

@@ -79,6 +79,61 @@ def test_a_refused_connection_is_a_crash_and_a_restarted_unit_names_its_new_proc
     )
 
 
+# What systemctl show read when the server had died before the soak's first request (the
+# sandbox's crash_on_request reached by earlier traffic): MainPID 0, the last process kept in
+# ExecMainPID/ExecMainCode/ExecMainStatus (issue 35, item 11: "the unit's main process 0").
+DEAD_AT_START = {
+    "ActiveState": "failed",
+    "SubState": "failed",
+    "MainPID": "0",
+    "ExecMainPID": "4300",
+    "ExecMainCode": "3",
+    "ExecMainStatus": "8",
+}
+
+
+def test_a_soak_that_started_after_the_main_process_died_names_its_last_pid_not_0():
+    record = {
+        **_record(0, failures=[_fail(1, "crash", "[Errno 111] Connection refused")], after=DEAD_AT_START),
+        "unit_before": DEAD_AT_START,
+    }
+    judged = soak.judge(record, profile="plain")
+    assert judged["outcome"] == "crash"
+    assert judged["reason"] == (
+        "plain: the soak served 0 of 64 requests; request 1 lost the server ([Errno 111] Connection refused); "
+        "the unit's main process 4300 had already ended when the soak started "
+        "(dumped by SIGFPE; unit failed/failed, no main process)"
+    )
+    assert "main process 0" not in judged["reason"]
+
+
+def test_a_soak_that_started_without_a_main_process_says_so_where_systemd_kept_no_pid():
+    before = {k: v for k, v in DEAD_AT_START.items() if k != "ExecMainPID"}
+    restarted = {**ACTIVE, "MainPID": "4400", "ExecMainPID": "4400"}
+    gone = soak.process_gone(before, restarted)
+    # The new process's PID (after a restart by systemd) is not the one that ended.
+    assert gone == (
+        "the unit had no main process when the soak started "
+        "(dumped by SIGFPE; unit active/running, main PID now 4400)"
+    )
+    assert soak.process_gone({"ActiveState": "inactive", "MainPID": "0"}, {"ActiveState": "inactive"}) == (
+        "the unit had no main process when the soak started (unit inactive/?, no main process)"
+    )
+
+
+def test_the_host_script_reads_the_last_main_pid_systemd_keeps(tmp_path, monkeypatch):
+    from cuda13_upgrade.hostscripts import completion_bench
+
+    # systemctl show --property=... prints one Key=Value line per property asked for.
+    fake = tmp_path / "systemctl"
+    lines = "\\n".join(f"{k}={v}" for k, v in DEAD_AT_START.items())
+    fake.write_text(f"#!/bin/sh\nprintf '{lines}\\nNRestarts=0\\n'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{__import__('os').environ['PATH']}")
+    assert "ExecMainPID" in completion_bench._UNIT_PROPERTIES
+    assert completion_bench.unit_state("sglang.service") == {**DEAD_AT_START, "NRestarts": "0"}
+
+
 def test_a_record_short_of_its_count_without_failures_fails():
     assert not soak.judge(_record(10))["passed"]
 

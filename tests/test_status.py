@@ -240,3 +240,77 @@ def test_status_writes_nothing(inventory, reports):
     before = {p: p.stat().st_mtime for p in reports.rglob("*")}
     assert cli.main(["status", "-i", str(inventory), "--reports-dir", str(reports)]) == 0
     assert {p: p.stat().st_mtime for p in reports.rglob("*")} == before
+
+
+def _rollback_run(reports: Path, run_id: str, host: str, error: str, finished_at: str) -> None:
+    """A run of playbooks/rollback.yml that failed ``host`` without a result file (run.json's outcome)."""
+    run = reports / run_id
+    run.mkdir(parents=True, exist_ok=True)
+    failed = {
+        "status": "failed",
+        "failed_step": "upgrade_host",
+        "failed_task": "Drain the host",
+        "error": error,
+    }
+    record = {"command": "rollback", "check": False, "finished_at": finished_at, "outcomes": {host: failed}}
+    (run / "run.json").write_text(json.dumps(record))
+
+
+def test_a_refused_on_demand_rollback_leaves_the_kept_host_kept_with_a_note(inventory, reports, capsys):
+    from cuda13_upgrade import ondemand
+
+    # issue 35, item 11: the rollback refused before any change (no drain hook) made status show
+    # the kept, serving host as failed.
+    refusal = ondemand.drain_plan("rollback", HOSTS[0], "sglang.service", "", "")["refusal"]
+    assert "Nothing was changed." in refusal
+    _rollback_run(reports, "R", HOSTS[0], refusal, "2026-02-01T00:00:00+00:00")
+    state = fleetstate.host_states(reports, HOSTS[:1])[0]
+    assert (state["state"], state["decision"], state["run_id"]) == ("kept", "kept", "B")
+    assert state["note"] == (
+        f"an on-demand rollback was refused: {refusal} (run R, finished 2026-02-01T00:00:00+00:00)"
+    )
+    assert cli.main(["status", "-i", str(inventory), "--reports-dir", str(reports)]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "| 192.0.2.1 | kept; an on-demand rollback was refused (below) | B | 2026-01-11T10:00:00+00:00 |"
+        in out
+    )
+    assert (
+        f"Runs refused before any change (each host kept the state above):\n- 192.0.2.1: {state['note']}\n"
+        in out
+    )
+    assert out.rstrip().endswith(
+        "1 kept, 1 rolled back, 1 failed, 1 already kept, 1 staged, 1 interrupted, 1 unreachable, 2 never run"
+    )
+
+
+def test_a_rollback_that_failed_after_a_change_still_shows_failed_and_an_old_refusal_no_note(reports):
+    # The same refusal before the newest record says nothing any more.
+    _rollback_run(reports, "0", HOSTS[0], "x: ... Nothing was changed. ...", "2026-01-01T00:00:00+00:00")
+    assert fleetstate.host_states(reports, HOSTS[:1])[0]["note"] is None
+    # A rollback that failed part way changed the host: failed, as before.
+    said = "gpu: the restore failed at 'apt': E: Unable to locate package cuda-toolkit-12-8"
+    _rollback_run(reports, "R", HOSTS[0], said, "2026-02-01T00:00:00+00:00")
+    state = fleetstate.host_states(reports, HOSTS[:1])[0]
+    assert (state["state"], state["run_id"], state["note"]) == ("failed", "R", None)
+
+
+def test_a_lock_refusal_says_nothing_was_changed_and_counts_as_a_refusal(tmp_path):
+    from fakehost import FakeHost
+
+    from cuda13_upgrade.steps import lock
+    from cuda13_upgrade.steps.host import StepFailed
+
+    (tmp_path / "run.lock").mkdir()
+    (tmp_path / "run.lock" / "owner.json").write_text(
+        json.dumps({"run_id": "r1", "control_node": "cn", "pid": 7})
+    )
+    mine = lock.owner_record(run_id="r2", control_node="cn", pid=8, playbook="p", lease_hours=24)
+    with pytest.raises(StepFailed) as refused:
+        lock.acquire(FakeHost(), state_dir=str(tmp_path), owner=mine, pid_alive=lambda pid: True)
+    assert "is running. Nothing on the host was changed. Wait for it to finish." in refused.value.msg
+    note = fleetstate.refusal_of({"status": "failed", "error": refused.value.msg}, "rollback")
+    assert note == f"an on-demand rollback was refused: {refused.value.msg}"
+    assert (
+        fleetstate.refusal_of({"status": "unreachable", "error": "Nothing was changed."}, "rollback") is None
+    )

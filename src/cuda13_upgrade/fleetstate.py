@@ -8,7 +8,11 @@ directory (``<reports>/<run id>/<host>/result.json``, see
 :mod:`cuda13_upgrade.hostresult`), or, for a host that wrote no result in a run
 of ``rollout``, ``stage`` or ``rollback``, what that run's ``run.json`` says
 went wrong with it (failed, unreachable). A host found in none is "never run".
-Results of check-mode runs change nothing on a host and are not counted.
+Results of check-mode runs change nothing on a host and are not counted, nor is a
+failure whose message says that nothing on the host was changed (a refusal: an
+on-demand rollback without a drain hook, a lock held by another run, a preflight that
+failed): the host keeps the state of its newest record, with a note that the later run
+was refused (:func:`refusal_of`; issue 35, item 11).
 """
 
 from __future__ import annotations
@@ -40,6 +44,13 @@ CHANGING_COMMANDS = ("rollout", "stage", "rollback")
 
 #: run.json outcomes that say something about a host without a result file.
 _OUTCOMES = ("failed", "unreachable")
+
+#: How a failure's message says that the run changed nothing on the host (the project's own
+#: words: "Nothing was changed." in a drain refusal, "Nothing on the host was changed." elsewhere).
+UNCHANGED = ("nothing was changed", "nothing on the host was changed")
+
+#: How status names a refused run of each command.
+REFUSED_RUN = {"rollback": "an on-demand rollback", "rollout": "a rollout", "stage": "a stage run"}
 
 
 def inventory_hosts(inventory: str, pattern: str, limit: str | None = None) -> list[str]:
@@ -103,9 +114,29 @@ def state_of(result: dict[str, Any]) -> str:
     return STATE_OF_STATUS.get(status, status)
 
 
-def _records(run: Path, hosts: Iterable[str]) -> dict[str, tuple[float, dict[str, Any], str]]:
+def refusal_of(outcome: Any, command: Any) -> str | None:
+    """The note status shows for a run of ``command`` that refused a host before any change,
+    or None when ``outcome`` (the host's ``run.json`` outcome) is not such a refusal.
+
+    A refusal is a ``failed`` outcome whose message says that nothing on the host was changed
+    (:data:`UNCHANGED`): the host is as the run found it, so the run says nothing of its
+    state. E.g. ``"an on-demand rollback was refused: 192.0.2.2: rollback restarts
+    sglang.service on the old stack, and no drain hook ... Nothing was changed. ..."``."""
+    if not isinstance(outcome, dict) or outcome.get("status") != "failed":
+        return None
+    error = " ".join(str(outcome.get("error") or "").split())
+    if not any(words in error.lower() for words in UNCHANGED):
+        return None
+    return f"{REFUSED_RUN.get(str(command), f'a {command} run')} was refused: {error}"
+
+
+def _records(
+    run: Path, hosts: Iterable[str], refusals: dict[str, tuple[float, str]] | None = None
+) -> dict[str, tuple[float, dict[str, Any], str]]:
     """Per host with a record in this run directory: (time, record, source file).
 
+    ``refusals``, when given, receives per host that this run refused before any change
+    (:func:`refusal_of`) ``(time, note)``; such a host has no record here.
     Raises ``ValueError`` naming a result file that is not a JSON object."""
     found: dict[str, tuple[float, dict[str, Any], str]] = {}
     try:
@@ -139,6 +170,11 @@ def _records(run: Path, hosts: Iterable[str]) -> dict[str, tuple[float, dict[str
         outcome = outcomes.get(host)
         if counts and isinstance(outcome, dict) and outcome.get("status") in _OUTCOMES:
             when = _epoch(record.get("finished_at")) or (run / "run.json").stat().st_mtime
+            note = refusal_of(outcome, record.get("command"))
+            if note is not None:
+                if refusals is not None:
+                    refusals[host] = (when, note)
+                continue
             found[host] = (when, {**outcome, "host": host}, str(run / "run.json"))
     return found
 
@@ -154,21 +190,32 @@ def host_states(reports_dir: str | Path, hosts: list[str]) -> list[dict[str, Any
     directory's name; ``finished_at`` ISO 8601 (the record's own, else the file's
     modification time, UTC); ``source`` the file read. The newest record is
     the one with the latest time (the run id breaks ties). None for a host never
-    run. Raises ``ValueError`` naming a result file that is not JSON.
+    run. ``note``: a run newer than that record that refused the host before any change
+    (:func:`refusal_of`), ``"<note> (run R, finished F)"``, else None: the host keeps its state.
+    Raises ``ValueError`` naming a result file that is not JSON.
     """
     newest: dict[str, tuple[float, str, dict[str, Any], str]] = {}
+    refused: dict[str, tuple[float, str, str]] = {}
     root = Path(reports_dir)
     runs = sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
     for run in runs:
-        for host, (when, result, source) in _records(run, hosts).items():
+        refusals: dict[str, tuple[float, str]] = {}
+        for host, (when, result, source) in _records(run, hosts, refusals).items():
             if host not in newest or (when, run.name) > newest[host][:2]:
                 newest[host] = (when, run.name, result, source)
+        for host, (when, note) in refusals.items():
+            if host not in refused or (when, run.name) > refused[host][:2]:
+                refused[host] = (when, run.name, note)
     states = []
     for host in hosts:
+        note = None
+        if host in refused and (host not in newest or refused[host][:2] > newest[host][:2]):
+            when, run_id, text = refused[host]
+            note = f"{text} (run {run_id}, finished {_iso(when)})"
         if host not in newest:
             states.append(
                 {"host": host, "state": NEVER_RUN, "decision": NEVER_RUN, "run_id": None,
-                 "finished_at": None, "reason": None, "source": None}
+                 "finished_at": None, "reason": None, "source": None, "note": note}
             )  # fmt: skip
             continue
         when, run_id, result, source = newest[host]
@@ -182,6 +229,7 @@ def host_states(reports_dir: str | Path, hosts: list[str]) -> list[dict[str, Any
                 "finished_at": result.get("finished_at") or _iso(when),
                 "reason": row.get("reason"),
                 "source": source,
+                "note": note,
             }
         )
     return states
@@ -197,15 +245,24 @@ def counts_text(states: list[dict[str, Any]]) -> str:
 
 def render_text(states: list[dict[str, Any]], *, inventory: str, group: str, reports_dir: str | Path) -> str:
     """A Markdown table of :func:`host_states`, headed by the inventory, the
-    group and the reports directory, closed by :func:`counts_text`."""
+    group and the reports directory, closed by :func:`counts_text`. A host a later run
+    refused before any change keeps its state, e.g. ``"kept; an on-demand rollback was
+    refused (below)"``, and the refusal is listed under the table with its run and message."""
     lines = [
         f"cuda13-upgrade status: {len(states)} hosts of '{group}' in {inventory}, reports in {reports_dir}",
         "",
         "| host | state | run | finished |",
         "| --- | --- | --- | --- |",
     ]
+    notes = []
     for s in states:
-        cells = [s["host"], summary._cell(s["decision"]), s["run_id"] or "-", s["finished_at"] or "-"]
+        refused = s.get("note", "").split(": ", 1)[0] if s.get("note") else ""
+        decision = s["decision"] + (f"; {refused} (below)" if refused else "")
+        cells = [s["host"], summary._cell(decision), s["run_id"] or "-", s["finished_at"] or "-"]
         lines.append("| " + " | ".join(cells) + " |")
+        if s.get("note"):
+            notes.append(f"- {s['host']}: {s['note']}")
+    if notes:
+        lines += ["", "Runs refused before any change (each host kept the state above):", *notes]
     lines += ["", counts_text(states)]
     return "\n".join(lines) + "\n"

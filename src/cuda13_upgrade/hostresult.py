@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from cuda13_upgrade import effective, ondemand, scriptout, timeline, xid
+from cuda13_upgrade import effective, ondemand, timeline, xid
 
 #: The status of a host of the run without a result: the rollout stopped before its batch.
 NOT_REACHED = "not reached"
@@ -89,20 +89,11 @@ def load_run_record(run_dir: str | Path) -> dict[str, Any]:
     return record
 
 
-def _script_document(result: Any, *, succeeded: bool = True) -> dict[str, Any] | None:
-    """A host module's document (a dict, as the steps pass it), or the JSON a host script task
-    printed; None when there is none (skipped, no JSON; with ``succeeded``, also when the script
-    exited non-zero)."""
-    if isinstance(result, dict) and result and "stdout" not in result and not result.get("skipped"):
+def _module_document(result: Any) -> dict[str, Any] | None:
+    """A host module's document as the steps pass it (a non-empty dict, not skipped), else None."""
+    if isinstance(result, dict) and result and not result.get("skipped"):
         return result
-    if not isinstance(result, dict) or result.get("stdout") is None:
-        return None
-    if succeeded and result.get("rc", 1) != 0:
-        return None
-    try:
-        return scriptout.result_document(str(result["stdout"]))
-    except scriptout.NoResultError:
-        return None
+    return None
 
 
 def _torch_of(freeze: Any) -> str:
@@ -153,9 +144,11 @@ def host_result(facts: dict[str, Any]) -> dict[str, Any]:
     - ``host``, ``run_id``, ``status`` (kept, rolled_back, failed), ``check_mode``,
       ``measure`` (the gate measured this run), ``finished_at`` (ISO 8601);
     - ``rerun``: :func:`cuda13_upgrade.rerun.host_verdict`'s record; ``previous``:
-      the host's earlier result.json; ``stopped_run``: the stopped run resolved;
-    - ``kept_digest``, ``after_probe``: the results of ``hostscripts/stack_digest.py``
-      and ``hostscripts/stack_probe.py``;
+      the host's earlier result.json; ``stopped_run``: the stopped run resolved
+      (:func:`cuda13_upgrade.runlock.stopped_run`; its ``drained_at`` starts the time out of
+      service, ``out_of_service_since``);
+    - ``kept_digest``: ``{"digest", "parts", "errors"}`` (the host module cuda13_state_read's
+      digest); ``after_probe``: the host module cuda13_stack_probe's ``probe`` (``{"torch": ...}``);
     - ``failed_step``, ``failed_task``, ``error``, ``diagnosis``
       (:func:`cuda13_upgrade.diagnosis.diagnose` as a dict), ``target``,
       ``staged`` and ``staged_run_id``, ``resolved_target`` (``[{name, version}]``),
@@ -169,7 +162,9 @@ def host_result(facts: dict[str, Any]) -> dict[str, Any]:
       ``leftover_processes``, ``decisions``, ``speculative``, ``probe``,
       ``accept_length``, ``load``, ``soak``, ``reason``, ``rollback_seconds``, ``rollback_checks``,
       ``rollback_alternatives_manual`` (the alternatives groups the rollback left in
-      manual mode, :func:`cuda13_upgrade.ondemand.alternatives_restore`);
+      manual mode, :func:`cuda13_upgrade.ondemand.alternatives_restore`),
+      ``rollback_service_restarted``, ``rollback_serving_touched`` (the rescue's
+      ``service_restarted`` and ``serving_touched``, :func:`cuda13_upgrade.steps.rollback.rescue`);
     - ``kernel_log_mark``, ``kernel_log_read``: the results of
       ``hostscripts/kernel_log.py`` before the switch and before the decision
       (``kernel_log`` in the record, :func:`cuda13_upgrade.xid.kernel_log_verdict`;
@@ -186,15 +181,18 @@ def host_result(facts: dict[str, Any]) -> dict[str, Any]:
     rerun = facts.get("rerun") or {}
     previous = facts.get("previous") or {}
     already_kept = bool(rerun.get("already_kept"))
-    digest = _script_document(facts.get("kept_digest"))
+    digest = _module_document(facts.get("kept_digest"))
     if digest is None:
         digest = previous.get("stack_digest") if kept else None
     diagnosis = facts.get("diagnosis") or {}
     finished_at = str(facts.get("finished_at") or "")
     steps = timeline.step_durations(list(facts.get("steps") or []), finished_at)
+    # The earlier run this one resolves left the host drained: out of service since its drain.
+    stopped = facts.get("stopped_run") if isinstance(facts.get("stopped_run"), dict) else {}
+    drained_since = stopped.get("drained_at") or None
     snapshot = facts.get("snapshot") or {}
     cuda = snapshot.get("cuda") or {}
-    torch = ((_script_document(facts.get("after_probe"), succeeded=False) or {}).get("torch")) or {}
+    torch = ((_module_document(facts.get("after_probe")) or {}).get("torch")) or {}
     apt_changes = facts.get("apt_changes") or {}
     throughput = dict(facts.get("throughput") or {})
     baseline = (facts.get("baseline") or {}).get("profiles") or {}
@@ -239,9 +237,15 @@ def host_result(facts: dict[str, Any]) -> dict[str, Any]:
         "resolved_target": [f"{p['name']}=={p['version']}" for p in facts.get("resolved_target") or []],
         "started_at": facts.get("started_at"),
         "finished_at": finished_at,
-        # Every step's start and duration (s); the time out of service (s), drain to undrain.
+        # Every step's start and duration (s); the time out of service (s), drain to undrain,
+        # from the drain of the earlier run this one resolved when that run left the host drained.
         "steps": steps,
-        "out_of_service_s": timeline.out_of_service_s(steps) if measured or status == "rolled_back" else 0.0,
+        "out_of_service_s": (
+            timeline.out_of_service_s(steps, drained_since)
+            if measured or status == "rolled_back" or drained_since
+            else 0.0
+        ),
+        "out_of_service_since": drained_since,
         "stack_before": {
             "venv": (snapshot.get("venv") or {}).get("path"),
             "cuda": cuda.get("resolved"),
@@ -292,6 +296,12 @@ def host_result(facts: dict[str, Any]) -> dict[str, Any]:
             "checks": checks,
             "confirmed": (all(c.get("verdict") != "regressed" for c in checks.values()) if checks else None),
             "alternatives_manual": list(facts.get("rollback_alternatives_manual") or []),
+            # Whether the rollback restarted the service, and why it had to (the step that
+            # moved it off its old stack); "" and false: it restored files and links only, the
+            # server never having left the old stack (steps.rollback.serving_touched). None
+            # where no rescue recorded it.
+            "service_restarted": facts.get("rollback_service_restarted"),
+            "serving_touched": facts.get("rollback_serving_touched"),
         },
     }
     if already_kept:

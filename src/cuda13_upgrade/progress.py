@@ -48,6 +48,7 @@ import yaml
 from cuda13_upgrade import batches
 from cuda13_upgrade.errors import UsageError
 from cuda13_upgrade.hostresult import NOT_REACHED
+from cuda13_upgrade.redact import redact_text
 from cuda13_upgrade.steps.host import RUN_FACT, STEPS
 from cuda13_upgrade.summary import format_duration
 
@@ -316,8 +317,9 @@ class Progress:
             self._flush_host(host)
 
     def _print(self, line: str) -> None:
-        # Whole lines: the terminal wraps a long one; a remedy is never cut off.
-        print(line, file=self.stream, flush=True)
+        # Whole lines: the terminal wraps a long one; a remedy is never cut off. No secret
+        # (a unit's Environment=, an index URL's user:token@, --api-key) is printed.
+        print(redact_text(line), file=self.stream, flush=True)
 
 
 def _role(data: Mapping[str, Any]) -> str | None:
@@ -473,6 +475,8 @@ class RunProgress(Progress):
         self._play: str | None = None
         self._at: float | None = None  # the time of the event being handled
         self._batch_line = False  # a batch started: say so with its first host event
+        # The batch line held back until the batch gate (cuda13_fleet) starts the batch: (time, text).
+        self._gated_batch_line: tuple[float, str] | None = None
         self._play_starts: dict[str, int] = {}
         self._batch_pool: list[str] | None = None  # the hosts the batched play takes
         # Per host, a step action that started and has not been skipped: (step, start time, task).
@@ -548,7 +552,12 @@ class RunProgress(Progress):
             if self._batch_line and kind != "playbook_on_play_start":
                 self._batch_line = False  # once the batch's hosts are known
                 if not self.live:
-                    self._line(at, f"{self.batch_text()} ({self.counts_text()})")
+                    text = f"{self.batch_text()} ({self.counts_text()})"
+                    if _action_of(data) == "cuda13_fleet":
+                        # The batch gate may start no batch (budget, window): said once it does.
+                        self._gated_batch_line = (at, text)
+                    else:
+                        self._line(at, text)
             if kind == "verbose":
                 for line in str(event.get("stdout") or "").splitlines():
                     found = trial_of_line(line)
@@ -597,7 +606,9 @@ class RunProgress(Progress):
         view = self.views.get(host)
         if view is None:
             view = self.views[host] = HostView(host=host)
-        if view.state == "waiting":
+        if view.state == "waiting" and (not self.batch or self._batched(self._play or "")):
+            # After the batched play, a play on every host (the report's, the failing of hosts
+            # rolled back) starts no host: one no batch took stays waiting, then not reached.
             view.state = "running"
             view.batch = self.batch or None
         res = data.get("res") if isinstance(data.get("res"), Mapping) else {}
@@ -629,6 +640,13 @@ class RunProgress(Progress):
         if kind == "runner_on_start":
             view.task = task or view.task
         gate = res.get("not_started") if action == "cuda13_fleet" else None
+        if kind in ("runner_on_ok", "runner_on_failed") and action == "cuda13_fleet":
+            held, self._gated_batch_line = self._gated_batch_line, None
+            if isinstance(gate, Mapping) or kind == "runner_on_failed":
+                self.batch = max(0, self.batch - 1)  # this batch never started
+                self._play_starts[self._play or ""] = self.batch
+            elif held is not None:
+                self._line(held[0], held[1])
         if kind == "runner_on_ok" and isinstance(gate, Mapping):
             # The batch gate (failure budget, window) starts neither this batch nor any later one.
             for name in gate.get("hosts") or []:
@@ -748,11 +766,16 @@ class RunProgress(Progress):
 
     def counts_text(self) -> str:
         """``"1 kept, 0 rolled back, 0 failed, 1 running, 2 waiting"`` (not reached
-        and unreachable only when there are some)."""
+        and unreachable only when there are some). "kept" and "rolled back" are the
+        rollout's words: shown at 0 only in a run with batches (rollout, stage) or
+        beside the other's count; a preflight or a plan says ``"3 done, 0 failed"``."""
         counts = self.counts()
+        always = ("failed", "running", "waiting")
+        if self.batch or self._batch_pool is not None or counts.get("kept") or counts.get("rolled_back"):
+            always = ("kept", "rolled_back", *always)
         parts = []
         for state, text in STATE_TEXT.items():
-            if counts.get(state) or state in ("kept", "rolled_back", "failed", "running", "waiting"):
+            if counts.get(state) or state in always:
                 if state == "waiting" and self.finished:
                     continue
                 parts.append(f"{counts.get(state, 0)} {text}")
@@ -852,6 +875,7 @@ class RunProgress(Progress):
         self._steps.pop(host, None)
 
     def _print(self, line: str) -> None:
+        line = redact_text(line)
         if self.live:
             if self._console is not None:
                 self._console.print(line, markup=False, highlight=False, soft_wrap=True)
@@ -862,7 +886,7 @@ class RunProgress(Progress):
         print(f"{_stamp(at)} {line}", file=self.stream, flush=True)
 
     def _line(self, at: float, text: str) -> None:
-        print(f"{_stamp(at)} {text}", file=self.stream, flush=True)
+        print(f"{_stamp(at)} {redact_text(text)}", file=self.stream, flush=True)
 
 
 def _action_of(data: Mapping[str, Any]) -> str:

@@ -139,11 +139,12 @@ def stopped_run(
     stays at the step it was in. That run, when it is not this one, is the
     one to resolve.
 
-    Returns ``{"run_id", "step", "started_at", "serving", "recorded"}``:
+    Returns ``{"run_id", "step", "started_at", "serving", "recorded", "drained_at"}``:
     ``serving`` the venv the service pointed at when that step began,
     ``recorded`` the status that run itself recorded in ``result.json``
     (``"interrupted"`` after Ctrl-C of the ``cuda13-upgrade`` command) or
-    None.
+    None, ``drained_at`` when that run's drain began if it left the host drained
+    (step.json's, :func:`cuda13_upgrade.steps.host.drained_at`), else None.
     """
     record = step_record or {}
     earlier = record.get("run_id")
@@ -156,4 +157,5 @@ def stopped_run(
         "started_at": record.get("started_at"),
         "serving": record.get("serving"),
         "recorded": result.get("status") if result.get("run_id") == earlier else None,
+        "drained_at": record.get("drained_at") or None,
     }

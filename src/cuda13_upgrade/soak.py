@@ -31,28 +31,53 @@ def _signal_name(number: str) -> str:
         return f"signal {number}"
 
 
+def _end(state: Mapping[str, Any]) -> str:
+    """How the main process of a ``systemctl show`` reading ended (its ExecMainCode and
+    ExecMainStatus), or ``""`` when the reading does not say (code 0: it had not ended)."""
+    code = str(state.get("ExecMainCode") or "")
+    status = str(state.get("ExecMainStatus") or "")
+    how = _CLD_CODES.get(code)
+    if how in ("killed", "dumped"):
+        return f"{how} by {_signal_name(status)}"
+    if how == "exited":
+        return f"exited with status {status}"
+    return ""
+
+
 def process_gone(before: Mapping[str, Any], after: Mapping[str, Any]) -> str | None:
     """What systemd says of the unit's main process after a failed request, when it is not
     the one that served before: ``None`` while the same process still runs (or either state
-    is unknown)."""
+    is unknown).
+
+    ``before``: the unit read when the soak started (the PID it watched, ``MainPID``);
+    ``after``: read after the failure. systemd reports ``MainPID=0`` for a unit whose main
+    process has exited, and keeps the last one's PID and end in ``ExecMainPID``,
+    ``ExecMainCode`` and ``ExecMainStatus`` (org.freedesktop.systemd1(5): "information of
+    the last run of the process"). A unit that had no main process when the soak started
+    (the server ended before it, e.g. at the first request that reached it after the undrain)
+    is said so, with the last main process's PID where the reading has it, e.g. ``"the
+    unit's main process 4300 had already ended when the soak started (dumped by SIGFPE;
+    unit failed/failed, no main process)"``; never as "main process 0" (issue 35, item 11).
+    """
     if not before or not after:
         return None
     pid_before, pid_after = str(before.get("MainPID") or ""), str(after.get("MainPID") or "")
     active = after.get("ActiveState") == "active"
     if pid_before and pid_before != "0" and pid_before == pid_after and active:
         return None
-    code = str(after.get("ExecMainCode") or "")
-    status = str(after.get("ExecMainStatus") or "")
-    how = _CLD_CODES.get(code)
-    if how in ("killed", "dumped"):
-        end = f"{how} by {_signal_name(status)}"
-    elif how == "exited":
-        end = f"exited with status {status}"
-    else:
-        end = "gone"
-    state = f"{after.get('ActiveState') or '?'}/{after.get('SubState') or '?'}"
+    state = f"unit {after.get('ActiveState') or '?'}/{after.get('SubState') or '?'}"
     now = f"main PID now {pid_after}" if pid_after not in ("", "0") else "no main process"
-    return f"the unit's main process {pid_before or '?'} {end} (unit {state}, {now})"
+    if pid_before in ("", "0"):
+        # Nothing ran when the soak started: the end in the reading at the start is the last
+        # main process's (after's, when the start's reading does not say and none runs since).
+        ended = after if pid_after in ("", "0") else {}
+        end = _end(before) or _end(ended)
+        last = str(before.get("ExecMainPID") or ended.get("ExecMainPID") or "")
+        said = "; ".join(part for part in (end, f"{state}, {now}") if part)
+        if last not in ("", "0"):
+            return f"the unit's main process {last} had already ended when the soak started ({said})"
+        return f"the unit had no main process when the soak started ({said})"
+    return f"the unit's main process {pid_before} {_end(after) or 'gone'} ({state}, {now})"
 
 
 def _failure_text(failure: Mapping[str, Any], deadline_s: float, gone: str | None) -> str:

@@ -28,10 +28,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from cuda13_upgrade import ondemand, timeline
+from cuda13_upgrade import ondemand, reportfiles, timeline
 from cuda13_upgrade import soak as soak_module
 from cuda13_upgrade.chart import plain_median, render_chart
 from cuda13_upgrade.hostresult import NOT_REACHED, STATUS_TEXT, load_results, load_run_record
+from cuda13_upgrade.redact import redact
 
 #: Result phases of ``result.json``'s ``throughput``: the old stack before the
 #: switch, the new stack after it, the old stack again after a rollback.
@@ -162,9 +163,11 @@ def summary_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
          "failed_step", "failed_task", "reason",
          "diagnosis": {"kind", "cause", "remedy", ...} | None,
          "rollback": {"performed": bool, "seconds": float | None, "confirmed": bool | None,
-                      "alternatives_manual": [{"group", "selected", "auto_would_select"}]},
+                      "alternatives_manual": [{"group", "selected", "auto_would_select"}],
+                      "service_restarted": bool | None, "serving_touched": str | None},
          "started_at", "finished_at", "duration_s": float | None,
          "steps": {step: seconds}, "out_of_service_s": float | None,
+         "out_of_service_since": ISO 8601 | None (an earlier run left the host drained),
          "resolved_target": ["name==version", ...], "staged_in": run id | None,
          "kernel_log": result.json's kernel_log | None,
          "effective": {profile: result.json's effective[profile]} (profiles read on
@@ -210,12 +213,15 @@ def summary_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     for g in rollback.get("alternatives_manual") or []
                     if isinstance(g, dict) and g.get("group")
                 ],
+                "service_restarted": rollback.get("service_restarted"),
+                "serving_touched": rollback.get("serving_touched"),
             },
             "started_at": r.get("started_at"),
             "finished_at": r.get("finished_at"),
             "duration_s": _duration_s(r.get("started_at"), r.get("finished_at")),
             "steps": _steps(r.get("steps")),
             "out_of_service_s": _number(r.get("out_of_service_s")),
+            "out_of_service_since": r.get("out_of_service_since"),
             "resolved_target": [str(p) for p in (r.get("resolved_target") or [])],
             "staged_in": r.get("staged_in"),
             "not_started": r.get("not_started"),
@@ -352,6 +358,9 @@ def _rollback_cell(row: dict[str, Any]) -> str:
     text = "yes"
     if rollback["seconds"] is not None:
         text += f", {rollback['seconds']:.1f} s"
+    if rollback.get("service_restarted") is False and not rollback.get("serving_touched"):
+        # A failure before the switch: files and links restored only (steps.rollback.NOT_RESTARTED).
+        text += ", server not restarted: it never left the old stack"
     if rollback["confirmed"] is True:
         text += ", old throughput confirmed"
     elif rollback["confirmed"] is False:
@@ -645,8 +654,9 @@ def _resolved_lines(rows: list[dict[str, Any]]) -> list[str]:
 
 def _durations_table(rows: list[dict[str, Any]]) -> list[str]:
     """The "Step durations" section: per host each step's duration, the time
-    out of service and the total; a last row with the sums over all hosts.
-    Empty when no host recorded steps."""
+    out of service and the total; a last row with the sums over all hosts; under it, each
+    host whose time out of service began in the earlier run it resolved (that run left it
+    drained, ``out_of_service_since``). Empty when no host recorded steps."""
     timed = [row for row in rows if row.get("steps")]
     if not timed:
         return []
@@ -683,7 +693,16 @@ def _durations_table(rows: list[dict[str, Any]]) -> list[str]:
     label = f"all {len(timed)} hosts" if len(timed) > 1 else "total"
     sums = [format_duration(totals.get(name)) for name in [*steps, "out of service", "total"]]
     lines.append("| " + " | ".join([f"**{label}**", *sums]) + " |")
-    return lines
+    notes = []
+    for row in timed:
+        recovered = row.get("recovered") or {}
+        if row.get("out_of_service_since"):
+            notes.append(
+                f"- {row['host']}: out of service since {row['out_of_service_since']}, the drain of run "
+                f"{recovered.get('run_id') or '?'}, which stopped at step {recovered.get('step') or '?'} "
+                "and left the host drained"
+            )
+    return lines + (["", *notes] if notes else [])
 
 
 def run_hosts(run_dir: str | Path) -> list[str]:
@@ -760,10 +779,10 @@ def fleet_summary(
     if hosts is None:
         hosts = run_hosts(run)
     outcomes = load_run_record(run).get("outcomes") or {}
-    run.mkdir(parents=True, exist_ok=True)
+    reportfiles.private_dir(run)
     not_started_path = run / "not_started.json"
     if not_started:
-        not_started_path.write_text(json.dumps(not_started, indent=2) + "\n", encoding="utf-8")
+        reportfiles.write_text(not_started_path, json.dumps(redact(not_started), indent=2) + "\n")
     elif not_started is None and not_started_path.is_file():
         try:
             not_started = json.loads(not_started_path.read_text(encoding="utf-8"))
@@ -787,17 +806,17 @@ def fleet_summary(
         results.append(result)
     results = apply_not_started(results, not_started)
     rows = summary_rows(results)
-    markdown = render_markdown(run.name, rows)
+    markdown = redact(render_markdown(run.name, rows))
     md_path, json_path, png_path = run / "summary.md", run / "summary.json", run / "summary.png"
-    summary_json = json.dumps({"run_id": run.name, "rows": rows}, indent=2) + "\n"
+    summary_json = redact(json.dumps({"run_id": run.name, "rows": rows}, indent=2) + "\n")
     # The chart shows the rows and nothing else: drawn again only when they changed (the
     # summary is written after each batch, again by the report play and by the command).
     try:
         chart_current = png_path.is_file() and json_path.read_text(encoding="utf-8") == summary_json
     except OSError:
         chart_current = False
-    md_path.write_text(markdown, encoding="utf-8")
-    json_path.write_text(summary_json, encoding="utf-8")
+    reportfiles.write_text(md_path, markdown)
+    reportfiles.write_text(json_path, summary_json)
     summary: dict[str, Any] = {
         "run_id": run.name,
         "rows": rows,
@@ -819,6 +838,7 @@ def fleet_summary(
         if not chart_current:
             title = f"Trials per host, profile and stack, run {run.name}"
             render_chart(rows, png_path, title=title)
+            os.chmod(png_path, reportfiles.FILE_MODE)
         summary["files"]["chart"] = str(png_path)
     except ImportError as exc:  # the report must not fail an upgrade for want of a chart
         summary["chart_error"] = f"no chart: {exc}"

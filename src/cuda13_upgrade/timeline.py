@@ -12,13 +12,16 @@ A step lasts until the next one starts; the last until the result is written.
 Time out of service: from the start of ``drain`` (the worker leaves the
 router, or, without drain hooks, the first restart of the service for the
 baseline follows) to the end of ``undrain`` (without hooks: to the end of
-the last step before the result, the decision or the rollback's check).
+the last step before the result, the decision or the rollback's check). A run that
+resolves an earlier run which left the host drained (cut off between its drain and its
+undrain: interrupted, killed, its host lost) counts from that earlier drain: the host was
+out of service all along (``drained_since``, :func:`out_of_service_s`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 #: Steps after which the host may be out of service, until :data:`SERVICE_BACK`.
@@ -89,7 +92,7 @@ def step_durations(records: Sequence[Mapping[str, Any]], finished_at: str) -> li
     return [{k: v for k, v in step.items() if k != "_started"} for step in steps]
 
 
-def out_of_service_s(steps: Sequence[Mapping[str, Any]]) -> float | None:
+def out_of_service_s(steps: Sequence[Mapping[str, Any]], drained_since: Any = None) -> float | None:
     """Seconds the host was out of service: from the start of ``drain`` to the
     end of ``undrain``, or, when no undrain ran, to the start of ``result``
     (or the end of the last step). A host the soak between batches rolled back
@@ -97,8 +100,31 @@ def out_of_service_s(steps: Sequence[Mapping[str, Any]]) -> float | None:
     again for its rollback: from the start of ``rollback`` to the end of the
     undrain after it (or, without one, to the start of ``result``), added.
     ``steps`` as :func:`step_durations` returns them. None when the host never
-    reached ``drain``."""
+    reached ``drain``.
+
+    ``drained_since``: when the host was already out of service as this run began (ISO
+    8601: the drain of an earlier run that stopped before its undrain,
+    :func:`cuda13_upgrade.runlock.stopped_run`'s ``drained_at``), else None. The first period
+    then starts there: to this run's own drain's start, the time between is added; a run
+    that never reached its own drain was out of service from then until the start of
+    ``result`` (or the end of the last step). Raises ``ValueError`` for a time that is not
+    ISO 8601."""
     names = [str(step.get("step")) for step in steps]
+    since = _time(drained_since, "drained_since") if drained_since else None
+    if since is not None and steps:
+        begun = names.index(OUT_OF_SERVICE_FROM) if OUT_OF_SERVICE_FROM in names else None
+        if begun is None:
+            last = names.index(RESULT_STEP) if RESULT_STEP in names else None
+            if last is not None:
+                until = _time(steps[last].get("started_at"), f"step {RESULT_STEP!r} started_at")
+            else:
+                until = _time(steps[-1].get("started_at"), "started_at") + timedelta(
+                    seconds=float(steps[-1].get("duration_s") or 0.0)
+                )
+            return round(max(0.0, (until - since).total_seconds()), 1)
+        own = out_of_service_s(steps)
+        drained = _time(steps[begun].get("started_at"), f"step {OUT_OF_SERVICE_FROM!r} started_at")
+        return round((own or 0.0) + max(0.0, (drained - since).total_seconds()), 1)
     if OUT_OF_SERVICE_FROM not in names:
         return None
 

@@ -71,7 +71,8 @@ def acquire(
         if not break_lock and not verdict["dead"]:
             raise StepFailed(
                 f"Another cuda13-upgrade run holds the lock {lock_dir} on {host.name}: {verdict['reason']}."
-                " Wait for it to finish. If that run is dead, run again with -e cuda13_break_lock=true,"
+                " Nothing on the host was changed. Wait for it to finish."
+                " If that run is dead, run again with -e cuda13_break_lock=true,"
                 f" or remove the directory on the host. Holder: {json.dumps(holder, sort_keys=True)}.",
                 {"held": False, "holder": holder, "verdict": verdict},
             )

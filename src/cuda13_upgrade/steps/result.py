@@ -136,6 +136,8 @@ def facts(
         "rollback_seconds": rescue.get("seconds"),
         "rollback_alternatives_manual": rescue.get("alternatives_manual") or [],
         "rollback_checks": rescue.get("checks") or {},
+        "rollback_service_restarted": rescue.get("service_restarted"),
+        "rollback_serving_touched": rescue.get("serving_touched"),
     }
 
 
@@ -248,14 +250,35 @@ def interrupted(
     run_id: str,
     step: str,
     write_report: Callable[[dict], None] | None = None,
+    by: str = "Ctrl-C",
+    undrain: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """After an interrupted run (the command's Ctrl-C handling, ``playbooks/interrupted.yml``): on a
+    """After an interrupted run (the command's handling of Ctrl-C, SIGTERM and SIGHUP, ``by``
+    naming which: "Ctrl-C", "SIGTERM", "SIGHUP"; ``playbooks/interrupted.yml``): on a
     host whose lock the run ``run_id`` still holds, record where it was (status ``interrupted``, the
-    step) unless that run recorded its own result, and release the lock. Nothing else changes: a host
-    interrupted after the switch serves the new stack unverified until the next run measures it.
+    step) unless that run recorded its own result, and release the lock. A host interrupted after
+    the switch serves the new stack unverified until the next run measures it.
 
-    Returns ``{"held": bool, "recorded": bool, "result": record or None}``.
+    ``undrain``: :func:`cuda13_upgrade.steps.drain.after_interrupt`'s record, its undrain hook run
+    before this step (``failed``: the hook's error, "" when it ran). After a hook that ran,
+    ``step.json``'s ``drained_at`` is cleared (:func:`cuda13_upgrade.steps.drain.forget_drain`); a
+    host left drained has the line that says so (``left_drained``) in its result's ``error``.
+
+    Returns ``{"held": bool, "recorded": bool, "result": record or None, "undrained": bool,
+    "left_drained": the line or ""}``.
     """
+    from cuda13_upgrade.steps import drain
+
+    undrain = dict(undrain or {})
+    note = str(undrain.get("left_drained") or "")
+    if undrain.get("hook") and undrain.get("failed"):
+        note = (
+            f"{host.name}: left drained: its undrain hook {undrain['hook']} failed"
+            f" ({undrain['failed']}); undrain it after checking: the undrain hook {undrain['hook']}"
+            f" (cuda13_undrain_tasks) for {host.name}, or run the same command again, which undrains"
+            " the host once its server serves."
+        )
+        host.tell(note.removeprefix(f"{host.name}: "))
     state_dir = options["cuda13_state_dir"]
     owner_path, result_path = f"{state_dir}/run.lock/owner.json", f"{state_dir}/result.json"
     found = host.module("cuda13_record", {"read": [owner_path, result_path]}, check_mode=False)["read"]
@@ -279,8 +302,9 @@ def interrupted(
                 "status": "interrupted",
                 "failed_step": step,
                 "error": (
-                    f"The run was interrupted (Ctrl-C) during step '{step}'. Run the same command again to"
+                    f"The run was interrupted ({by}) during step '{step}'. Run the same command again to"
                     " continue the upgrade, or playbooks/rollback.yml to put the old stack back."
+                    + (f" {_sentence(note.removeprefix(host.name + ': '))}" if note else "")
                 ),
                 "finished_at": now_iso(),
             }
@@ -291,6 +315,20 @@ def interrupted(
         if write_report is not None:
             write_report(result)
         recorded = True
+    undrained = bool(held and undrain.get("hook") and not undrain.get("failed")) and drain.forget_drain(
+        host, options
+    )
     if held:
         host.module("cuda13_record", {"absent": [f"{state_dir}/run.lock"]})
-    return {"held": held, "recorded": recorded, "result": result}
+    return {
+        "held": held,
+        "recorded": recorded,
+        "result": result,
+        "undrained": undrained,
+        "left_drained": note,
+    }
+
+
+def _sentence(text: str) -> str:
+    """``text`` with its first letter upper case (the rest as it is)."""
+    return text[:1].upper() + text[1:]

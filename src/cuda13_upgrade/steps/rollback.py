@@ -38,6 +38,58 @@ from cuda13_upgrade.steps.verify import read_kernel_log
 #: The steps before the switch: a failure there leaves the old stack serving and the new one unused.
 BEFORE_SWITCH = ("snapshot", "artifact_cache", "toolkit", "wheels", "sglang_build", "drain", "baseline")
 
+#: The steps from which on the service runs something else than its old stack (the switch
+#: drop-in, the new stack measured, the kept host watched): a failure there restarts it.
+SERVING_STEPS = ("switch", "verify", "batch_soak")
+
+#: What the rollback's record and line say when it restored files and links only.
+NOT_RESTARTED = "The server was not restarted: it never left the old stack."
+
+
+def serving_touched(
+    run: Mapping[str, Any],
+    failed: Mapping[str, Any],
+    records: Mapping[str, Any],
+    options: Mapping[str, Any],
+) -> str:
+    """Why the rollback must restart the service, or ``""`` when the running server never left
+    its old stack (then the rollback restores files and links only).
+
+    Decided from the host's run record (``run["steps"]``), the failed task's result
+    (``failed``: a failed step's record, e.g. the baseline's ``restarts`` and ``dropin_changed``)
+    and the steps' records so far (``records["baseline"]``). The service was touched when:
+
+    * a step of :data:`SERVING_STEPS` began (the switch drop-in points it at the new stack,
+      or the new stack was measured or watched);
+    * the baseline restarted it or changed its drop-in (the old stack measured in a profile's
+      arguments, ``60-cuda13-profile.conf``);
+    * the wheels or the SGLang build installed into the venv it runs (``cuda13_new_venv`` equal to
+      ``cuda13_old_venv``).
+
+    The toolkit step leaves ``/usr/local/cuda`` where it was (it pins the CUDA alternatives
+    groups and fails when a pin moved); a link it moved is put back by the rollback before any
+    start, and the running server loaded its libraries at its own start, from the old target.
+    Source of the rule: issue 35, item 9 (a failure before the switch changes nothing on the
+    serving side).
+    """
+    steps = [str(s.get("step")) for s in run.get("steps") or [] if isinstance(s, Mapping)]
+    begun = [s for s in SERVING_STEPS if s in steps]
+    if begun:
+        return f"the step '{begun[0]}' began: the service left its old stack"
+    baseline = records.get("baseline") or {}
+    failed_step = str(run.get("failed_step") or current_step(run, ""))
+    baseline_restarts = int(baseline.get("restarts") or 0)
+    if failed_step == "baseline":
+        baseline_restarts += int(failed.get("restarts") or 0)
+    if baseline_restarts or (failed_step == "baseline" and failed.get("dropin_changed")):
+        return "the baseline restarted the service into a profile's arguments"
+    same_venv = options.get("cuda13_new_venv") and options.get("cuda13_new_venv") == options.get(
+        "cuda13_old_venv"
+    )
+    if same_venv and any(s in steps for s in ("wheels", "sglang_build")):
+        return f"the upgrade installed into the venv the service runs ({options['cuda13_old_venv']})"
+    return ""
+
 
 def _truncate(text: str, width: int) -> str:
     if len(text) <= width:
@@ -225,11 +277,14 @@ def restore(
     *,
     profile_args: list[str] | None = None,
     revert_apt: Callable[[Host, Mapping[str, Any]], Any] | None = None,
+    restart: bool = True,
 ) -> dict[str, Any]:
     """Put the host back on its snapshot's stack (``rollback_snapshot_file``).
 
     ``profile_args``: the arguments the old stack starts with (the re-check's first profile).
     ``revert_apt``: undoes the toolkit step's apt changes (:func:`cuda13_upgrade.steps.toolkit.revert`).
+    ``restart``: False restores files and links only and leaves the running service alone (a
+    failure before the switch, :func:`serving_touched`): ``served`` is then ``{}``.
     Returns ``{"seconds": until the old stack generated again, "alternatives_manual": [groups left
     in manual mode], "served", "removed": [paths], "restarts", "leftovers", "manifest"}``. Raises
     StepFailed with ``record["where"]``, the part that failed (``Read the pre-upgrade snapshot``,
@@ -256,17 +311,21 @@ def restore(
     if options.get("rollback_clear_dirs"):
         with _part("Clear the new stack's caches"):
             host.module("cuda13_record", {"absent": list(options["rollback_clear_dirs"])})
-    with _part("Start the old stack with the first profile's arguments"):
-        served = serve(
-            host,
-            **serve_options(options, "rollback"),
-            exec_start=manifest["service"]["exec_start"],
-            args=args,
-            check=False,
-            what="the old stack, after the rollback",
-            about="the first profile the rollback's re-check measures on the old stack",
-            service_user=(manifest.get("service") or {}).get("user") or "",
-        )
+    served: dict[str, Any] = {}
+    if not restart:
+        args = []
+    if restart:
+        with _part("Start the old stack with the first profile's arguments"):
+            served = serve(
+                host,
+                **serve_options(options, "rollback"),
+                exec_start=manifest["service"]["exec_start"],
+                args=args,
+                check=False,
+                what="the old stack, after the rollback",
+                about="the first profile the rollback's re-check measures on the old stack",
+                service_user=(manifest.get("service") or {}).get("user") or "",
+            )
     seconds = round(time.time() - started, 2)
     if not host.check_mode:
         with _part("Check the restored stack against the snapshot"):
@@ -332,7 +391,11 @@ def after_failure(
 
     Returns ``{"status": "rolled_back" | "failed", "failed_step", "failed_task", "error", "diagnosis",
     "no_space", "kernel_log_read", "seconds", "alternatives_manual", "checks": {profile: decision},
-    "measured": the re-check's phase record or None, "space_freed", "restarts", "leftovers", "run"}``.
+    "measured": the re-check's phase record or None, "space_freed", "restarts", "leftovers",
+    "service_restarted": bool, "serving_touched": why the service had to restart (:func:`serving_touched`),
+    "" when it never left its old stack, "run"}``. A rollback of a host whose service never left its
+    old stack restores files and links only (no restart, no re-check) and its error and line end
+    with :data:`NOT_RESTARTED`.
     Never raises for a failed rollback: it is recorded (status ``failed``) with what it left.
     """
     step = str(run.get("failed_step") or current_step(run))
@@ -357,6 +420,8 @@ def after_failure(
         "space_freed": None,
         "restarts": 0,
         "leftovers": [],
+        "service_restarted": False,
+        "serving_touched": "",
     }
     if switch.get("kernel_log_mark") and out["kernel_log_read"] is None and not host.check_mode:
         out["kernel_log_read"] = read_kernel_log(host, options, switch)
@@ -396,11 +461,13 @@ def after_failure(
     if no_space and step in BEFORE_SWITCH and not host.check_mode:
         freed_note()
     updated = dict(run)
+    touched = serving_touched(run, failed, records, options) if changed else ""
+    out["serving_touched"] = touched
     if changed and not host.check_mode:
         updated = begin_step(host, run, "rollback")
         recheck = (
             plan.get("rollback")
-            if options.get("cuda13_rollback_verify") and baseline.get("profiles")
+            if touched and options.get("cuda13_rollback_verify") and baseline.get("profiles")
             else None
         )
         try:
@@ -409,8 +476,10 @@ def after_failure(
                 options,
                 profile_args=list((recheck or {}).get("entry_args") or []),
                 revert_apt=revert_apt,
+                restart=bool(touched),
             )
             updated["serving"] = options["cuda13_old_venv"]
+            out["service_restarted"] = bool(restored["served"].get("restarted"))
             out.update(
                 seconds=restored["seconds"],
                 alternatives_manual=restored["alternatives_manual"],
@@ -450,6 +519,8 @@ def after_failure(
                         max_trials=1,
                     ).to_dict()
             out["status"] = "rolled_back"
+            if not touched:
+                out["error"] += f" {NOT_RESTARTED}"
             if no_space and out["space_freed"] is None:
                 freed_note()
         except (StepFailed, ModuleFailed) as exc:
