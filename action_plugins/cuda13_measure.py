@@ -53,6 +53,7 @@ class ActionModule(StepAction):
             run_id=args["run_id"],
             prompts=prompt_set(task_vars),
             on_trial=trial_line(host, args["phase"]),
+            **measure.role_inputs(options),
         )
         for name, result in record["results"].items():
             summary = result["summary"]

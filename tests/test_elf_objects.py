@@ -406,13 +406,11 @@ def test_the_mirrors_mixed_kernel_installs_and_the_check_refuses_its_cuda_12_obj
     # refuse it by that object, although every label says cu130.
     from sandbox_mirror import testkit
 
-    from cuda13_upgrade import scriptout
-
     python = testkit.make_venv(tmp_path / "venv")
     testkit.install_stack(python, mirror_url, "cu130", kernel_index="sgl-whl/cu130-mixed")
     env = testkit.clean_env(CUDA_HOME=str(toolkits["13.0"]), SANDBOX_LD_SO_CONF_D=str(no_ld_conf))
     out = testkit.run([str(python), stack_probe.__file__, "torch", "sgl_kernel", "flashinfer"], env).stdout
-    probe = scriptout.result_document(out)
+    probe = json.loads(out.strip().splitlines()[-1])
     assert probe["dists"]["sgl-kernel"] == "0.3.21+cu130"
     assert probe["imports"] == {"torch": None, "sgl_kernel": None, "flashinfer": None}
     # The stand-in's placeholders are not ELF; the real object is read, and

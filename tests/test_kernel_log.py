@@ -35,8 +35,9 @@ def _run(*args: str) -> dict:
 
 
 def _script_result(doc: dict) -> dict:
-    """What ``register:`` holds for a script task that printed ``doc``."""
-    return {"rc": 0, "stdout": json.dumps(doc) + "\r\n", "stderr": "", "changed": False}
+    """What the steps pass on of the host module cuda13_kernel_log that found ``doc``: its
+    ``log`` record itself (cuda13_upgrade.steps.switch, cuda13_upgrade.steps.verify)."""
+    return doc
 
 
 def _dmesg_like(tmp_path: Path) -> tuple[Path, Path]:

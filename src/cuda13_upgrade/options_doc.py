@@ -52,8 +52,7 @@ __all__ = [
 ]
 
 #: The roles whose ``main`` options the action ``cuda13_options`` checks
-#: (:data:`cuda13_upgrade.steps.options.ROLES`; nvidia_driver_check's
-#: ``nvidia_driver_check_validate_roles``, and nvidia_driver_check itself).
+#: (:data:`cuda13_upgrade.steps.options.ROLES`, always all of them).
 ROLES = (
     "cuda13",
     "stack_snapshot",
@@ -139,7 +138,9 @@ PLAY_OPTION_DOCS: dict[str, dict[str, Any]] = {
     "cuda13_target_hosts": {
         "default": "blackwell",
         "description": "The inventory group (or host pattern) the playbooks upgrade; the inventory must "
-        "name hosts in it.",
+        "name hosts in it. Read by the plays' hosts: (playbooks/*.yml), which Ansible templates "
+        "before any host's variables exist: give it with -e cuda13_target_hosts=GROUP (a value in "
+        "group_vars or host_vars is not read there), or name the group blackwell.",
     },
 }
 
@@ -197,6 +198,7 @@ TUNE: tuple[str, ...] = (
     "cuda13_router_url",
     "cuda13_drain_wait_seconds",
     "cuda13_allow_undrained",
+    "cuda13_extra_vars_allowed",
     "cuda13_reverify",
     "cuda13_rollback_verify",
     "cuda13_baseline_max_age_hours",
@@ -250,7 +252,9 @@ TIERS: tuple[tuple[str, str, str], ...] = (
         "must",
         "Must set for a fleet",
         "What your hosts are: the defaults are a guess at one typical host. Set these in the "
-        "inventory's `group_vars/<group>/`.",
+        "inventory's `group_vars/<group>/`, except `cuda13_target_hosts`: the plays read it in "
+        "their `hosts:` before any host's variables exist, so it comes from `-e` (or the group "
+        "is named `blackwell`).",
     ),
     (
         "tune",

@@ -41,8 +41,6 @@ import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
-from cuda13_upgrade import scriptout
-
 __all__ = [
     "CATALOG",
     "GATE_ACTIONS",
@@ -253,17 +251,11 @@ def xid_verdict(lines: Iterable[str] | str, since: str | None = None) -> dict[st
 
 
 def _document(result: object) -> dict[str, object] | None:
-    """A host script's JSON: the parsed dict, or a registered task result's last JSON line."""
+    """The host module cuda13_kernel_log's ``log`` record (``{"cursor", "last_line", "error"}``
+    from a mark, ``{"lines", "since", "marker_found", "error"}`` from a read), or None."""
     if not isinstance(result, dict):
         return None
-    if "stdout" not in result:
-        return result if ("error" in result or "lines" in result) else None
-    if result.get("rc", 1) != 0:
-        return None
-    try:
-        return scriptout.result_document(str(result.get("stdout") or ""))
-    except scriptout.NoResultError:
-        return None
+    return result if ("error" in result or "lines" in result) else None
 
 
 def _why(result: object, what: str) -> str:
@@ -277,8 +269,9 @@ def kernel_log_verdict(mark: object, read: object) -> dict[str, object]:
     """The kernel log's part of the gate, from ``hostscripts/kernel_log.py``'s two runs.
 
     Args:
-        mark: the ``mark`` run before the switch (its registered task result, or its JSON).
-        read: the ``read`` run between the switch and the decision (same forms).
+        mark: the ``mark`` run before the switch (cuda13_kernel_log's ``log``; None or
+            ``{"skipped": True}`` when it was not taken, a module's failed result when it failed).
+        read: the ``read`` run between the switch and the decision (the same forms).
 
     Returns:
         ``{"read": bool, "xid": [event dicts, oldest first], "gated": bool,
