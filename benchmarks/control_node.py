@@ -158,6 +158,10 @@ def measure(
         "ANSIBLE_CONFIG": str(checkout / "ansible.cfg"),
         "PYTHONPATH": str(checkout / "src"),
         "CUDA13_RUN_ID": run_id,
+        # A reports directory of its own per run: the breaker across runs counts the
+        # rollbacks under it (the checkout's holds earlier runs, and the regression
+        # scenario rolls back on purpose).
+        "CUDA13_REPORTS_DIR": str(LOGS / "reports" / run_id),
     }
     if mitogen is not None:
         env["ANSIBLE_STRATEGY_PLUGINS"] = str(mitogen / "ansible_mitogen" / "plugins" / "strategy")
@@ -183,7 +187,7 @@ def measure(
         sys.exit(
             f"{label}: no recap row for {HOST} (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-2000:]}"
         )
-    result = checkout / "reports" / run_id / HOST / "result.json"
+    result = LOGS / "reports" / run_id / run_id / HOST / "result.json"
     try:
         status = json.loads(result.read_text())["status"]
     except (OSError, ValueError, KeyError):
