@@ -19,6 +19,8 @@ import pytest
 import yaml
 from playbook import REPO, run_playbook
 
+from cuda13_upgrade import varnames
+
 #: The real action, its run_step writing (args, the options it would read) to STEP_RECORD.
 RECORDING_ACTION = """
 import importlib.util, json, os
@@ -142,18 +144,7 @@ OPERATOR_INPUTS = {
     "cuda13_interrupted_steps",
     "cuda13_interrupted_by",
 }
-PREFIXES = (
-    "cuda13_",
-    "cuda_toolkit_",
-    "cu130_wheels_",
-    "sglang_build_",
-    "verify_throughput_",
-    "nvidia_driver_check_",
-    "stack_snapshot_",
-    "stack_switch_",
-    "rollback_",
-    "artifact_cache_",
-)
+PREFIXES = varnames.PREFIXES
 
 
 def _names_set() -> set[str]:
