@@ -48,13 +48,21 @@ def test_the_key_is_read_from_a_server_s_argv(argv, key):
 
 
 def test_the_key_is_read_from_the_command_line_of_a_running_process():
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "--api-key", KEY])
+    # The child prints once its interpreter runs: its /proc/<pid>/cmdline is then the
+    # server-like argv (on a loaded machine it may still be the parent's before that).
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)", "--api-key", KEY],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
+        assert proc.stdout.readline() == "up\n"
         assert server_auth.api_key_of_pids([proc.pid]) == KEY
         assert server_auth.api_key_of_pids([999_999_999, proc.pid]) == KEY  # a gone pid is skipped
     finally:
         proc.kill()
         proc.wait()
+        proc.stdout.close()
 
 
 def test_no_unit_no_key():
