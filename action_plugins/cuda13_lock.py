@@ -19,6 +19,11 @@ class ActionModule(StepAction):
         "lock": {"type": "dict", "default": {}},
     }
 
+    def when_lost(self, host, lost, args, task_vars):
+        # Lost before its lock was taken, or before it was released: the lock stays as it is
+        # (a lease the next run takes over), and the role's steps leave the host alone.
+        return {"acquired": False, "released": False, "lost": True}
+
     def run_step(self, host, args, task_vars):
         if args["state"] == "released":
             return lock.release(host, state_dir=args["state_dir"], lock=args["lock"])

@@ -19,6 +19,22 @@ class ActionModule(StepAction):
         "undrain": {"type": "dict", "default": {}},
     }
 
+    def when_lost(self, host, lost, args, task_vars):
+        if args["mode"] == "interrupted":
+            return None
+        # The record of a host Ansible lost, on the control node only (steps/lost.py).
+        path = reportfiles.run_dir(args["options"], args["run_id"]) / host.name / "result.json"
+        done = result.record_lost(
+            host.name,
+            args["options"],
+            self.run_state,
+            args["records"],
+            lost,
+            check_mode=host.check_mode,
+            write_report=lambda record: reportfiles.write_json(path, record),
+        )
+        return {"result": done, "changed": False, "ansible_facts": {"cuda13_result": done}}
+
     def run_step(self, host, args, task_vars):
         options = args["options"]
         path = reportfiles.run_dir(options, args["run_id"]) / host.name / "result.json"

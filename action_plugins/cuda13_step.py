@@ -15,6 +15,10 @@ class ActionModule(StepAction):
         "interrupted_run": {"type": "str", "default": ""},
     }
 
+    def when_lost(self, host, lost, args, task_vars):
+        # No hook for a lost host: it stays as it is, drained or serving (steps/lost.py).
+        return {"hook": "", "lost": True}
+
     def run_step(self, host, args, task_vars):
         if args["interrupted_run"]:
             # playbooks/interrupted.yml: the interrupted run's drained host, its undrain decided.

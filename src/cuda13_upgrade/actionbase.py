@@ -25,9 +25,11 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from ansible.errors import AnsibleConnectionFailure
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
+from cuda13_upgrade.steps import lost as lost_host
 from cuda13_upgrade.steps.host import RUN_FACT, ModuleFailed, StepFailed, begin_step
 
 display = Display()
@@ -126,6 +128,35 @@ class StepAction(ActionBase):
         """The step itself: returns its record (raise StepFailed to fail the task)."""
         raise NotImplementedError
 
+    #: Whether the step needs the host: a step that does not runs as usual once Ansible lost it.
+    NEEDS_HOST = True
+
+    def when_lost(
+        self, host: HostSession, lost: dict[str, Any], args: dict[str, Any], task_vars: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """The step's record for a host Ansible lost (:mod:`cuda13_upgrade.steps.lost`), made
+        without touching it; None (the default) fails the task with the loss, so that the
+        block's ``rescue`` takes over."""
+        return None
+
+    def _lost(
+        self, result: dict[str, Any], host: HostSession, lost: dict[str, Any], args: dict[str, Any], task_vars
+    ) -> dict[str, Any]:
+        record = self.when_lost(host, lost, args, task_vars)
+        facts = {lost_host.LOST_FACT: lost}
+        if self.run_state:
+            facts[RUN_FACT] = self.run_state
+        if record is None:
+            # The failed task's facts are not applied: the rescue reads the loss from its result.
+            result.update(failed=True, changed=False, msg=lost_host.message(host.name, lost))
+            result[lost_host.LOST_FACT] = lost
+        else:
+            result.update(record)
+            result.setdefault("changed", False)
+            facts = {**(record.get("ansible_facts") or {}), **facts}
+        result["ansible_facts"] = facts
+        return result
+
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         task_vars = task_vars or {}
         result = super().run(tmp, task_vars)
@@ -134,14 +165,30 @@ class StepAction(ActionBase):
         host = HostSession(self, task_vars)
         #: The host's run record (the fact cuda13_host_run), with this step begun (STEP).
         self.run_state = run_record(task_vars)
-        if self.STEP and self.run_state:
-            self.run_state = begin_step(
-                host, self.run_state, self.STEP, record_on_host=not self.run_state.get("already_kept")
-            )
-            if self.CHANGES_HOST and not host.check_mode:
-                self.run_state["changed"] = True
+        recording = bool(task_vars.get(lost_host.RECORD_VAR))
+        lost = lost_host.found(task_vars, args) if recording else None
+        if lost is not None and self.NEEDS_HOST:
+            return self._lost(result, host, lost, args, task_vars)
         try:
+            if self.STEP and self.run_state:
+                self.run_state = begin_step(
+                    host, self.run_state, self.STEP, record_on_host=not self.run_state.get("already_kept")
+                )
+                if self.CHANGES_HOST and not host.check_mode:
+                    self.run_state["changed"] = True
             record = self.run_step(host, args, task_vars)
+        except AnsibleConnectionFailure as exc:
+            if not recording:
+                raise
+            steps = self.run_state.get("steps") or []
+            step = (
+                (steps[-1]["step"] if steps else None)
+                or self.STEP
+                or self._task.action.split(".")[-1].removeprefix("cuda13_")
+            )
+            return self._lost(
+                result, host, lost_host.lost_record(step, self._task.get_name(), str(exc)), args, task_vars
+            )
         except StepFailed as exc:
             result.update(exc.record)
             result.update(failed=True, msg=exc.msg, changed=bool(exc.record.get("changed", host.changed)))
@@ -155,7 +202,11 @@ class StepAction(ActionBase):
         finally:
             tmpdir = getattr(self._connection._shell, "tmpdir", None)
             if tmpdir:
-                self._remove_tmp_path(tmpdir)
+                try:
+                    self._remove_tmp_path(tmpdir)
+                except AnsibleConnectionFailure:
+                    if not recording:
+                        raise
         result.update(record)
         result.setdefault("changed", host.changed)
         if self.run_state:

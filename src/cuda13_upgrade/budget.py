@@ -18,7 +18,8 @@ Exact rules:
   (``"10%"`` of 8 hosts is 0: a percentage never allows more than it says).
   Default 0: the first failed or rolled-back host stops the rollout.
 - A host counts against it when its ``cuda13_result.status`` is
-  ``rolled_back`` or ``failed``, or when it has no ``cuda13_result`` and
+  ``rolled_back``, ``failed`` or ``unreachable`` (Ansible lost it part way:
+  :mod:`cuda13_upgrade.steps.lost`), or when it has no ``cuda13_result`` and
   Ansible removed it from the play (``ansible_play_hosts`` no longer holds it:
   unreachable, or failed before its result was written).
 - Only hosts of earlier batches count: the hosts before the first host of the
@@ -40,7 +41,7 @@ __all__ = ["COUNTED", "DEFAULT", "allowed", "decide", "failed_hosts"]
 DEFAULT = 0
 
 #: The ``cuda13_result`` statuses that count against the budget.
-COUNTED = ("rolled_back", "failed")
+COUNTED = ("rolled_back", "failed", "unreachable")
 
 _OPTION = "cuda13_max_failed_hosts"
 _BUDGET_RE = re.compile(r"^(?:0|[1-9]\d*)$|^(?:\d|[1-9]\d|100)%$")
@@ -95,7 +96,7 @@ def failed_hosts(
 
     Returns:
         ``[(host, why)]`` in play order, ``why`` the status (``"rolled_back"``,
-        ``"failed"``) or ``"failed without a result"``.
+        ``"failed"``, ``"unreachable"``) or ``"failed without a result"``.
     """
     hosts = list(hosts)
     earlier = hosts[: hosts.index(batch[0])] if batch and batch[0] in hosts else hosts

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from cuda13_upgrade import hostresult, metrics
+from cuda13_upgrade.steps import lost as lost_host
 from cuda13_upgrade.steps.host import Host, begin_step, json_text, now_iso
 from cuda13_upgrade.steps.host_state import resolved_pins
 
@@ -139,6 +140,35 @@ def facts(
         "rollback_service_restarted": rescue.get("service_restarted"),
         "rollback_serving_touched": rescue.get("serving_touched"),
     }
+
+
+def record_lost(
+    host: str,
+    options: Mapping[str, Any],
+    run: Mapping[str, Any],
+    records: Mapping[str, Any],
+    lost: Mapping[str, Any],
+    *,
+    check_mode: bool,
+    write_report: Callable[[dict], None] | None = None,
+) -> dict[str, Any]:
+    """The result of a host Ansible lost (:mod:`cuda13_upgrade.steps.lost`): status
+    ``unreachable`` at the step it was in, built without reaching the host and written on the
+    control node only (``write_report``). Returns the record."""
+    built = facts(
+        host,
+        options,
+        run,
+        records,
+        status="unreachable",
+        check_mode=check_mode,
+        kept_digest=None,
+        after_probe=None,
+    )
+    result = hostresult.host_result(lost_host.result_facts(built, lost, run))
+    if write_report is not None:
+        write_report(result)
+    return result
 
 
 def record(

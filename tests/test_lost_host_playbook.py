@@ -1,0 +1,207 @@
+"""A batch whose every host Ansible lost, as playbooks/upgrade.yml runs it, on local hosts.
+
+Ansible ends the playbook after a batch whose every host it counts as failed or
+unreachable (``PlaybookExecutor.run``), the report play and the later batches with it.
+The upgrade play records a host whose connection fails instead
+(``__cuda13_record_lost``, cuda13_upgrade.steps.lost): here the canary, gpu-node-01,
+answers no ssh (127.0.0.1 port 1: ``Connection refused``, nothing leaves this machine)
+from its first step on, the lock. The test play takes the upgrade play's own ``serial``,
+``vars`` and ``pre_tasks``; the role is a stand-in made of the real steps a lost host
+meets (cuda13_lock, a step of the block, the rescue's cuda13_rollback, cuda13_result and
+the lock's release), the other hosts kept by a stand-in for the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import yaml
+from playbook import fleet_group, run_playbook
+
+REPO = Path(__file__).resolve().parents[1]
+LOST = "gpu-node-01"
+
+
+def _plays() -> list[dict]:
+    return yaml.safe_load((REPO / "playbooks" / "upgrade.yml").read_text())
+
+
+def _stand_in(state_dir: Path, reports: Path) -> list[dict]:
+    options = {"cuda13_reports_dir": str(reports), "cuda13_state_dir": str(state_dir)}
+    return [
+        {
+            "name": "Record the batch",
+            "ansible.builtin.debug": {"msg": "BATCH {{ ansible_play_batch | to_json }}"},
+        },
+        {
+            "name": "Take the host's upgrade lock",
+            "cuda13_lock": {
+                "state": "acquired",
+                "state_dir": str(state_dir) + "/{{ inventory_hostname }}",
+                "run_id": "{{ cuda13_run_id }}",
+            },
+            "register": "__cuda13_lock",
+        },
+        {
+            "name": "Upgrade the host",
+            "block": [
+                {
+                    "name": "Snapshot the running stack",
+                    "cuda13_snapshot": {"options": options, "run_id": "{{ cuda13_run_id }}"},
+                    "register": "__cuda13_snapshot",
+                    "when": f"inventory_hostname == '{LOST}'",
+                },
+                {"name": "Keep the host", "ansible.builtin.set_fact": {"cuda13_result": {"status": "kept"}}},
+            ],
+            "rescue": [
+                {
+                    "name": "Roll the host back",
+                    "cuda13_rollback": {
+                        "options": options,
+                        "run_id": "{{ cuda13_run_id }}",
+                        "failed": "{{ ansible_failed_result }}",
+                    },
+                    "register": "__cuda13_rollback",
+                }
+            ],
+            "always": [
+                {
+                    "name": "Record the host's result",
+                    "cuda13_result": {
+                        "options": options,
+                        "run_id": "{{ cuda13_run_id }}",
+                        "records": {"rollback": "{{ __cuda13_rollback | default({}) }}"},
+                    },
+                    "when": f"inventory_hostname == '{LOST}'",
+                },
+                {
+                    "name": "Release the lock",
+                    "cuda13_lock": {
+                        "state": "released",
+                        "state_dir": str(state_dir) + "/{{ inventory_hostname }}",
+                        "run_id": "{{ cuda13_run_id }}",
+                        "lock": "{{ __cuda13_lock }}",
+                    },
+                },
+            ],
+        },
+    ]
+
+
+def _run(tmp_path: Path, *extra: str, budget: int = 1):
+    hosts = {f"gpu-node-{i:02d}": {"ansible_connection": "local"} for i in range(2, 5)}
+    hosts[LOST] = {"ansible_connection": "ssh", "ansible_host": "127.0.0.1", "ansible_port": 1}
+    inventory = tmp_path / "inventory"
+    inventory.mkdir()
+    (inventory / "hosts.yml").write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "hosts": {"localhost": {"ansible_connection": "local"}},
+                    "children": {
+                        "blackwell": fleet_group(dict(sorted(hosts.items())), cuda13_max_failed_hosts=budget)
+                    },
+                }
+            }
+        )
+    )
+    upgrade = next(p for p in _plays() if p.get("name") == "Upgrade, verify, keep or roll back")
+    reports = tmp_path / "reports"
+    book = tmp_path / "playbooks" / "book.yml"
+    book.parent.mkdir()
+    (tmp_path / "playbooks" / "start.yml").symlink_to(REPO / "playbooks" / "start.yml")
+    book.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "name": "Start the run",
+                    "ansible.builtin.import_playbook": "start.yml",
+                    "vars": {"start_batch_plan": True},
+                },
+                {
+                    "name": "Upgrade, verify, keep or roll back",
+                    "hosts": "blackwell",
+                    "gather_facts": False,
+                    "serial": upgrade["serial"],
+                    "max_fail_percentage": upgrade["max_fail_percentage"],
+                    "vars": upgrade["vars"],
+                    "pre_tasks": upgrade["pre_tasks"],
+                    "tasks": _stand_in(tmp_path / "state", reports),
+                },
+                {
+                    "name": "After the rollout",
+                    "hosts": "localhost",
+                    "gather_facts": False,
+                    "tasks": [
+                        {
+                            "name": "Keep what was not started",
+                            "ansible.builtin.copy": {
+                                "content": "{{ cuda13_not_started | default({}) | to_json }}",
+                                "dest": str(tmp_path / "not_started.json"),
+                                "mode": "0644",
+                            },
+                        }
+                    ],
+                },
+                {**_plays()[-1], "hosts": "blackwell"},
+            ],
+            sort_keys=False,
+        )
+    )
+    done = run_playbook(
+        book,
+        "-e",
+        '{"cuda13_run_id": "20261206T010000Z"}',
+        *extra,
+        inventory=inventory,
+        timeout=180,
+        env={"CUDA13_REPORTS_DIR": str(reports)},
+    )
+    out = " ".join((done.stdout + done.stderr).split())
+    played = [json.loads(m) for m in re.findall(r"BATCH (\[.*?\])", out)]
+    after = tmp_path / "not_started.json"
+    result = reports / "20261206T010000Z" / LOST / "result.json"
+    return (
+        out,
+        played,
+        json.loads(after.read_text()) if after.exists() else None,
+        json.loads(result.read_text()) if result.exists() else None,
+    )
+
+
+def test_a_lost_canary_is_recorded_and_the_budget_lets_the_next_batches_start(tmp_path):
+    out, played, not_started, result = _run(tmp_path, budget=1)
+    assert played[0] == [LOST], out
+    assert sorted(h for batch in played[1:] for h in batch) == ["gpu-node-02", "gpu-node-03", "gpu-node-04"]
+    assert not_started == {}
+    assert result["status"] == "unreachable" and result["failed_step"] == "lock"
+    assert result["failed_task"] == "Take the host's upgrade lock"
+    assert "ssh: connect to host 127.0.0.1 port 1: Connection refused" in result["error"]
+    assert result["error"].startswith(
+        f"{LOST}: Ansible lost the host at step lock (Take the host's upgrade lock): Data could not be sent "
+        'to remote host "127.0.0.1". Make sure this host can be reached over ssh: ssh: connect to host '
+        "127.0.0.1 port 1: Connection refused. Nothing more is done on it in this run: no rollback, "
+        "no undrain, no lock was taken."
+    )
+    # The last play fails it, with the result's message.
+    assert f"{LOST}: unreachable at step 'lock': {LOST}: Ansible lost the host at step lock" in out
+
+
+def test_a_lost_canary_spends_a_budget_of_0_and_the_run_reports_the_hosts_not_started(tmp_path):
+    out, played, not_started, result = _run(tmp_path, budget=0)
+    assert played == [[LOST]], out
+    assert result["status"] == "unreachable"
+    assert (
+        not_started["reason"] == f"failure budget spent (hosts {LOST} unreachable; cuda13_max_failed_hosts 0)"
+    )
+    assert not_started["hosts"] == ["gpu-node-02", "gpu-node-03", "gpu-node-04"]
+
+
+def test_without_the_recording_ansible_ends_the_playbook_after_the_lost_batch(tmp_path):
+    # Ansible's own behaviour, which the recording exists for: the plays after are not run.
+    out, played, not_started, result = _run(tmp_path, "-e", '{"__cuda13_record_lost": false}', budget=1)
+    assert played == [[LOST]], out
+    assert not_started is None and result is None
+    assert "UNREACHABLE" in out
