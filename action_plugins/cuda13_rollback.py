@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from cuda13_upgrade import ondemand, reportfiles
 from cuda13_upgrade.actionbase import StepAction, prompt_set
-from cuda13_upgrade.steps import lost as lost_host
 from cuda13_upgrade.steps import rollback
 from cuda13_upgrade.steps.host import failed_in, json_text, now_iso
+from cuda13_upgrade.steps.lost import rescue_record
 
 
 def _revert_apt(host, options):
@@ -37,7 +37,7 @@ class ActionModule(StepAction):
         if args["state"] != "after_failure":
             return None
         # The rescue of a host Ansible lost: nothing is rolled back (steps/lost.py).
-        return lost_host.rescue_record(host.name, lost)
+        return rescue_record(host.name, lost)
 
     def run_step(self, host, args, task_vars):
         options = self.step_options(args["options"], task_vars)
