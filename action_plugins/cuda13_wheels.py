@@ -17,6 +17,7 @@ class ActionModule(StepAction):
         "find_links": {"type": "str", "default": ""},
         "compute_capabilities": {"type": "list", "elements": "str", "default": []},
         "driver_version": {"type": "str", "default": ""},
+        "gpus": {"type": "list", "elements": "dict", "default": []},
         "staged": {"type": "bool", "default": False},
     }
 
@@ -25,6 +26,7 @@ class ActionModule(StepAction):
         gpus = {
             "compute_capabilities": args["compute_capabilities"],
             "driver_version": args["driver_version"],
+            "gpu_names": [str(g["name"]) for g in args["gpus"] if g.get("name")],
         }
         if args["state"] == "present" and args["staged"] and host.check_mode:
             return {"stack": None, "verdict": None, "resolved_target": None, "changed": False}

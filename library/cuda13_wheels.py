@@ -21,7 +21,8 @@ description:
   - C(checked) (a staged host's stack at the window, the role's C(tasks/check.yml)) - the stack probe with the venv's own Python (module
     C(cuda13_stack_probe)) and the verdict C(cuda13_upgrade.stack.stack_verdict) (torch's CUDA release, the
     wheels' labels or the CUDA libraries their shared objects load, the kernel's torch pin, pip check, each
-    import, torch's arch list against the compute capabilities); an inconsistent stack fails with
+    import, torch's arch list against the compute capabilities, files two distributions write with different
+    contents, a libcuda other than the driver's on the service's loader path); an inconsistent stack fails with
     "The new stack in <venv> is inconsistent - <problems>" and the diagnosis's cause and fix where known.
     The verdict's summary is shown.
   - An action plugin; the logic is C(cuda13_upgrade.steps.wheels) (C(install), C(check)).
@@ -55,6 +56,11 @@ options:
     description: The driver version nvidia-smi reports, named when torch cannot reach the GPUs.
     type: str
     default: ""
+  gpus:
+    description: The GPUs nvidia-smi reports (the preflight's C(gpus) rows); their C(name) is checked when the new stack would load a libcuda other than the driver's (forward compatibility serves data-center GPUs only).
+    type: list
+    elements: dict
+    default: []
   staged:
     description: The host's new stack was staged ahead of the window - C(present) only checks it (and does nothing in check mode).
     type: bool
@@ -72,6 +78,7 @@ EXAMPLES = r"""
     find_links: "{{ __cuda13_artifacts.find_links | default('') }}"
     compute_capabilities: "{{ nvidia_driver_check_preflight.compute_capabilities }}"
     driver_version: "{{ nvidia_driver_check_preflight.driver_version }}"
+    gpus: "{{ nvidia_driver_check_preflight.gpus }}"
   register: __cuda13_wheels
 
 - name: Check a venv's stack

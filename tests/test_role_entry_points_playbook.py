@@ -62,6 +62,7 @@ PLAY = """
 PREFLIGHT = {
     "compute_capabilities": ["12.0"],
     "driver_version": "580.95.05",
+    "gpus": [{"index": 0, "name": "NVIDIA RTX PRO 6000 Blackwell Server Edition", "compute_cap": "12.0"}],
     "resolved": [{"name": "torch", "version": "2.9.1+cu130"}],
 }
 
@@ -95,6 +96,7 @@ def test_the_roles_give_their_steps_the_preflights_gpus_driver_and_resolved_set(
                 "find_links": "",
                 "compute_capabilities": ["12.0"],
                 "driver_version": "580.95.05",
+                "gpus": PREFLIGHT["gpus"],
                 "staged": False,
             },
             "capabilities": ["12.0"],
@@ -107,6 +109,7 @@ def test_the_roles_give_their_steps_the_preflights_gpus_driver_and_resolved_set(
                 "find_links": "",
                 "compute_capabilities": ["12.0"],
                 "driver_version": "580.95.05",
+                "gpus": PREFLIGHT["gpus"],
                 "staged": False,
             },
             "capabilities": ["12.0"],

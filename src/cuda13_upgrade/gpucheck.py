@@ -675,6 +675,7 @@ def check_stack_verdict(ctx: _Context) -> PartResult:
         ctx.cuda_major,
         compute_capabilities=_capabilities(ctx),
         driver_version=(ctx.inventory or {}).get("driver_version"),
+        gpu_names=[str(g.get("name")) for g in (ctx.inventory or {}).get("gpus") or []],
     )
     files = [ctx.write("stack/verdict.json", verdict)]
     if verdict["consistent"]:

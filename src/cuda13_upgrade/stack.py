@@ -18,7 +18,10 @@ from .hostscripts.alternatives import cuda_alternatives_groups, parse_alternativ
 __all__ = [
     "build_manifest",
     "cuda_alternatives_groups",
+    "forward_compat_gpu",
+    "forward_compat_problems",
     "freeze_difference",
+    "overlap_problems",
     "parse_alternatives_query",
     "parse_alternatives_selections",
     "parse_dpkg_query",
@@ -245,6 +248,303 @@ def _kernel_torch_pin(probe: dict[str, Any]) -> list[str]:
     return problems
 
 
+#: Files that real distributions of the stack both install at the top of site-packages
+#: and that nothing imports when the stack runs: ``build_backend.py``, the PEP 517 build
+#: backend that flashinfer-python 0.7.2 and torch-c-dlpack-ext 0.1.5 each ship
+#: (tests/fixtures/probes/real-stack-overlaps.json). Their overlap is a note, not a problem.
+UNUSED_AT_RUN_TIME = ("build_backend.py",)
+
+#: Distributions known to write the same paths, and what to do (the first match wins).
+#: nvidia-cutlass-dsl-libs-base and -libs-cu13 before 4.6: ``nvidia-cutlass-dsl[cu13]``
+#: installs both, "They write to the same `site-packages` paths with different content"
+#: (sgl-project/sglang PR #25938; NVIDIA/cutlass#3170, where libs-base's copy emits
+#: malformed SM120 PTX; #3259, "fixed in 4.6", 2026-07-02). The remedy is the fixed
+#: release, or -libs-cu13's files forced on top (smg-project/smg PR #1717:
+#: "Force-reinstall `nvidia-cutlass-dsl-libs-cu13==4.5.2` after installing SGLang. This is
+#: the upstream workaround until the fix ships in CUTLASS 4.6"; sgl-project/sglang PR
+#: #25938 keeps -libs-cu13 on Blackwell CUDA 13 runners).
+KNOWN_OVERLAPS: tuple[tuple[frozenset[str], str], ...] = (
+    (
+        frozenset({"nvidia-cutlass-dsl-libs-base", "nvidia-cutlass-dsl-libs-cu13"}),
+        "pin nvidia-cutlass-dsl and its libs wheels to 4.6 or later, whose wheels no longer share "
+        "paths (NVIDIA/cutlass#3170, #3259: fixed in 4.6); on 4.5, make -libs-cu13's files the ones "
+        "on disk with `pip install --force-reinstall --no-deps nvidia-cutlass-dsl-libs-cu13=={cu13}` "
+        "after the install (smg-project/smg PR #1717; sgl-project/sglang PR #25938 keeps -libs-cu13 "
+        "on Blackwell)",
+    ),
+)
+
+
+def _owners_text(owners: list[dict[str, Any]]) -> str:
+    names = [f"{o['name']} {o['version']}" for o in owners]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def overlap_problems(overlaps: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
+    """Problems and notes of the files that two distributions write with different contents.
+
+    Args:
+        overlaps: the probe's ``overlaps`` (``hostscripts/stack_probe.py``, ``scan_records``):
+            ``[{"path", "owners": [{"name", "version", "hash"}], "on_disk": name or None}]``.
+
+    pip does not detect such a file: the distribution installed last wrote it, so the
+    stack runs whichever copy the install order left (sgl-project/sglang PR #25938,
+    NVIDIA/cutlass#3170). One problem per set of owners, naming its first path (shared
+    objects first), how many more and the remedy (:data:`KNOWN_OVERLAPS`, else: keep one
+    of them). Paths of :data:`UNUSED_AT_RUN_TIME` give notes instead.
+
+    Returns:
+        ``(problems, notes)``, lists of str.
+    """
+    from cuda13_upgrade.hostscripts.stack_probe import SHARED_OBJECT
+
+    groups: dict[tuple[tuple[str, str], ...], list[dict[str, Any]]] = {}
+    for overlap in overlaps or []:
+        key = tuple(sorted({(o["name"], o["version"]) for o in overlap.get("owners") or []}))
+        if len(key) > 1:
+            groups.setdefault(key, []).append(overlap)
+    problems, notes = [], []
+    for key, found in sorted(groups.items()):
+        owners = [{"name": n, "version": v} for n, v in key]
+        unused = [o["path"] for o in found if o["path"] in UNUSED_AT_RUN_TIME]
+        if unused:
+            notes.append(
+                f"{', '.join(unused)} is written by {_owners_text(owners)} with different contents; "
+                "nothing imports it when the stack runs (a build backend), so it is not refused"
+            )
+        found = [o for o in found if o["path"] not in UNUSED_AT_RUN_TIME]
+        if not found:
+            continue
+        found.sort(key=lambda o: (not SHARED_OBJECT.search(o["path"]), o["path"]))
+        first = found[0]
+        more = (
+            f" (and {len(found) - 1} more file{'s' if len(found) > 2 else ''}, among them "
+            f"{', '.join(o['path'] for o in found[1:4])})"
+            if len(found) > 1
+            else ""
+        )
+        on_disk = next((o for o in owners if o["name"] == first.get("on_disk")), None)
+        won = f" (on disk now: {on_disk['name']} {on_disk['version']}'s)" if on_disk else ""
+        names = {n for n, _ in key}
+        versions = dict(key)
+        remedy = next(
+            (
+                text.format(cu13=versions.get("nvidia-cutlass-dsl-libs-cu13", ""))
+                for pair, text in KNOWN_OVERLAPS
+                if pair <= names
+            ),
+            "install only one of them; where both are needed, force-reinstall the one whose files "
+            "must win (`pip install --force-reinstall --no-deps <name>==<version>`) after the install "
+            "and check again",
+        )
+        problems.append(
+            f"{first['path']} is written by {_owners_text(owners)} with different contents{more}: "
+            f"the one installed last won{won}, so another install order gives another stack "
+            f"(pip does not detect it). Remedy: {remedy}"
+        )
+    return problems, notes
+
+
+#: GPUs that NVIDIA forward compatibility serves, by the name nvidia-smi gives them
+#: without its ``NVIDIA `` prefix; a name matches an entry it equals or begins with
+#: followed by a space or ``-`` (``H100 80GB HBM3``, ``A100-SXM4-40GB``). NVIDIA's
+#: CUDA Compatibility guide, "Forward Compatibility": "Forward Compatibility is
+#: applicable only for systems with: NVIDIA Data Center GPUs. Select NGC Server Ready
+#: SKUs of RTX cards. Jetson boards." The data-center GPUs are those of the "Data
+#: Center" column of NVIDIA's CUDA GPU Compute Capability page
+#: (developer.nvidia.com/cuda-gpus: GB10, RTX PRO 6000 and RTX PRO 4500 Blackwell Server
+#: Edition, GB300, B300, GB200, B200, GH200, H200, H100, L4, L40, L40S, A40, A10, A16,
+#: A2) and the data-center products of NVIDIA's GPU Operator platform support page
+#: (docs.nvidia.com/datacenter/cloud-native/gpu-operator/1.8/platform-support.html: A100,
+#: A30, T4, V100, and the ``Tesla`` line: see :func:`forward_compat_gpu`). Workstation and
+#: consumer boards (RTX PRO 6000 Blackwell Workstation and Max-Q Workstation Edition,
+#: GeForce) are not in the table, nor are the NGC Server Ready RTX SKUs, which NVIDIA
+#: does not list by name: a GPU not in the table is taken as unsupported.
+FORWARD_COMPAT_GPUS: tuple[str, ...] = (
+    "GB10",
+    "RTX PRO 6000 Blackwell Server Edition",
+    "RTX PRO 4500 Blackwell Server Edition",
+    "GB300",
+    "B300",
+    "GB200",
+    "B200",
+    "GH200",
+    "H200",
+    "H100",
+    "L4",
+    "L40",
+    "L40S",
+    "A100",
+    "A40",
+    "A30",
+    "A10",
+    "A16",
+    "A2",
+    "T4",
+    "V100",
+)
+
+
+def forward_compat_gpu(name: str) -> bool:
+    """Whether NVIDIA forward compatibility serves the GPU nvidia-smi calls ``name``
+    (``"NVIDIA H100 80GB HBM3"``, ``"Tesla T4"``): a ``Tesla`` board (NVIDIA's data-center
+    line) or an entry of :data:`FORWARD_COMPAT_GPUS`."""
+    model = str(name).strip()
+    if model.startswith("Tesla "):
+        return True
+    model = model.removeprefix("NVIDIA ").strip()
+    return any(
+        model == entry or model.startswith((entry + " ", entry + "-")) for entry in FORWARD_COMPAT_GPUS
+    )
+
+
+def _where_text(entry: dict[str, Any]) -> str:
+    where = str(entry.get("where") or "")
+    if where == "venv":
+        return "in the new venv"
+    if where == "sys.path":
+        return f"installed by {entry.get('owner') or 'a distribution'}"
+    if where.startswith("LD_LIBRARY_PATH") or where == "library_path":
+        of = where.removeprefix("LD_LIBRARY_PATH").strip() or "of the new stack"
+        return f"in a directory of the LD_LIBRARY_PATH {of}"
+    return f"in a directory {where} gives the loader"
+
+
+def _compat_remedy(entry: dict[str, Any]) -> str:
+    where = str(entry.get("where") or "")
+    directory = str(entry.get("path") or "").rsplit("/", 1)[0]
+    if where in ("venv", "sys.path"):
+        owner = entry.get("owner")
+        return (
+            f"uninstall {owner} from the new venv (it installed this file)"
+            if owner
+            else "remove the file from the new venv"
+        )
+    if where.startswith("LD_LIBRARY_PATH of "):
+        return f"remove {directory} from the LD_LIBRARY_PATH of {where.removeprefix('LD_LIBRARY_PATH of ')}"
+    if where.startswith("LD_LIBRARY_PATH") or where == "library_path":
+        return f"remove {directory} from the new stack's LD_LIBRARY_PATH"
+    return f"remove the line {directory} from {where} (or the file) and run ldconfig"
+
+
+def forward_compat_problems(
+    libcuda: list[dict[str, Any]],
+    gpu_names: list[str] | None,
+    driver_version: str | None,
+) -> tuple[list[str], list[str]]:
+    """Problems and notes of CUDA driver libraries the new stack would load instead of the driver's.
+
+    Args:
+        libcuda: the probe's ``libcuda`` (``hostscripts/stack_probe.py``, ``libcuda_files``):
+            ``[{"path", "target", "version", "where", "owner"}]``.
+        gpu_names: the host's GPUs as nvidia-smi names them (``"NVIDIA RTX PRO 6000 Blackwell
+            Server Edition"``); None or empty when unknown.
+        driver_version: the driver nvidia-smi reports (``"590.48.01"``), None when unknown.
+
+    Which files count: each one the loader resolves ``libcuda.so.1`` to (that soname is what
+    the CUDA runtime and torch load), and any ``libcuda.so.*`` inside the venv, once per
+    file they resolve to; not a ``libcuda.so`` nor anything under ``stubs/`` (the toolkit's
+    link-time stub). The driver's own is left out: a version equal to ``driver_version``,
+    or, the driver unknown, a file of a loader-configuration directory other than a
+    ``compat`` one. Copies of one version in one directory count once.
+
+    The rule is NVIDIA's CUDA Compatibility guide, "Forward Compatibility" (a
+    ``cuda-compat-<major>-<minor>`` package's libcuda, for a driver older than the CUDA
+    release): "Forward Compatibility is applicable only for systems with: NVIDIA Data
+    Center GPUs. Select NGC Server Ready SKUs of RTX cards. Jetson boards." Elsewhere CUDA
+    fails with cudaErrorCompatNotSupportedOnDevice, 804 (its text, "forward compatibility
+    was attempted on non supported HW", as QuipNetwork/quip-miner#24 printed it on an RTX
+    3060 and huggingface/candle#3358 on an RTX 5090 under a CUDA 13.1 image; the error's
+    description: "the system was upgraded to run with forward compatibility but the
+    visible hardware detected by CUDA does not support this configuration", CUDA Runtime
+    API). A compat libcuda older than the driver fails with
+    cudaErrorSystemDriverMismatch, 803 (NVIDIA-NeMo/labs-molt PR #44: "forcing it on a
+    595 host gives CUDA error 803"; its text, "system has unsupported display driver /
+    cuda driver combination", as NVIDIA/nvidia-docker#1256 printed it;
+    NVIDIA/nvidia-container-toolkit#1426: its compat check "relies on a strictly greater
+    driver version"). So a file is refused when a GPU is not one :func:`forward_compat_gpu`
+    accepts (804), or when ``driver_version`` is newer than its version (803); a newer
+    compat library on data-center GPUs is forward compatibility as NVIDIA describes it,
+    a note.
+
+    Returns:
+        ``(problems, notes)``, lists of str.
+    """
+    from cuda13_upgrade.versions import parse_driver_version
+
+    def version_key(value: str | None) -> tuple[int, ...] | None:
+        try:
+            return parse_driver_version(str(value)) if value else None
+        except Exception:  # noqa: BLE001 - an unreadable version is compared with nothing
+            return None
+
+    driver = version_key(driver_version)
+    names = [str(n) for n in gpu_names or []]
+    unsupported = sorted({n for n in names if not forward_compat_gpu(n)})
+    problems: list[str] = []
+    notes: list[str] = []
+    seen: set[str] = set()
+    for entry in libcuda or []:
+        path = str(entry.get("path") or "")
+        base = path.rsplit("/", 1)[-1]
+        where = str(entry.get("where") or "")
+        in_venv = where in ("venv", "sys.path")
+        if base == "libcuda.so" or "/stubs/" in path or not (base == "libcuda.so.1" or in_venv):
+            continue
+        target = str(entry.get("target") or path)
+        version = entry.get("version")
+        # One file, however many names lead to it; and copies of one version side by side
+        # (a wheel holds no symlinks: libcuda.so.1 beside libcuda.so.580.65.06) once.
+        keys = {target, f"{path.rsplit('/', 1)[0]}@{version}"} if version else {target}
+        if keys & seen:
+            continue
+        seen.update(keys)
+        own = version_key(version)
+        compat_dir = "/compat/" in f"{path}/" or "/compat/" in target
+        if driver is not None and own is not None and own == driver:
+            continue
+        if driver is None and not (in_venv or where.startswith("LD_LIBRARY_PATH") or compat_dir):
+            continue
+        what = f"{path} (libcuda {version or 'of unknown version'}, {_where_text(entry)})"
+        reasons = []
+        if unsupported:
+            reasons.append(
+                "NVIDIA forward compatibility serves only NVIDIA Data Center GPUs and select NGC "
+                'Server Ready RTX SKUs (CUDA Compatibility, "Forward Compatibility"), not '
+                f"{', '.join(unsupported)}: CUDA fails with cudaErrorCompatNotSupportedOnDevice "
+                '(804, "forward compatibility was attempted on non supported HW")'
+            )
+        if driver is not None and own is not None and driver > own:
+            reasons.append(
+                f"the driver {driver_version} is newer than this compat library ({version}): CUDA "
+                'fails with cudaErrorSystemDriverMismatch (803, "system has unsupported display '
+                'driver / cuda driver combination")'
+            )
+        if reasons:
+            problems.append(
+                f"{what} would be loaded instead of the NVIDIA driver's libcuda"
+                f"{f' ({driver_version})' if driver_version else ''}: {'; '.join(reasons)}. "
+                f"Remedy: {_compat_remedy(entry)}; the driver's own libcuda is the one this host needs"
+            )
+            continue
+        if not names:
+            notes.append(
+                f"{what} is not the driver's libcuda; the GPUs are unknown, so forward "
+                "compatibility was not checked"
+            )
+        elif own is None or driver is None:
+            notes.append(
+                f"{what} is not the driver's libcuda; its version or the driver's is unknown, so "
+                "it was not compared with the driver"
+            )
+        else:
+            notes.append(
+                f"{what} is CUDA forward compatibility over the driver {driver_version}, on GPUs "
+                "NVIDIA lists for it"
+            )
+    return problems, notes
+
+
 def stack_verdict(
     probe: dict[str, Any],
     expected_cuda_major: int,
@@ -252,6 +552,7 @@ def stack_verdict(
     driver_library_optional: bool = False,
     compute_capabilities: list[str] | None = None,
     driver_version: str | None = None,
+    gpu_names: list[str] | None = None,
 ) -> dict[str, Any]:
     """What is true of a venv's stack, from ``hostscripts/stack_probe.py``'s JSON.
 
@@ -267,7 +568,11 @@ def stack_verdict(
         compute_capabilities: the GPUs' compute capabilities (``["12.0"]``)
             that torch's arch list must cover; non-empty means the host has GPUs.
         driver_version: the NVIDIA driver nvidia-smi reports (``"570.133.20"``),
-            named when torch cannot reach the GPUs.
+            named when torch cannot reach the GPUs, and compared with a forward-compatibility
+            libcuda's version.
+        gpu_names: the GPUs' names as nvidia-smi gives them (``"NVIDIA RTX PRO 6000
+            Blackwell Server Edition"``), checked against the GPUs forward compatibility
+            serves when the new stack would load a libcuda other than the driver's.
 
     A host that has GPUs (``compute_capabilities``) and the driver's library
     (the probe's ``driver_library`` is null) where the new torch reports
@@ -294,7 +599,12 @@ def stack_verdict(
     torch's arch list against ``compute_capabilities`` whenever torch reports
     one (torch 2.14.1 does without a GPU); CUDA component wheels on another
     release than each other or torch's CUDA
-    (:func:`cuda13_upgrade.components.cuda_component_skew`).
+    (:func:`cuda13_upgrade.components.cuda_component_skew`); files that two
+    distributions write with different contents (the probe's ``overlaps``,
+    :func:`overlap_problems`); a libcuda the new stack would load instead of the
+    driver's, on GPUs forward compatibility does not serve or under a newer driver (the
+    probe's ``libcuda``, :func:`forward_compat_problems`). A probe without ``overlaps`` or
+    ``libcuda`` skips that check.
 
     Returns:
         ``{"summary": str, "consistent": bool, "problems": [str], "conditions": [str],
@@ -361,6 +671,12 @@ def stack_verdict(
         notes.extend(found["notes"])
     problems.extend(_kernel_torch_pin(probe))
     problems.extend(cuda_component_skew(dists, torch_cuda=cuda or None))
+    for found_problems, found_notes in (
+        overlap_problems(probe.get("overlaps") or []),
+        forward_compat_problems(probe.get("libcuda") or [], gpu_names, driver_version),
+    ):
+        problems.extend(found_problems)
+        notes.extend(found_notes)
 
     pip_check = probe.get("pip_check") or {}
     if pip_check.get("rc") not in (0, None):

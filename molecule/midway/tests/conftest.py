@@ -6,5 +6,5 @@ import testinfra
 
 @pytest.fixture(scope="module")
 def hosts():
-    names = ("bad-wheel", "bad-build", "killed", "paused", "full-disk")
+    names = ("bad-wheel", "bad-build", "stack-faults", "killed", "paused", "full-disk")
     return {n: testinfra.get_host(f"podman://cuda13-midway-{n}") for n in names}

@@ -24,7 +24,13 @@ def _labels(host, venv):
 
 
 @pytest.mark.parametrize(
-    ("name", "step"), [("bad-wheel", "wheels"), ("bad-build", "sglang_build"), ("full-disk", "wheels")]
+    ("name", "step"),
+    [
+        ("bad-wheel", "wheels"),
+        ("bad-build", "sglang_build"),
+        ("stack-faults", "wheels"),
+        ("full-disk", "wheels"),
+    ],
 )
 def test_failed_host_is_back_on_the_old_stack(hosts, name, step):
     host = hosts[name]
@@ -52,6 +58,33 @@ def test_bad_wheel_resolved_installed_and_refused_by_the_stack_check(hosts):
         "CUDA 13, whatever its version label says: sgl_kernel/spatial_ops.abi3.so needs "
         "libnvrtc.so.12, libcudart.so.12" in result["error"]
     )
+
+
+def test_stack_faults_installed_and_refused_by_the_stack_check_before_the_switch(hosts):
+    # pip installed both overlap stand-ins and the compat libcuda stand-in without a word;
+    # the check after the install refused both faults (the same texts:
+    # tests/test_stack_overlaps_compat.py).
+    result = json.loads(hosts["stack-faults"].file("/var/lib/cuda13-upgrade/result.json").content_string)
+    error = result["error"]
+    assert (
+        "sandbox_overlap_standin/shared.py is written by sandbox-overlap-standin-a 1.0 and "
+        "sandbox-overlap-standin-b 1.0 with different contents: the one installed last won" in error
+    )
+    assert (
+        "/sandbox_compat_libcuda_standin/lib/libcuda.so.1 (libcuda 580.65.06, in the new venv) would be "
+        "loaded instead of the NVIDIA driver's libcuda (590.48.01): " in error
+    )
+    assert (
+        "not NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition: CUDA fails with "
+        "cudaErrorCompatNotSupportedOnDevice (804, " in error
+    )
+    assert (
+        "the driver 590.48.01 is newer than this compat library (580.65.06): CUDA fails with "
+        "cudaErrorSystemDriverMismatch (803, " in error
+    )
+    assert "Remedy: uninstall sandbox-compat-libcuda-standin from the new venv" in error
+    # Refused before the host left service: never drained nor switched.
+    assert not {"drain", "switch"} & {s["step"] for s in result["steps"]}
 
 
 def test_full_disk_is_named_and_what_the_run_wrote_there_is_gone(hosts):

@@ -9,6 +9,8 @@ Index layout (paths under the mirror root, shaped like the real servers):
   shared object that needs CUDA 12 (``catalog.MIXED_KERNEL_BUILDS``, ``mixed_kernel_spec``);
 * ``flashinfer-whl/cu128/``, ``flashinfer-whl/cu130/`` -- flashinfer.ai/whl/cu1xx:
   flashinfer-jit-cache;
+* ``faults/`` -- no real counterpart: stand-ins of two stack faults, named as such
+  (``sandbox_mirror.faults``);
 * ``pypi/simple/`` (files in ``pypi/packages/``) -- PyPI: flashinfer-python, flashinfer-cubin,
   sglang (the release wheel of each of ``catalog.SGLANG_WHEELS``: the stand-in source tree's
   ``python/sglang`` at that version, pure Python like the real one), and the genuine
@@ -33,7 +35,7 @@ import zipfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from sandbox_mirror import catalog, gitrepo, records
+from sandbox_mirror import catalog, faults, gitrepo, records
 from sandbox_mirror.catalog import (
     FLASHINFER_JIT_CACHE_BUILDS,
     FLASHINFER_VERSIONS,
@@ -383,7 +385,7 @@ def _write(spec: WheelSpec, out_dir: Path) -> IndexedFile:
 def build_indexes(root: Path, python_wheels: Iterable[Path] = ()) -> dict[str, list[str]]:
     """Write every index under ``root``; return index path -> file names (for the report)."""
     layout: dict[str, list[IndexedFile]] = {}
-    for index, spec in all_specs():
+    for index, spec in [*all_specs(), *faults.fault_specs()]:
         out = root / "pypi" / "packages" if index == "pypi/simple" else root / index
         layout.setdefault(index, []).append(_write(spec, out))
     pypi_files = root / "pypi" / "packages"

@@ -22,7 +22,16 @@ default to torch, sgl_kernel, flashinfer and sglang. Prints one JSON object::
                "arch_list_error": null | "RuntimeError: ..."} | null,
      "imports": {"torch": null, "sgl_kernel": "Traceback ...ImportError: ..."},
      "driver_library": null | "libcuda.so.1: cannot open shared object file: ...",
-     "pip_check": {"rc": 0, "output": "No broken requirements found."}}
+     "pip_check": {"rc": 0, "output": "No broken requirements found."},
+     "overlaps": [{"path": "nvidia_cutlass_dsl/lib/libcute_dsl_runtime.so",
+                   "owners": [{"name": "nvidia-cutlass-dsl-libs-base", "version": "4.5.0",
+                               "hash": "sha256=..."}, ...],
+                   "on_disk": "nvidia-cutlass-dsl-libs-cu13" | null}, ...],
+     "libcuda": [{"path": "/opt/ml-env-cu130/lib/python3.11/site-packages/x/libcuda.so.1",
+                  "target": "/opt/ml-env-cu130/lib/python3.11/site-packages/x/libcuda.so.580.65.06",
+                  "version": "580.65.06" | null, "where": "venv" | "sys.path" | "LD_LIBRARY_PATH" |
+                  "LD_LIBRARY_PATH of sglang.service" | "library_path" | "/etc/ld.so.conf.d/x.conf",
+                  "owner": "sandbox-compat-libcuda-standin" | null}, ...]}
 
 ``imports`` maps each module to ``null`` when it imports, or the whole
 traceback text (exception chain included) when it does not. ``needed`` lists,
@@ -40,13 +49,35 @@ name that the venv's distributions installed (``nvidia/cu13/lib/libcudart.so.13`
 and ``system``, the path the loader's cache gives it (``ldconfig -p``, symlinks
 resolved), null when it has none or ldconfig cannot run. ``driver_library`` is null when
 ``libcuda.so.1`` (the NVIDIA driver's CUDA library) loads, else the loader's
-error. Exit status 0 whenever the probe itself ran; the caller decides what the
-findings mean.
+error.
+
+``overlaps`` lists each file that two or more distributions' ``RECORD`` files claim
+(the same path, resolved against each distribution's location) with different
+hashes: pip does not detect such files and the distribution installed last wins
+(sgl-project/sglang PR #25938, NVIDIA/cutlass#3170). The same hash is harmless and
+left out, and so are ``RECORD`` entries without a hash (``RECORD`` itself, ``.pyc``
+files); ``on_disk`` names the owner whose hash the file on disk has. ``libcuda`` lists
+every file named ``libcuda.so*`` (the NVIDIA driver's CUDA library) that the stack's
+loader could be given instead of the driver's own: anywhere under ``sys.prefix`` when
+it is a venv, each one a distribution's ``RECORD`` names, each one in a directory of
+``LD_LIBRARY_PATH`` (this process's, the service's when the module is given
+``service``, and ``library_path``), and each one in a directory that ``/etc/ld.so.conf``
+names (with its ``include`` files, and ``/etc/ld.so.conf.d/*.conf``); a
+forward-compatibility library (``/usr/local/cuda-X.Y/compat``, NVIDIA's cuda-compat
+package) is found wherever one of those names it. ``version`` is read from the file
+name (``libcuda.so.580.65.06``), else from the name of the file it links to, else,
+for a plain file ``libcuda.so.1``, from the one ``libcuda.so.<version>`` beside it.
+Which of them matter is the verdict's (``cuda13_upgrade.stack.stack_verdict``).
+
+Exit status 0 whenever the probe itself ran; the caller decides what the findings mean.
 """
 
 from __future__ import annotations
 
+import base64
 import ctypes
+import glob
+import hashlib
 import importlib
 import importlib.metadata
 import json
@@ -83,6 +114,11 @@ _CUDA_LIBRARY = re.compile(
     r"|cusparse(?:Lt)?|nvrtc(?:-builtins)?|nvJitLink|cupti|nvperf_(?:host|target)|npp\w*|nvjpeg"
     r"|cufile(?:_rdma)?|nvToolsExt|nvtx3interop|nvvm|cudnn\w*|nccl|nvshmem_host)\.so(?:\.\d+)*$"
 )
+#: The NVIDIA driver's CUDA library: ``libcuda.so`` (the linker's name, and the toolkit's
+#: stub), ``libcuda.so.1`` (its soname, what the CUDA runtime and torch load) and
+#: ``libcuda.so.580.65.06`` (the file itself, named after the driver that ships it).
+LIBCUDA = re.compile(r"^libcuda\.so(?:\.\d+)*$")
+_LIBCUDA_VERSION = re.compile(r"^libcuda\.so\.(\d+\.\d+(?:\.\d+)?)$")
 _PT_LOAD, _PT_DYNAMIC = 1, 2
 _DT_NULL, _DT_NEEDED, _DT_STRTAB = 0, 1, 5
 
@@ -243,6 +279,255 @@ def _libraries(dists: dict, objects: dict[str, dict[str, dict]]) -> dict[str, di
     return found
 
 
+def _file_hash(path: str, mode: str) -> str | None:
+    # A file's hash as RECORD writes it: "<mode>=<urlsafe base64 of the digest, no padding>".
+    try:
+        digest = hashlib.new(mode)
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    except (OSError, ValueError):
+        return None
+    return f"{mode}=" + base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode("ascii")
+
+
+def scan_records(dists, prefix: str | None = None) -> tuple[list[dict], dict[str, str]]:
+    """One pass over the ``RECORD`` of each distribution in ``dists``.
+
+    ``dists``: ``importlib.metadata`` distributions (every one on ``sys.path``, shadowed
+    copies included). ``RECORD`` rows are ``path,<mode>=<urlsafe base64 digest>,size``
+    (the "Recording installed projects" specification, PEP 376/627); each path is resolved
+    against its distribution's location (``os.path.normpath``, no file system access) and
+    kept in one dict, so a real stack (some 200 distributions, 70,000 files) costs one
+    read of each ``RECORD``. Rows without a hash (``RECORD`` itself, ``.pyc``) are left out.
+
+    Returns ``(overlaps, libcuda_owners)``: ``overlaps``, sorted by path, the paths claimed
+    by two or more distributions with different hashes, ``{"path", "owners": [{"name",
+    "version", "hash"}] (by name), "on_disk": the name of the owner whose hash the file
+    on disk has, or None}``, ``path`` relative to the first owner's location (to
+    ``prefix``, default ``sys.prefix``, when it lies outside it); only these files are read.
+    ``libcuda_owners``: ``{absolute path: distribution name}`` of every recorded file named
+    ``libcuda.so*``.
+    """
+    prefix = os.path.normpath(prefix or sys.prefix)
+    claims: dict[str, list[tuple[str, str, str, str]]] = {}
+    libcuda_owners: dict[str, str] = {}
+    for dist in dists:
+        files = dist.files
+        metadata = dist.metadata
+        name, version = _normalize(metadata.get("Name") or ""), metadata.get("Version") or ""
+        if not files or not name:
+            continue
+        base = os.path.normpath(str(dist.locate_file("")))
+        for file in files:
+            if LIBCUDA.match(file.name):
+                libcuda_owners.setdefault(os.path.normpath(os.path.join(base, str(file))), name)
+            digest = file.hash
+            if digest is None:
+                continue
+            key = os.path.normpath(os.path.join(base, str(file)))
+            owner = (name, version, f"{digest.mode}={digest.value}", base)
+            found = claims.get(key)
+            if found is None:
+                claims[key] = [owner]
+            elif owner not in found:
+                found.append(owner)
+    overlaps = []
+    for key, owners in claims.items():
+        if len(owners) < 2 or len({o[2] for o in owners}) < 2:
+            continue
+        base = owners[0][3]
+        if key.startswith(base + os.sep):
+            path = key[len(base) + 1 :]
+        elif key.startswith(prefix + os.sep):
+            path = key[len(prefix) + 1 :]
+        else:
+            path = key
+        on_disk = None
+        for mode in dict.fromkeys(o[2].split("=", 1)[0] for o in owners):
+            actual = _file_hash(key, mode)
+            on_disk = next((o[0] for o in owners if o[2] == actual), None) if actual else None
+            if on_disk:
+                break
+        overlaps.append(
+            {
+                "path": path,
+                "owners": [{"name": o[0], "version": o[1], "hash": o[2]} for o in sorted(owners)],
+                "on_disk": on_disk,
+            }
+        )
+    return sorted(overlaps, key=lambda o: o["path"]), libcuda_owners
+
+
+def _rooted(root: str, path: str) -> str:
+    return path if root in ("", "/") else os.path.join(root, path.lstrip("/"))
+
+
+def _unrooted(root: str, path: str) -> str:
+    if root in ("", "/"):
+        return path
+    base = os.path.normpath(root)
+    return "/" + path[len(base) :].lstrip("/") if path.startswith(base + os.sep) else path
+
+
+def ld_so_conf_dirs(root: str = "/") -> list[tuple[str, str]]:
+    """The directories the dynamic loader's configuration names, in order, each with the
+    file that names it: ``/etc/ld.so.conf`` and the files its ``include`` lines name (glob
+    patterns; a relative one against the including file's directory), then each
+    ``/etc/ld.so.conf.d/*.conf`` not read already. Read as ldconfig(8) reads them (glibc
+    ``elf/ldconfig.c``, ``parse_conf``): ``#`` starts a comment, ``include`` takes
+    patterns separated by blanks, ``hwcap`` lines are ignored, every other line is one
+    directory (trailing ``/`` dropped). ``root``: where ``/`` is (tests); the paths
+    returned are the host's. Files that cannot be read are skipped.
+    """
+    found: list[tuple[str, str]] = []
+    read: set[str] = set()
+
+    def parse(conf: str) -> None:
+        if conf in read:
+            return
+        read.add(conf)
+        try:
+            with open(_rooted(root, conf), encoding="utf-8", errors="replace") as f:
+                lines = f.read().splitlines()
+        except OSError:
+            return
+        for raw in lines:
+            line = raw.split("#", 1)[0].strip()
+            if not line:
+                continue
+            if line.startswith("include") and line[7:8] in (" ", "\t"):
+                for pattern in line[8:].split():
+                    if not pattern.startswith("/"):
+                        pattern = os.path.join(os.path.dirname(conf), pattern)
+                    for match in sorted(glob.glob(_rooted(root, pattern))):
+                        parse(_unrooted(root, match))
+            elif line[:5].lower() == "hwcap" and line[5:6] in (" ", "\t"):
+                continue
+            else:
+                directory = line.rstrip("/") or "/"
+                if directory not in (d for d, _ in found):
+                    found.append((directory, conf))
+
+    parse("/etc/ld.so.conf")
+    for conf in sorted(glob.glob(_rooted(root, "/etc/ld.so.conf.d/*.conf"))):
+        parse(_unrooted(root, conf))
+    return found
+
+
+def service_library_path(service: str) -> list[str]:
+    """The ``LD_LIBRARY_PATH`` directories systemd unit ``service`` runs with: its main
+    process's (``/proc/<MainPID>/environ``, proc(5): what ``Environment=`` and
+    ``EnvironmentFile=`` set) while it runs, else its ``Environment=`` as ``systemctl show
+    -p Environment`` prints it (space-separated; an entry holding a space is
+    ``[unprintable]``: systemd's bus-print-properties.c). [] when it sets none or neither
+    can be read."""
+    try:
+        done = subprocess.run(
+            ["systemctl", "show", "-p", "MainPID", "-p", "Environment", service],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    fields = dict(line.partition("=")[::2] for line in done.stdout.splitlines() if "=" in line)
+    value = None
+    pid = fields.get("MainPID", "0").strip()
+    if pid.isdigit() and int(pid) > 0:
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                entries = f.read().decode("utf-8", "replace").split("\0")
+            value = next((e.split("=", 1)[1] for e in entries if e.startswith("LD_LIBRARY_PATH=")), "")
+        except OSError:
+            value = None
+    if value is None:
+        entries = fields.get("Environment", "").split(" ")
+        value = next((e.split("=", 1)[1] for e in entries if e.startswith("LD_LIBRARY_PATH=")), "")
+    return [d for d in value.split(":") if d]
+
+
+def _libcuda_version(path: str) -> str | None:
+    name = os.path.basename(path)
+    found = _LIBCUDA_VERSION.match(name) or _LIBCUDA_VERSION.match(os.path.basename(os.path.realpath(path)))
+    if found:
+        return found.group(1)
+    if name == "libcuda.so.1" and not os.path.islink(path):
+        try:
+            beside = [m for m in map(_LIBCUDA_VERSION.match, os.listdir(os.path.dirname(path))) if m]
+        except OSError:
+            beside = []
+        if len(beside) == 1:
+            return beside[0].group(1)
+    return None
+
+
+def libcuda_files(
+    prefix: str | None,
+    library_dirs,
+    *,
+    root: str = "/",
+    owners: dict[str, str] | None = None,
+) -> list[dict]:
+    """Every file named ``libcuda.so*`` under ``prefix`` (the venv; None: not searched), each
+    one a distribution installed (``owners``: ``{path: distribution}``) and each in one of
+    ``library_dirs`` (``[(directory, where)]``: ``where`` says who put the directory on the
+    loader's path, ``"LD_LIBRARY_PATH"`` or ``"/etc/ld.so.conf.d/x.conf"``), each once, the
+    venv's first.
+
+    Returns ``[{"path", "target": the file it resolves to (symlinks followed), "version":
+    "580.65.06" or None, "where": "venv", "sys.path" (a distribution's, outside ``prefix``)
+    or the directory's ``where``, "owner": the distribution whose RECORD names it or
+    None}]``. ``root``: where ``/`` is (tests); the paths returned are the host's.
+    """
+    owners = owners or {}
+    found: list[dict] = []
+    seen: set[str] = set()
+
+    def add(path: str, where: str) -> None:
+        if path in seen:
+            return
+        seen.add(path)
+        real = _rooted(root, path)
+        found.append(
+            {
+                "path": path,
+                "target": _unrooted(root, os.path.realpath(real)),
+                "version": _libcuda_version(real),
+                "where": where,
+                "owner": owners.get(path),
+            }
+        )
+
+    if prefix:
+        for dirpath, _dirs, filenames in os.walk(_rooted(root, prefix)):
+            for name in sorted(filenames):
+                if LIBCUDA.match(name):
+                    add(_unrooted(root, os.path.join(dirpath, name)), "venv")
+    for path in sorted(owners):
+        if os.path.lexists(_rooted(root, path)):
+            add(path, "sys.path")
+    for directory, where in library_dirs:
+        try:
+            names = sorted(os.listdir(_rooted(root, directory)))
+        except OSError:
+            continue
+        for name in names:
+            if LIBCUDA.match(name):
+                add(os.path.join(directory, name), where)
+    return found
+
+
+def _library_dirs(service: str, library_path) -> list[tuple[str, str]]:
+    # The directories on the new stack's loader path, with who put each there.
+    dirs = [(d, "LD_LIBRARY_PATH") for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d]
+    if service:
+        dirs += [(d, f"LD_LIBRARY_PATH of {service}") for d in service_library_path(service)]
+    dirs += [(d, "library_path") for d in library_path or () if d]
+    return dirs + ld_so_conf_dirs()
+
+
 def _marker_environment() -> dict[str, str]:
     # The values of PEP 508's environment markers, as packaging.markers computes them.
     impl = sys.implementation
@@ -337,10 +622,14 @@ def _pip_check() -> dict:
     return {"rc": done.returncode, "output": (done.stdout + done.stderr).strip()}
 
 
-def probe(modules=MODULES) -> dict:
+def probe(modules=MODULES, *, service: str = "", library_path=()) -> dict:
     """What the Python running this reads of its stack (see the module docstring), after
-    importing each of ``modules``."""
+    importing each of ``modules``. ``service``: the systemd unit whose ``LD_LIBRARY_PATH``
+    the new stack will run with (:func:`service_library_path`); ``library_path``: more
+    directories on that loader path."""
     dists, shadowed = _distributions()
+    overlaps, libcuda_owners = scan_records(importlib.metadata.distributions())
+    in_venv = sys.prefix != getattr(sys, "base_prefix", sys.prefix)
     imports: dict[str, str | None] = {}
     for module in modules or MODULES:
         try:
@@ -364,11 +653,19 @@ def probe(modules=MODULES) -> dict:
         "imports": imports,
         "driver_library": _driver_library(),
         "pip_check": _pip_check(),
+        "overlaps": overlaps,
+        "libcuda": libcuda_files(
+            sys.prefix if in_venv else None, _library_dirs(service, library_path), owners=libcuda_owners
+        ),
     }
 
 
 #: The argument spec of the module cuda13_stack_probe.
-PROBE_SPEC = {"modules": {"type": "list", "elements": "str", "default": list(MODULES)}}
+PROBE_SPEC = {
+    "modules": {"type": "list", "elements": "str", "default": list(MODULES)},
+    "service": {"type": "str", "default": ""},
+    "library_path": {"type": "list", "elements": "str", "default": []},
+}
 
 
 def probe_module(params: dict, check_mode: bool) -> dict:
@@ -378,7 +675,11 @@ def probe_module(params: dict, check_mode: bool) -> dict:
     saved = os.dup(1)
     os.dup2(2, 1)
     try:
-        found = probe(params.get("modules") or MODULES)
+        found = probe(
+            params.get("modules") or MODULES,
+            service=params.get("service") or "",
+            library_path=params.get("library_path") or [],
+        )
     finally:
         sys.stdout.flush()
         os.dup2(saved, 1)

@@ -129,6 +129,7 @@ def install(
     find_links: str = "",
     compute_capabilities: Sequence[str] = (),
     driver_version: str = "",
+    gpu_names: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Install the cu130 wheels into ``cu130_wheels_venv`` and check the stack (see the module docstring).
 
@@ -142,6 +143,7 @@ def install(
         compute_capabilities: the GPUs' (the preflight's); ``cu130_wheels_compute_capabilities``
             wins when it is non-empty.
         driver_version: the driver nvidia-smi reports, named when torch cannot reach the GPUs.
+        gpu_names: the GPUs' names nvidia-smi reports (the preflight's), for the forward-compatibility check.
 
     Returns:
         ``{"stack": the probe's record or None (check mode), "verdict": the stack verdict or
@@ -221,7 +223,11 @@ def install(
         return record
     try:
         checked = check(
-            host, options, compute_capabilities=compute_capabilities, driver_version=driver_version
+            host,
+            options,
+            compute_capabilities=compute_capabilities,
+            driver_version=driver_version,
+            gpu_names=gpu_names,
         )
     except StepFailed as exc:
         exc.record.update(resolved_target=target, changed=changed, installed=installed)
@@ -247,17 +253,21 @@ def check(
     *,
     compute_capabilities: Sequence[str] = (),
     driver_version: str = "",
+    gpu_names: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Probe the stack of ``cu130_wheels_venv`` with its own Python and conclude.
 
     The probe (module ``cuda13_stack_probe``, run in check mode too) reads what real
     wheels carry: torch.__version__ and torch.version.cuda, each wheel's labels or the
     CUDA libraries its shared objects load, the kernel's own torch pin, pip check,
-    every import's whole text, torch's arch list; the verdict is
+    every import's whole text, torch's arch list, the files two distributions write with
+    different contents, and each libcuda the service's loader could take instead of the
+    driver's (the venv, the ``LD_LIBRARY_PATH`` of ``cuda13_service_name`` and of
+    ``stack_switch_environment``, the loader's configuration); the verdict is
     :func:`cuda13_upgrade.stack.stack_verdict` with ``cu130_wheels_expected_cuda_major``,
     ``cu130_wheels_driver_library_optional``, the compute capabilities
-    (``cu130_wheels_compute_capabilities`` when non-empty, else ``compute_capabilities``)
-    and ``driver_version``. The verdict's summary is told to the operator.
+    (``cu130_wheels_compute_capabilities`` when non-empty, else ``compute_capabilities``),
+    ``driver_version`` and ``gpu_names``. The verdict's summary is told to the operator.
 
     Returns:
         ``{"stack": the probe's record, "verdict": the verdict, "resolved_target": None,
@@ -272,8 +282,16 @@ def check(
     capabilities = [str(c) for c in options.get("cu130_wheels_compute_capabilities") or []] or [
         str(c) for c in compute_capabilities or []
     ]
+    library_path = str((options.get("stack_switch_environment") or {}).get("LD_LIBRARY_PATH") or "")
     probe = host.module(
-        "cuda13_stack_probe", {"modules": PROBED}, python=f"{venv}/bin/python", check_mode=False
+        "cuda13_stack_probe",
+        {
+            "modules": PROBED,
+            "service": str(options.get("cuda13_service_name") or ""),
+            "library_path": [d for d in library_path.split(":") if d],
+        },
+        python=f"{venv}/bin/python",
+        check_mode=False,
     )["probe"]
     verdict = stack.stack_verdict(
         probe,
@@ -281,6 +299,7 @@ def check(
         driver_library_optional=truthy(options.get("cu130_wheels_driver_library_optional")),
         compute_capabilities=capabilities,
         driver_version=str(driver_version) if driver_version else None,
+        gpu_names=[str(n) for n in gpu_names or []],
     )
     host.tell(f"{venv}: {verdict['summary']}")
     record = {"stack": probe, "verdict": verdict, "resolved_target": None, "changed": False}
