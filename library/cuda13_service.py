@@ -28,6 +28,7 @@ options:
   url: {description: The base URL to wait at (empty - no wait)., type: str, default: ""}
   ready_timeout: {description: Seconds to wait., type: float, default: 900}
   server_info: {description: Read the effective configuration once it generates., type: bool, default: true}
+  journal: {description: Return the unit's last journal lines even when every step succeeded., type: bool, default: false}
 attributes:
   check_mode: {support: full, description: Read-only in check mode.}
 author: cuda13-upgrade

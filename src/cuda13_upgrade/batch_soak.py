@@ -116,6 +116,7 @@ def verdict(
     kernel_log_mark: Any = None,
     kernel_log_read: Any = None,
     min_prefix_tokens: int = probe.DEFAULT_MIN_PREFIX_TOKENS,
+    context: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The soak between batches, judged.
 
@@ -128,6 +129,10 @@ def verdict(
         kernel_log_mark, kernel_log_read: ``hostscripts/kernel_log.py``'s mark before the
             switch and a read after the watch (module ``cuda13_kernel_log``); None when not read.
         min_prefix_tokens: ``verify_throughput_probe_min_prefix_tokens``.
+        context: the facts of the journal's diagnosis (the stack that serves,
+            :func:`cuda13_upgrade.steps.serve.stack_context`): a degraded host's reason ends
+            with the cause and remedy of what its journal tail says
+            (:func:`cuda13_upgrade.soak.journal_cause`) when that is known.
 
     Returns:
         ``{"healthy": bool, "outcome": "healthy" | "crash" | "stall" | "error" | "output" |
@@ -194,7 +199,7 @@ def verdict(
             outcome=found[0],
             reason=(
                 f"degraded in service {watched:.0f} s into the {planned:g} s soak between batches "
-                f"({_SECONDS}): {found[1]}"
+                f"({_SECONDS}): {found[1]}" + soak.journal_cause(out["journal_tail"], context)
             ),
         )
     return out

@@ -40,9 +40,30 @@ kind                        text it is recognised by
 ``torch_arch_unsupported``  torch's ``with CUDA capability sm_XY is not compatible
                             with the current PyTorch installation``
 ``no_kernel_image``         ``no kernel image is available for execution on the device``
+``cuda_not_initialized``    ``Error 802: system not yet initialized`` (torch's
+                            ``cudaGetDeviceCount()`` at CUDA initialization: the
+                            NVSwitch fabric is not ready, the fabric manager not running)
+``cpu_fallback``            SGLang's ``No accelerator (...) is available. - Falling back
+                            to CPU`` / ``Auto-configed device: cpu``
+``jit_arch_unsupported``    ptxas's ``Instruction '...'`` / ``Feature '...' not supported on
+                            .target 'sm_NNN'`` (arch-specific instructions built for the
+                            generic target)
+``jit_ptxas_error``         any other ``ptxas <ptx>, line N; error : ...`` (e.g.
+                            ``Unexpected instruction types specified for '_mma'``)
+``jit_no_target_arch``      flashinfer's ``No supported CUDA architectures found for major
+                            versions [...]``, ``SM 12.x requires CUDA >= 12.9``, ``FlashInfer
+                            requires GPUs with sm75 or higher``
 ``driver_too_old``          torch's ``The NVIDIA driver on your system is too old
                             (found version NNNNN)``
+``no_accelerator``          SGLang's ``No accelerator (...) or platform plugin is
+                            available`` (the server found no GPU at all)
 ==========================  ====================================================
+
+Every remedy follows the stack that failed when the context names it (``stack``,
+``stack_cuda``, ``venv``: the old stack after a rollback, the new one at the switch
+and the verify): the build to install is that stack's CUDA build, into that stack's
+venv, and the driver named is the one that stack's CUDA release needs. Without
+them the remedy follows the target (``target_cuda``), into the new venv.
 """
 
 from __future__ import annotations
@@ -111,9 +132,14 @@ _LABEL_RE = re.compile(r"\+cu(?P<major>\d+)(?P<minor>\d)$")
 
 
 def _target(context: Mapping[str, str]) -> tuple[int | None, str | None]:
-    """The target CUDA (major, "major.minor" or None) from ``target_cuda`` (``"13.0"``
-    or ``"13"``), else from the label of ``torch_version`` (``2.14.1+cu130``)."""
-    found = _TARGET_RE.match(context.get("target_cuda", ""))
+    """The CUDA release remedies follow (major, "major.minor" or None): the failing
+    stack's ``stack_cuda`` (``"12.8"``), else ``target_cuda`` (``"13.0"`` or ``"13"``),
+    else the label of ``torch_version`` (``2.14.1+cu130``). The old stack's release is never the
+    target's: without ``stack_cuda`` it is not known."""
+    found = _TARGET_RE.match(context.get("stack_cuda", ""))
+    if context.get("stack") == "old" and not found:
+        return None, None
+    found = found or _TARGET_RE.match(context.get("target_cuda", ""))
     if found:
         major, minor = int(found.group("major")), found.group("minor")
         return major, f"{major}.{minor}" if minor is not None else None
@@ -130,11 +156,39 @@ def _target_build(context: Mapping[str, str]) -> str:
         return f"CUDA {release} build (+cu{release.replace('.', '')})"
     if major is not None:
         return f"CUDA {major} build"
+    if context.get("stack") == "old":
+        return "build for the old stack's CUDA release"
     return "build for the target CUDA release"
 
 
+def _stack_name(context: Mapping[str, str]) -> str:
+    """``"the old stack"`` / ``"the new stack"`` (context ``stack``); ``"the new stack"``
+    when the context does not say (the target's)."""
+    return "the old stack" if context.get("stack") == "old" else "the new stack"
+
+
+def _venv_phrase(context: Mapping[str, str]) -> str:
+    """Where the failing stack's packages go: ``"the old venv (/opt/ml-env)"``; ``"the new
+    venv"`` when the context names no stack."""
+    stack = context.get("stack")
+    if stack not in ("old", "new"):
+        return "the new venv"
+    venv = context.get("venv")
+    return f"the {stack} venv ({venv})" if venv else f"the {stack} venv"
+
+
+def _stack_release(context: Mapping[str, str]) -> str:
+    """``"the old stack (CUDA 12.8)"`` when the context names the stack and its release,
+    ``"the old stack"`` without the release, ``""`` when it names no stack."""
+    if context.get("stack") not in ("old", "new"):
+        return ""
+    _major, release = _target(context)
+    return f"{_stack_name(context)} (CUDA {release})" if release else _stack_name(context)
+
+
 def _driver_floor(context: Mapping[str, str]) -> str:
-    """What driver the target needs, by NVIDIA's tables (:func:`stack_driver_floor`):
+    """What driver the failing stack (context ``stack_cuda``) or else the target needs, by
+    NVIDIA's tables (:func:`stack_driver_floor`):
     ``">= 580.65.06, the minimum for CUDA 13.0 (CUDA Toolkit Release Notes,
     Table 3; >= 580 runs CUDA 13.x without PTX JIT, Table 2)"``; "" when the target
     is not known."""
@@ -222,8 +276,14 @@ def _torch_abi(m: re.Match[str], context: dict[str, str]) -> tuple[str, str]:
         "of the torch it was compiled against, which the installed "
         f"{'torch ' + torch if torch else 'torch'} does not export",
         f"install the kernel wheel built for {wanted} (the sgl-kernel/sglang-kernel version "
-        "that pins it), or the torch that the kernel wheel pins; never mix them",
+        f"that pins it){_into(context)}, or the torch that the kernel wheel pins; never mix them",
     )
+
+
+def _into(context: Mapping[str, str]) -> str:
+    """``" into the old venv (/opt/ml-env)"`` when the context names the failing stack, else
+    ``""`` (the remedy's words stay as they were)."""
+    return f" into {_venv_phrase(context)}" if context.get("stack") in ("old", "new") else ""
 
 
 def _upgrade_driver(context: Mapping[str, str]) -> str:
@@ -231,9 +291,17 @@ def _upgrade_driver(context: Mapping[str, str]) -> str:
     if floor:
         return f"upgrade the NVIDIA driver to {floor}"
     return (
-        "upgrade the NVIDIA driver to one that supports the target CUDA release "
+        f"upgrade the NVIDIA driver to one that supports {_stack_cuda_words(context)} "
         "(the preflight's driver table)"
     )
+
+
+def _stack_cuda_words(context: Mapping[str, str]) -> str:
+    """``"the CUDA release of the old stack"`` when the context names the stack, else
+    ``"the target CUDA release"``."""
+    if context.get("stack") in ("old", "new"):
+        return f"the CUDA release of {_stack_name(context)}"
+    return "the target CUDA release"
 
 
 def _driver_api(m: re.Match[str], context: dict[str, str]) -> tuple[str, str]:
@@ -241,7 +309,7 @@ def _driver_api(m: re.Match[str], context: dict[str, str]) -> tuple[str, str]:
     return (
         f"{lib} calls the CUDA driver API {m.group('sym')}, which the installed NVIDIA "
         "driver lacks: the driver is older than the CUDA release the extension was built for",
-        f"{_upgrade_driver(context)}; the new stack cannot run on this driver",
+        f"{_upgrade_driver(context)}; {_stack_name(context)} cannot run on this driver",
     )
 
 
@@ -260,6 +328,13 @@ def _cuda_library_missing(m: re.Match[str], context: dict[str, str]) -> tuple[st
     major, _release = _target(context)
     if major is None or int(m.group("major")) != major:
         return None
+    if context.get("stack") in ("old", "new"):
+        return (
+            f"{_package(context)} links {m.group('so')}, a CUDA {major} library of {_stack_release(context)} "
+            f"that no library of {_venv_phrase(context)} provides",
+            f"install the nvidia-* wheel that provides {m.group('so')} into {_venv_phrase(context)} (the "
+            f"{_target_build(context)} of {_package(context)} declares it; pip check lists what is missing)",
+        )
     return (
         f"{_package(context)} links {m.group('so')}, a CUDA {major} library of the target that "
         "no library of this environment provides",
@@ -270,6 +345,20 @@ def _cuda_library_missing(m: re.Match[str], context: dict[str, str]) -> tuple[st
 
 def _other_major(m: re.Match[str], context: dict[str, str], built: int) -> tuple[str, str]:
     major, _release = _target(context)
+    if context.get("stack") in ("old", "new"):
+        stack = _stack_release(context)
+        venv = _venv_phrase(context)
+        which = (
+            "the version the pre-upgrade snapshot's pip freeze lists"
+            if context.get("stack") == "old"
+            else f"the build {_stack_name(context)} was installed with"
+        )
+        return (
+            f"{_package(context)} is a CUDA {built} build: it links {m.group('so')}, which {stack} "
+            f"does not provide (it serves from {venv})",
+            f"install the {_target_build(context)} of {_package(context)} into {venv} ({which}), or "
+            f"remove the CUDA {built} package that got into it",
+        )
     where = f"the CUDA {major} stack" if major is not None else "this environment"
     return (
         f"{_package(context)} is a CUDA {built} build: it links {m.group('so')}, which {where} "
@@ -302,9 +391,18 @@ def _cccl(m: re.Match[str], context: dict[str, str]) -> tuple[str, str]:
         "component wheels (nvidia-cuda-nvcc, -crt, -cccl vs -runtime) or the toolkit "
         "and the pip CUDA headers are from different CUDA releases",
         "install every nvidia-cuda-* component wheel at the release torch was built for "
-        "(torch.version.cuda), e.g. all 13.0.x for a cu130 torch, and point CUDA_HOME at "
-        "the matching toolkit",
+        f"(torch.version.cuda){_into(context)}, e.g. {_example_release(context)}, and point CUDA_HOME "
+        "at the matching toolkit",
     )
+
+
+def _example_release(context: Mapping[str, str]) -> str:
+    """``"all 12.8.x for the old stack"`` when the context names the stack and its release,
+    else the target's example, ``"all 13.0.x for a cu130 torch"``."""
+    _major, release = _target(context)
+    if context.get("stack") in ("old", "new") and release:
+        return f"all {release}.x for {_stack_name(context)}"
+    return "all 13.0.x for a cu130 torch"
 
 
 def _torch_arch(m: re.Match[str], context: dict[str, str]) -> tuple[str, str]:
@@ -312,7 +410,7 @@ def _torch_arch(m: re.Match[str], context: dict[str, str]) -> tuple[str, str]:
         f"the installed torch has no kernels for {m.group('gpu').strip()} ({m.group('sm')}): "
         "it was built for older architectures only",
         f"install a torch {_target_build(context)} whose arch list includes {m.group('sm')} "
-        "(torch.cuda.get_arch_list())",
+        f"(torch.cuda.get_arch_list()){_into(context)}",
     )
 
 
@@ -343,7 +441,166 @@ def _driver_too_old(m: re.Match[str], context: dict[str, str]) -> tuple[str, str
     return (
         f"the NVIDIA driver supports up to {release} (torch found version {found}), older "
         "than the CUDA release torch was built for",
-        f"{_upgrade_driver(context)}; until then the new stack cannot reach the GPUs",
+        f"{_upgrade_driver(context)}; until then {_stack_name(context)} cannot reach the GPUs",
+    )
+
+
+def _not_initialized(m: re.Match[str], context: dict[str, str]) -> tuple[str, str]:
+    return (
+        "CUDA could not initialise the GPUs (cudaGetDeviceCount: error 802, system not yet "
+        "initialized) although the driver lists them: on a host whose GPUs share an NVSwitch "
+        "fabric the fabric manager is not running or the GPUs' fabric registration has not "
+        "completed, so torch sees no GPU and the server none",
+        "check the fabric manager and the GPUs' fabric state: systemctl status "
+        "nvidia-fabricmanager (start it, or install the nvidia-fabricmanager package of the "
+        "driver's branch) and nvidia-smi -q | grep -A2 Fabric (State must be Completed, Status "
+        "Success); then restart the service",
+    )
+
+
+_FOUND_RE = re.compile(r"The NVIDIA driver on your system is too old \(found version (?P<found>\d+)\)")
+
+
+def _cpu_fallback(m: re.Match[str], context: dict[str, str]) -> tuple[str, str]:
+    stack = _stack_name(context)
+    found = _FOUND_RE.search(context.get("__text", ""))
+    if found:
+        release = cuda_version_from_int(found.group("found"))
+        return (
+            f"the server found no usable GPU and fell back to the CPU: torch says the NVIDIA driver "
+            f"supports up to CUDA {release} (found version {found.group('found')}), older than the "
+            "CUDA release torch was built for",
+            f"{_upgrade_driver(context)}; until then {stack} serves from the CPU, not the GPUs",
+        )
+    floor = _driver_floor(context)
+    needs = (
+        f"{stack} needs the NVIDIA driver {floor}"
+        if floor
+        else f"the driver must support {_stack_cuda_words(context)}"
+    )
+    return (
+        "the server found no usable GPU and fell back to the CPU (device cpu)",
+        f"check the driver and what the service sees: {needs} (nvidia-smi shows the driver's version), "
+        "and CUDA_VISIBLE_DEVICES in systemctl show -p Environment <unit> must not hide the GPUs; "
+        "then restart it",
+    )
+
+
+def _jit_target(sm: str) -> tuple[str, str]:
+    """``"sm_120"`` -> (``"12.0"``, ``"120"``): the arch list entry and the compute_ number."""
+    number = sm.removeprefix("sm_")
+    return f"{int(number) // 10}.{int(number) % 10}", number
+
+
+_PTXAS_RE = re.compile(r"ptxas (?P<ptx>.+?), line \d+; error\s*: (?P<said>.+?)\s*$")
+_UNSUPPORTED_RE = re.compile(
+    r"error\s*: (?:Instruction|Feature) '(?P<what>[^']+)' not supported on \.target '(?P<target>sm_\d+)'"
+)
+# nvcc's temporary PTX: /tmp/tmpxft_000793eb_00000000-6_ds4_mmq.ptx is ds4_mmq's.
+_TMPXFT_RE = re.compile(r"^tmpxft_[0-9a-f]+_[0-9a-f]+-\d+_")
+
+
+def _ptx_source(ptx: str) -> str:
+    """The kernel a ptxas line names: ``ds4_mmq.ptx`` from ``/tmp/tmpxft_..._ds4_mmq.ptx``,
+    ``"PTX generated at run time (ptxas application ptx input)"`` for a JIT's in-memory PTX."""
+    if ptx.strip() == "application ptx input":
+        return "PTX generated at run time (ptxas application ptx input)"
+    name = ptx.rstrip("/").rsplit("/", 1)[-1]
+    return _TMPXFT_RE.sub("", name) or ptx
+
+
+def _jit_arch(m: re.Match[str], context: dict[str, str]) -> tuple[str, str]:
+    target = m.group("target")
+    wanted: list[str] = []
+    ptx = ""
+    for line in context.get("__text", "").splitlines():
+        found = _UNSUPPORTED_RE.search(line)
+        if found and found.group("target") == target:
+            if found.group("what") not in wanted:
+                wanted.append(found.group("what"))
+            ptxas = _PTXAS_RE.search(line)
+            ptx = ptx or (ptxas.group("ptx") if ptxas else "")
+    arch, number = _jit_target(target)
+    kernel = _ptx_source(ptx) if ptx else "a kernel"
+    named = ", ".join(f"'{w}'" for w in wanted[:4])
+    return (
+        f"ptxas rejected {kernel} compiled for .target '{target}': {named} exist only on the "
+        f"architecture-specific target {target}a (and the family target {target}f, CUDA 12.9 on); "
+        f"the code was built for the generic {target}",
+        f'build it for {target}a or {target}f: FLASHINFER_CUDA_ARCH_LIST="{arch}a" for flashinfer\'s JIT, '
+        f'TORCH_CUDA_ARCH_LIST="{arch}a" for a torch extension, -gencode '
+        f"arch=compute_{number}a,code={target}a for nvcc (in the service's environment for a JIT), "
+        "remove what the JIT cached for it (flashinfer: ~/.cache/flashinfer of the unit's user) and "
+        "restart the service",
+    )
+
+
+def _toolkit_home(context: Mapping[str, str]) -> str:
+    """The failing stack's toolkit: ``"/usr/local/cuda-13.0 (the CUDA 13.0 toolkit of the new
+    stack)"``, or the generic words when its release is not known."""
+    _major, release = _target(context)
+    if release:
+        return f"/usr/local/cuda-{release} (the CUDA {release} toolkit of {_stack_name(context)})"
+    return "the toolkit of the CUDA release torch was built with (torch.version.cuda)"
+
+
+def _jit_ptxas(m: re.Match[str], context: dict[str, str]) -> tuple[str, str]:
+    fixed = (
+        " (nvidia-cutlass-dsl 4.5.1 fixed this one for block-scaled MMA, NVIDIA/cutlass#3227)"
+        if "specified for '_mma'" in m.group("said")
+        else ""
+    )
+    return (
+        f"ptxas rejected {_ptx_source(m.group('ptx'))}: {m.group('said')}; the code generator "
+        "that wrote the PTX and this toolkit's ptxas disagree on the instruction",
+        f"install the code generator's release whose PTX this ptxas accepts{fixed} and run the JIT "
+        f"with {_toolkit_home(context)} as CUDA_HOME; remove what the JIT cached and restart the "
+        "service, or start the server with another backend for that kernel",
+    )
+
+
+_CUDA_NEEDED_RE = re.compile(r"SM (?P<sm>\d+)\.x requires CUDA >= (?P<need>\d+\.\d+)")
+# flashinfer's errors when it has no architecture to compile for (flashinfer/compilation_context.py,
+# flashinfer/jit/core.py check_cuda_arch).
+_JIT_NO_ARCH_ERROR_RE = re.compile(
+    r"No supported CUDA architectures found for major versions \[[^\]]*\]|"
+    r"FlashInfer requires GPUs with sm75 or higher"
+)
+
+
+def _jit_no_arch(m: re.Match[str], context: dict[str, str]) -> tuple[str, str] | None:
+    text = context.get("__text", "")
+    if _CUDA_NEEDED_RE.search(m.group(0)) and _JIT_NO_ARCH_ERROR_RE.search(text):
+        return None  # the warning explains; the error a later line raised is the evidence
+    needed = _CUDA_NEEDED_RE.search(text)
+    if needed:
+        why = (
+            f"the nvcc it compiles with ($CUDA_HOME/bin/nvcc, else the first nvcc on PATH) is older "
+            f"than CUDA {needed.group('need')}, the first release that builds for SM "
+            f"{needed.group('sm')}.x, so it dropped the GPUs' architecture"
+        )
+        arch = f"{needed.group('sm')}.0a"
+    else:
+        why = "FLASHINFER_CUDA_ARCH_LIST, or the nvcc it compiles with, leaves out the GPUs' architecture"
+        arch = "12.0a"
+    return (
+        f"flashinfer's JIT found no GPU architecture to compile for ({m.group(0).strip()}): {why}",
+        f"point the service's CUDA_HOME and PATH at {_toolkit_home(context)}, or set "
+        f'FLASHINFER_CUDA_ARCH_LIST="{arch}" in its environment, then restart it',
+    )
+
+
+def _no_accelerator(m: re.Match[str], context: dict[str, str]) -> tuple[str, str]:
+    venv = context.get("venv") or "<venv>"
+    floor = _driver_floor(context)
+    needs = f"; {_stack_name(context)} needs the NVIDIA driver {floor}" if floor else ""
+    return (
+        "the server found no GPU at all (torch.cuda.is_available() was False when SGLang chose "
+        "its device) and did not start",
+        "check what the service sees: nvidia-smi, CUDA_VISIBLE_DEVICES in systemctl show -p "
+        f"Environment <unit>, and {venv}/bin/python -c 'import torch; "
+        "print(torch.cuda.is_available())' as the unit's user; torch's CUDA initialization "
+        f"warning in the lines before it, if any, says why{needs}",
     )
 
 
@@ -417,10 +674,35 @@ _RULES: tuple[_Rule, ...] = (
         re.compile(r"no kernel image is available for execution on the device"),
         _no_kernel_image,
     ),
+    # Before driver_too_old: a server that started on the CPU is what the operator sees.
+    ("cuda_not_initialized", re.compile(r"Error 802: system not yet initialized"), _not_initialized),
+    (
+        "cpu_fallback",
+        re.compile(
+            r"No accelerator \([^)]*\) is available\. - Falling back to CPU|Auto-configed device: cpu\b"
+        ),
+        _cpu_fallback,
+    ),
+    ("jit_arch_unsupported", _UNSUPPORTED_RE, _jit_arch),
+    ("jit_ptxas_error", _PTXAS_RE, _jit_ptxas),
+    (
+        "jit_no_target_arch",
+        re.compile(
+            r"No supported CUDA architectures found for major versions \[[^\]]*\]|"
+            r"SM \d+\.x requires CUDA >= \d+\.\d+|FlashInfer requires GPUs with sm75 or higher"
+        ),
+        _jit_no_arch,
+    ),
     (
         "driver_too_old",
         re.compile(r"The NVIDIA driver on your system is too old \(found version (?P<found>\d+)\)"),
         _driver_too_old,
+    ),
+    # Last: what torch said before it (driver too old, error 802) is the cause.
+    (
+        "no_accelerator",
+        re.compile(r"No accelerator \([^)]*\) or platform plugin is available"),
+        _no_accelerator,
     ),
 )
 
@@ -460,6 +742,12 @@ def diagnose(
             ``torch_version``): every remedy follows it (the build to install,
             the driver the target needs by NVIDIA's tables), and a missing
             CUDA library of the target's own major is ``cuda_library_missing``.
+            ``stack`` (``"old"`` or ``"new"``: the stack whose start or use
+            failed), ``stack_cuda`` (that stack's CUDA release, ``"12.8"``) and
+            ``venv`` (its venv): when given, every remedy follows that stack
+            instead of the target: its CUDA build, installed into its venv, and
+            the driver its release needs (a ``libcudart.so.13`` missing on the
+            old CUDA 12.8 stack asks for the CUDA 12.8 build in the old venv).
             The package a remedy names is the one the text points at: the
             shared object's directory under site-packages/dist-packages, else
             the traceback's last frame there above the error line.
@@ -470,6 +758,7 @@ def diagnose(
     """
     lines = _lines(text)
     facts = {str(k): str(v) for k, v in (context or {}).items() if v not in (None, "")}
+    whole = "\n".join(lines)
     for kind, pattern, build in _RULES:
         for index, line in enumerate(lines):
             match = pattern.search(line)
@@ -482,6 +771,7 @@ def diagnose(
                         **facts,
                         "__package": package or "",
                         "__object": extension.group("object") if extension else "",
+                        "__text": whole,
                     },
                 )
                 if found is None:

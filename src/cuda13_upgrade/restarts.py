@@ -272,6 +272,7 @@ def serve_outcome(
     timeout: int,
     leftover_timeout: float,
     service_user: str = "",
+    stack: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """What one start of the service into a profile came to, and the operator's message.
 
@@ -285,6 +286,17 @@ def serve_outcome(
     how long the readiness wait was. ``leftover_timeout`` (s): cuda13_leftover_timeout,
     named in the leftovers' note. ``service_user``: the unit's ``User=``, named when
     the journal says it may not execute the venv's Python (``diagnosis.diagnose``).
+    ``stack``: which stack serves, ``{"stack": "old" | "new", "stack_cuda": its CUDA release
+    ("12.8"), "target_cuda": the upgrade's ("13.0"), "venv": its venv}``
+    (:func:`cuda13_upgrade.steps.serve.stack_context`); every remedy the journal's diagnosis
+    gives follows that stack (``diagnosis.diagnose``'s context). None or ``{}``: the remedies
+    follow the target, as before.
+
+    A server that generates must also have its GPUs: when ``/get_server_info`` reports a
+    ``device`` other than ``cuda``, or a ``tp_size`` below the tensor parallel size its command
+    asks for (``--tp``/``--tp-size``/``--tensor-parallel-size`` of ``exec_start`` plus ``args``,
+    the last one given), the start failed (:func:`gpus_missing`); a field the server does not
+    report (an older SGLang) is no evidence.
 
     Returns ``{"restarted": bool, "would_restart": bool, "leftovers": [{"pid", "command",
     "gpu_memory_mib"}], "running_args": list | None, "running_venv": str | None,
@@ -335,6 +347,15 @@ def serve_outcome(
         notes.append(f"{service} left {len(leftovers)} process(es) after it stopped: {listed}; {how}.")
     msg: list[str] = []
     ready = cycle.get("ready")
+    effective_record = (
+        effective.effective_config(cycle.get("server_info"), cycle.get("startup_log"))
+        if "server_info" in cycle
+        else None
+    )
+    context = {
+        "service_user": service_user,
+        **{k: str(v) for k, v in (stack or {}).items() if k in _STACK_KEYS and v},
+    }
     if release and not release.get("free", True):
         msg = [
             f"{service} stopped, but its processes {release.get('still_running')} still run or hold"
@@ -352,9 +373,7 @@ def serve_outcome(
             f" (last answer: {ready.get('last', 'none')})."
         ]
     if msg:
-        known = diagnosis.diagnose(
-            cycle.get("journal") or [], source="journal", context={"service_user": service_user}
-        )
+        known = diagnosis.diagnose(cycle.get("journal") or [], source="journal", context=context)
         msg.append(
             f"Cause: {known.cause}. Fix: {known.remedy}."
             if known.known
@@ -370,20 +389,83 @@ def serve_outcome(
             f" needs {wanted} (the Python of {venv}). Nothing was measured on it. Check the drop-ins in"
             f" /etc/systemd/system/{service}.d/ (systemctl cat {service})."
         ]
+    else:
+        missing = gpus_missing(effective_record, exec_start, args)
+        if missing:
+            logged = [*(cycle.get("startup_log") or []), *(cycle.get("journal") or [])]
+            known = diagnosis.diagnose(logged, source="journal", context=context)
+            msg = [
+                f"{service} ({what}) generates, but not on the GPUs it was asked for: {missing}."
+                " Nothing was measured on it.",
+                f"Cause: {known.cause}. Fix: {known.remedy}."
+                if known.known
+                else f"Check the GPUs the service sees: nvidia-smi, and CUDA_VISIBLE_DEVICES in"
+                f" systemctl show -p Environment {service}.",
+            ]
+            if logged:
+                msg += ["Last lines of its start-up log:", *logged[-15:]]
     return {
         "restarted": restarted,
         "would_restart": False,
         "leftovers": leftovers,
         **running,
-        "effective": (
-            effective.effective_config(cycle.get("server_info"), cycle.get("startup_log"))
-            if "server_info" in cycle
-            else None
-        ),
+        "effective": effective_record,
         "report": notes,
         "failed": bool(msg),
         "msg": "\n".join(msg),
     }
+
+
+#: The keys of :func:`serve_outcome`'s ``stack`` that go to the diagnosis's context.
+_STACK_KEYS = ("stack", "stack_cuda", "target_cuda", "venv")
+
+#: SGLang's flags of ``ServerArgs.tp_size`` (python/sglang/srt/server_args.py: ``--tensor-parallel-size``,
+#: ``--tp-size``; ``--tp``, its documented short form, reaches it by argparse's prefix matching).
+TP_FLAGS = ("--tp", "--tp-size", "--tensor-parallel-size")
+
+
+def asked_tp(exec_start: str, args: Sequence[Any]) -> int | None:
+    """The tensor parallel size a command asks for: the last of :data:`TP_FLAGS` in
+    ``exec_start`` (a command line) followed by ``args`` (argparse keeps the last), as an int;
+    None when none is given or its value is not a number."""
+    try:
+        words = shlex.split(exec_start or "")
+    except ValueError:
+        words = []
+    asked = None
+    for request in effective.requested_args([*words, *(str(a) for a in args)]):
+        if request["flag"] in TP_FLAGS:
+            asked = request["asked"]
+    try:
+        return int(asked) if asked is not None and asked is not True else None
+    except (TypeError, ValueError):
+        return None
+
+
+def gpus_missing(effective_record: Mapping[str, Any] | None, exec_start: str, args: Sequence[Any]) -> str:
+    """What the server's effective configuration (``effective.effective_config``) says against
+    the GPUs its command asks for, ``""`` when nothing does.
+
+    ``device`` other than ``cuda`` (SGLang's ``ServerArgs.device``, resolved at start:
+    ``cuda``, or ``cpu`` when it found no GPU) and ``tp_size`` below :func:`asked_tp` are
+    evidence; a field the server does not report (an older SGLang, the configuration not
+    read) is none. E.g. ``"the command asks for --tp 8 (8 GPUs), /get_server_info reports
+    tp_size=4"``.
+    """
+    if not isinstance(effective_record, Mapping) or not effective_record.get("read"):
+        return ""
+    reported = effective_record.get("args") or {}
+    problems = []
+    device = reported.get("device")
+    if isinstance(device, str) and device and device.split(":", 1)[0] != "cuda":
+        problems.append(f"/get_server_info reports device={device!r}, not 'cuda'")
+    asked = asked_tp(exec_start, args)
+    tp = reported.get("tp_size")
+    if asked is not None and isinstance(tp, int) and not isinstance(tp, bool) and tp < asked:
+        problems.append(
+            f"the command asks for --tp {asked} ({asked} GPUs), /get_server_info reports tp_size={tp}"
+        )
+    return "; ".join(problems)
 
 
 def _runs(running: Mapping[str, Any], venv: str, args: Sequence[Any]) -> bool:

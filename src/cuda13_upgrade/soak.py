@@ -17,8 +17,10 @@ The host script's record (``soak`` of its ``--load-metrics`` output): ``{"reques
 from __future__ import annotations
 
 import signal
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+from cuda13_upgrade import diagnosis
 
 # systemctl show's ExecMainCode: the si_code of the main process's end (<signal.h>).
 _CLD_CODES = {"1": "exited", "2": "killed", "3": "dumped"}
@@ -95,7 +97,17 @@ def _failure_text(failure: Mapping[str, Any], deadline_s: float, gone: str | Non
     return f"{text}; {gone}" if gone else text
 
 
-def judge(record: Mapping[str, Any] | None, *, profile: str = "") -> dict[str, Any]:
+def journal_cause(journal: Sequence[Any] | None, context: Mapping[str, Any] | None = None) -> str:
+    """``"; cause: <cause>; fix: <remedy>"`` of what the unit's journal says
+    (:func:`cuda13_upgrade.diagnosis.diagnose`, ``context`` its facts: the stack that serves),
+    ``""`` when it says nothing known: the reason a failed soak gives ends with it."""
+    known = diagnosis.diagnose([str(line) for line in journal or []], source="journal", context=context)
+    return f"; cause: {known.cause}; fix: {known.remedy}" if known.known else ""
+
+
+def judge(
+    record: Mapping[str, Any] | None, *, profile: str = "", context: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """The gate's record of one profile's soak.
 
     Returns ``{"passed": bool, "served": n, "requests": n, "concurrency": c, "seconds": s,
@@ -103,7 +115,9 @@ def judge(record: Mapping[str, Any] | None, *, profile: str = "") -> dict[str, A
     first failed request | None, "journal_tail": [line, ...]}``. The first failed request (by
     number) decides the outcome; a stall or error after which the unit's main process is no
     longer the one that served counts as a crash. ``reason`` (a failed soak only), e.g.
-    ``"plain: the soak served 3 of 64 requests; request 4 got no answer within 30 s"``.
+    ``"plain: the soak served 3 of 64 requests; request 4 got no answer within 30 s"``, followed
+    by the journal tail's cause and remedy when it has a known one (:func:`journal_cause`;
+    ``context``: the diagnosis's facts, e.g. the stack that serves).
     Raises ``ValueError`` for a record without a request count.
     """
     if not isinstance(record, Mapping) or not isinstance(record.get("requests"), int):
@@ -133,7 +147,8 @@ def judge(record: Mapping[str, Any] | None, *, profile: str = "") -> dict[str, A
         passed=False,
         outcome=outcome,
         failure=first,
-        reason=f"{prefix}the soak served {served} of {requests} requests; {text}",
+        reason=f"{prefix}the soak served {served} of {requests} requests; {text}"
+        + journal_cause(out["journal_tail"], context),
     )
     return out
 

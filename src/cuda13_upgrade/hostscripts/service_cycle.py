@@ -55,12 +55,13 @@ its processes' command lines, as ``Authorization: Bearer <key>`` (SGLang answers
 nothing this prints.
 
 When the start fails or the server does not generate, the last
-``--journal-lines`` lines of the unit's journal are included.
+``--journal-lines`` lines of the unit's journal are included; with ``--journal``
+always (after a request to the running server failed: what it logged says why).
 
 Usage: service_cycle.py --unit sglang.service [--restart always|when-changed|never]
 [--files-changed] [--exec-start CMD --venv DIR --args-json JSON]
 [--leftover-timeout 30] [--kill-after 10] [--nvidia-smi nvidia-smi]
-[--ready-url http://127.0.0.1:30000 --ready-timeout 900] [--journal-lines 30]
+[--ready-url http://127.0.0.1:30000 --ready-timeout 900] [--journal-lines 30] [--journal]
 [--server-info [--startup-lines 2000]].
 Prints one JSON object::
 
@@ -463,6 +464,7 @@ def cycle(
     journal_lines: int = 30,
     server_info_too: bool = False,
     startup_lines: int = 2000,
+    journal_too: bool = False,
 ) -> tuple[dict, bool]:
     """Steps 1-6 of the module docstring for ``unit``; returns (the result object, whether
     every step that ran succeeded). The keyword arguments are the command line's options."""
@@ -503,7 +505,7 @@ def cycle(
                 result["server_info"], result["server_info_error"] = server_info(ready_url.rstrip("/"))
         if ok and server_info_too:
             result["startup_log"] = startup_log(unit, startup_lines)
-    if not ok and (result["start_error"] or result["ready"]):
+    if journal_too or (not ok and (result["start_error"] or result["ready"])):
         result["journal"] = journal_tail(unit, journal_lines)
     result["main_pid"], cmdline = main_process(unit)
     result["cmdline_b64"] = _b64(cmdline)
@@ -565,6 +567,7 @@ SERVICE_SPEC = {
     "url": {"type": "str", "default": ""},
     "ready_timeout": {"type": "float", "default": 900.0},
     "server_info": {"type": "bool", "default": True},
+    "journal": {"type": "bool", "default": False},
 }
 
 
@@ -619,6 +622,7 @@ def service_module(params: dict, check_mode: bool) -> dict:
         ready_url=params["url"],
         ready_timeout=params["ready_timeout"],
         server_info_too=params["server_info"],
+        journal_too=params["journal"],
     )
     return {
         "changed": dropin_changed or record["restarted"],
@@ -658,6 +662,7 @@ def main(argv: list[str] | None = None) -> int:
         help="read /get_server_info and the start-up log once it generates",
     )
     parser.add_argument("--startup-lines", type=int, default=2000)
+    parser.add_argument("--journal", action="store_true", help="include the journal's last lines always")
     args = parser.parse_args(argv)
     try:
         profile_args = json.loads(args.args_json)
@@ -682,6 +687,7 @@ def main(argv: list[str] | None = None) -> int:
         journal_lines=args.journal_lines,
         server_info_too=args.server_info,
         startup_lines=args.startup_lines,
+        journal_too=args.journal,
     )
     json.dump(result, sys.stdout)
     sys.stdout.write("\n")

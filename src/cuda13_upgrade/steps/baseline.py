@@ -23,7 +23,7 @@ from typing import Any
 from cuda13_upgrade import restarts
 from cuda13_upgrade.steps import measure
 from cuda13_upgrade.steps.host import Host, StepFailed, json_text, now_iso
-from cuda13_upgrade.steps.serve import running
+from cuda13_upgrade.steps.serve import running, stack_context
 
 
 def take(
@@ -101,6 +101,7 @@ def take(
             service_user=(manifest.get("service") or {}).get("user") or "",
             prompts=prompts,
             on_trial=on_trial,
+            stack=stack_context(options, "old", manifest),
         )
     except StepFailed as exc:
         raise StepFailed(exc.msg, {"recorded": False, **exc.record}) from exc

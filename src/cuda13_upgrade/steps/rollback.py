@@ -32,7 +32,7 @@ from typing import Any
 from cuda13_upgrade import diagnosis, nospace, ondemand, stack, throughput
 from cuda13_upgrade.steps import measure
 from cuda13_upgrade.steps.host import Host, ModuleFailed, StepFailed, begin_step, current_step
-from cuda13_upgrade.steps.serve import serve, serve_options
+from cuda13_upgrade.steps.serve import serve, serve_options, stack_context
 from cuda13_upgrade.steps.verify import read_kernel_log
 
 #: The steps before the switch: a failure there leaves the old stack serving and the new one unused.
@@ -108,6 +108,18 @@ def failure_texts(failed: Mapping[str, Any]) -> list[str]:
         for key in ("stdout", "stderr", "module_stderr"):
             lines += str(module_result.get(key) or "").splitlines()
     return lines
+
+
+def _failed_stack(options: Mapping[str, Any], step: str, records: Mapping[str, Any]) -> dict[str, str]:
+    """The stack a failed step served, for its diagnosis (:func:`cuda13_upgrade.steps.serve.stack_context`):
+    the old one for the baseline (its CUDA release from the snapshot's manifest), the new one from
+    the switch on (:data:`SERVING_STEPS`); ``{}`` for a step that serves nothing (the remedies
+    follow the target)."""
+    if step == "baseline":
+        return stack_context(options, "old", (records.get("snapshot") or {}).get("manifest"))
+    if step in SERVING_STEPS:
+        return stack_context(options, "new")
+    return {}
 
 
 def _df(host: Host, paths: list[str]) -> dict[str, int | None]:
@@ -325,6 +337,7 @@ def restore(
                 what="the old stack, after the rollback",
                 about="the first profile the rollback's re-check measures on the old stack",
                 service_user=(manifest.get("service") or {}).get("user") or "",
+                stack=stack_context(options, "old", manifest),
             )
     seconds = round(time.time() - started, 2)
     if not host.check_mode:
@@ -400,7 +413,9 @@ def after_failure(
     """
     step = str(run.get("failed_step") or current_step(run))
     error = _truncate(str(failed.get("msg") or failed.get("stderr") or ""), 2000)
-    diagnosed = diagnosis.diagnose(failure_texts(failed), source=step).to_dict()
+    diagnosed = diagnosis.diagnose(
+        failure_texts(failed), source=step, context=_failed_stack(options, step, records)
+    ).to_dict()
     switch = records.get("switch") or {}
     verify = records.get("verify") or {}
     baseline = (records.get("baseline") or {}).get("baseline") or {}
@@ -499,6 +514,7 @@ def after_failure(
                         plan=recheck,
                         service_user=(restored["manifest"].get("service") or {}).get("user") or "",
                         prompts=prompts,
+                        stack=stack_context(options, "old", restored["manifest"]),
                     )
                 out["measured"] = measured
                 out["restarts"] += measured["restarts"]

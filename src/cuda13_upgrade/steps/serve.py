@@ -42,6 +42,7 @@ def serve(
     about: str = "a profile",
     service_user: str = "",
     managed: str = MANAGED,
+    stack: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Put ``service`` into the profile ``args`` and wait until it generates.
 
@@ -49,7 +50,9 @@ def serve(
     only waited for and read) or ``when-changed`` (restart when a drop-in changed,
     ``changed`` or this one, or the main process does not run ``venv``'s Python with
     ``args``). ``check``: the main process must run ``exec_start`` with ``args`` on
-    ``venv``'s Python. ``timeout`` (s): the wait until it generates at ``url``.
+    ``venv``'s Python. ``timeout`` (s): the wait until it generates at ``url``. ``stack``: which
+    stack serves (:func:`stack_context`), so that the cause and remedy of a failed start name
+    that stack's CUDA build, venv and driver.
 
     Returns :func:`cuda13_upgrade.restarts.serve_outcome`'s record plus ``"cycle"``
     (what the host's side recorded, None in check mode), ``"dropin_changed"`` and, when the
@@ -92,6 +95,7 @@ def serve(
         timeout=int(timeout),
         leftover_timeout=float(leftover_timeout),
         service_user=service_user,
+        stack=stack,
     )
     if outcome["failed"]:
         # The message holds the cause, the remedy and the journal's last lines; the record, what counts.
@@ -110,6 +114,40 @@ def serve(
     if result.get("diff"):
         served["diff"] = result["diff"]
     return served
+
+
+def stack_context(
+    options: Mapping[str, Any], which: str, manifest: Mapping[str, Any] | None = None
+) -> dict[str, str]:
+    """Which stack serves, for the diagnosis of a failed start or use (:func:`serve`'s ``stack``).
+
+    ``which``: ``"old"`` (the baseline, the rollback and its re-check) or ``"new"`` (the switch,
+    the verify, the soak). ``manifest``: the pre-upgrade snapshot, whose ``nvcc --version`` of
+    ``/usr/local/cuda`` is the old stack's CUDA release and whose ``venv`` its venv.
+
+    Returns ``{"stack", "stack_cuda", "target_cuda", "venv"}``: the new stack's release is
+    ``cuda13_toolkit_release``, its venv ``cuda13_new_venv``; the old stack's venv is the
+    snapshot's, else ``cuda13_old_venv``. A fact that is not known is ``""`` (the diagnosis then
+    falls back to the target for it). Raises ValueError for another ``which``.
+    """
+    if which not in ("old", "new"):
+        raise ValueError(f"which must be 'old' or 'new', got {which!r}")
+    target = str(options.get("cuda13_toolkit_release") or "")
+    if which == "new":
+        return {
+            "stack": "new",
+            "stack_cuda": target,
+            "target_cuda": target,
+            "venv": str(options.get("cuda13_new_venv") or ""),
+        }
+    manifest = manifest or {}
+    nvcc = (manifest.get("cuda") or {}).get("nvcc") or {}
+    return {
+        "stack": "old",
+        "stack_cuda": str(nvcc.get("release") or ""),
+        "target_cuda": target,
+        "venv": str((manifest.get("venv") or {}).get("path") or options.get("cuda13_old_venv") or ""),
+    }
 
 
 def running(host: Host, *, service: str, exec_start: str) -> dict[str, Any]:

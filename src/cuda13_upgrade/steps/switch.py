@@ -20,7 +20,7 @@ from typing import Any
 
 from cuda13_upgrade import stack
 from cuda13_upgrade.steps.host import Host, StepFailed
-from cuda13_upgrade.steps.serve import MANAGED, serve, serve_options
+from cuda13_upgrade.steps.serve import MANAGED, serve, serve_options, stack_context
 
 #: The new stack's cache directories under ``<stack_switch_cache_root>/<stack name>``.
 CACHES = ("triton", "flashinfer", "torch_extensions", "torchinductor")
@@ -144,6 +144,7 @@ def switch(
             what=f"the new stack in {options['stack_switch_new_venv']}",
             about="the first profile the verify measures on the new stack",
             service_user=unit.get("user") or "",
+            stack={**stack_context(options, "new"), "venv": options["stack_switch_new_venv"]},
         )
     except StepFailed as exc:
         # The rescue reads the kernel log since the mark: a GPU that fell off the bus stops the new server.

@@ -20,7 +20,7 @@ from typing import Any
 from cuda13_upgrade import batch_soak, throughput, xid
 from cuda13_upgrade.steps import measure
 from cuda13_upgrade.steps.host import Host, StepFailed
-from cuda13_upgrade.steps.serve import serve_options
+from cuda13_upgrade.steps.serve import serve_options, stack_context
 
 
 def gate(
@@ -120,6 +120,7 @@ def verify(
             service_user=(manifest.get("service") or {}).get("user") or "",
             prompts=prompts,
             on_trial=on_trial,
+            stack=stack_context(options, "new"),
         )
     except StepFailed as exc:
         raise StepFailed(
@@ -213,5 +214,6 @@ def soak_between_batches(
         kernel_log_mark=switch.get("kernel_log_mark") or None,
         kernel_log_read=read_kernel_log(host, options, switch),
         min_prefix_tokens=int(options["verify_throughput_probe_min_prefix_tokens"]),
+        context=stack_context(options, "new"),
     )
     return {**judged, "rollback": not judged["healthy"], "msg": str(judged.get("reason") or "")}
