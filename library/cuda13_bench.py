@@ -49,6 +49,13 @@ options:
   unit: {description: The server's systemd unit, read after a failed soak or watch., type: str}
   probe: {description: Prompts of the correctness probe., type: int, default: 0}
   max_new_tokens: {description: Tokens per probe or watch answer., type: int, default: 32}
+  probe_batch_sizes:
+    description:
+      - After the probe, its prompts sent together, one round per size - that many requests at once,
+        request i with prompt i modulo O(probe) (answers under C(batched)).
+    type: list
+    elements: int
+    default: []
   watch_seconds: {description: How long to watch., type: float, default: 0}
   watch_interval_s: {description: Seconds between watch checks., type: float, default: 15}
   watch_deadline_s: {description: Seconds each watch check may take., type: float, default: 60}
@@ -79,7 +86,7 @@ bench:
   description: >-
     trials - {url, method, trials: [{ttft_ms, itl_ms, decode_tok_s, output_tok_s, ...}], series};
     probe - {url, max_new_tokens, outputs: [{prompt, output_ids, text, completion_tokens,
-    spec_verify_ct}]}; load - {url, load: {...}, soak?: {...}}; watch - {url, watch: {...}}.
+    spec_verify_ct}], batched?: [{batch_size, outputs: [{prompt_index, prompt, output_ids, ...}]}]}; load - {url, load: {...}, soak?: {...}}; watch - {url, watch: {...}}.
   type: dict
   returned: success
 """

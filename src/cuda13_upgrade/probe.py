@@ -145,6 +145,142 @@ def compare_outputs(
     }
 
 
+BATCH_REASON = "output changes when the prompts share a batch"
+
+
+def batch_sizes(concurrency: int, server_args: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The batch sizes of the batched probe (:func:`compare_batched`) for one profile.
+
+    A kernel can be wrong for some batch sizes only: flashinfer-ai/flashinfer#2577 (8x RTX
+    PRO 6000 Blackwell Server Edition, driver 580.126.09, FlashInfer 0.6.3, PyTorch 2.9.1):
+    NVFP4 ``mm_fp4`` with the cutlass backend "Returns **all zeros** (silent failure)",
+    depending on the batch size. So the probe's prompts are also sent together at the
+    profile's serving ``concurrency`` (requests at once), and in a batch one larger than the
+    largest CUDA graph the server captures (``cuda_graph_max_bs`` of its ``/get_server_info``,
+    ``server_args``): SGLang captures graphs up to that batch size, and "Larger batches fall
+    back to normal execution" (SGLang's CUDA Graph Capture docs), another set of kernels.
+    No size past the graphs when the server reports no ``cuda_graph_max_bs`` (an integer
+    >= 1) or runs with ``disable_cuda_graph``.
+
+    Returns ``{"sizes": [int, ...] (ascending, each >= 2, no size twice), "cuda_graph_max_bs":
+    int | None}``. Raises ``ValueError`` for a concurrency that is not an integer >= 0.
+    """
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 0:
+        raise ValueError(f"the probe's batch needs a serving concurrency >= 0 (got {concurrency!r})")
+    args = server_args or {}
+    graphs = args.get("cuda_graph_max_bs")
+    if isinstance(graphs, bool) or not isinstance(graphs, int) or graphs < 1:
+        graphs = None
+    if args.get("disable_cuda_graph"):
+        graphs = None
+    sizes = {concurrency} if concurrency >= 2 else set()
+    if graphs is not None:
+        sizes.add(graphs + 1)
+    return {"sizes": sorted(sizes), "cuda_graph_max_bs": graphs}
+
+
+def compare_batched(
+    alone: Sequence[Mapping[str, Any]],
+    batched: Sequence[Mapping[str, Any]],
+    *,
+    old: Sequence[Mapping[str, Any]] | None = None,
+    min_prefix_tokens: int = DEFAULT_MIN_PREFIX_TOKENS,
+    min_agreeing_share: float = DEFAULT_MIN_AGREEING_SHARE,
+    profile: str = "plain",
+) -> dict[str, Any]:
+    """Compare the answers the new stack gave to prompts sent together with its answers to
+    the same prompts alone, and with the old stack's (:func:`batch_sizes` says why).
+
+    ``alone``: the new stack's probe outputs, one per prompt (what :func:`compare_outputs`
+    reads); ``old``: the old stack's, in the same order (None compares with ``alone`` only).
+    ``batched``: ``[{"batch_size": int, "outputs": [{"prompt_index": int, "output_ids":
+    [int], "text": str, ...}]}]`` (``completion_bench.generate_together``). The rule is the
+    probe's (module doc): an answer agrees when its common prefix with the same prompt's
+    answer alone, and with the old stack's, is at least ``min(min_prefix_tokens, lengths)``;
+    a batch passes when the share of agreeing answers is at least ``min_agreeing_share``.
+
+    Returns ``{"profile", "passed": bool, "batches": [{"batch_size", "requests", "agreeing",
+    "share", "passed", "example": {"request", "prompt", "reference" ("alone" | "the old
+    stack"), "position", "expected_id", "batched_id", "expected", "batched"} | None}],
+    "reason": str}``: ``example`` is the batch's first answer that does not agree, with the
+    first differing token (its 0-based ``position`` and both token ids, None past the end of
+    the shorter output). Raises ``ValueError`` for thresholds out of range, an answer whose
+    ``prompt_index`` has no output alone, or outputs without integer ``output_ids``.
+    """
+    compare_outputs(alone, alone, min_prefix_tokens=min_prefix_tokens, min_agreeing_share=min_agreeing_share)
+    if old is not None and len(old) != len(alone):
+        raise ValueError(f"the probe needs one old output per prompt (old: {len(old)}, new: {len(alone)})")
+    references = [("alone", alone)] + ([("the old stack", old)] if old is not None else [])
+    records = []
+    for batch in batched:
+        size = int(batch.get("batch_size") or 0)
+        outputs = list(batch.get("outputs") or [])
+        agreeing, example = 0, None
+        for request, output in enumerate(outputs):
+            index = output.get("prompt_index")
+            if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(alone):
+                raise ValueError(
+                    f"batched probe answer {request} of the batch of {size} names prompt {index!r}, "
+                    f"which has no answer alone ({len(alone)} prompts)"
+                )
+            ids = _ids(output, f"new (batch of {size})", request)
+            agrees = True
+            for label, reference in references:
+                expected = _ids(reference[index], "old" if label != "alone" else "new", index)
+                prefix = common_prefix(expected, ids)
+                if prefix >= min(min_prefix_tokens, len(expected), len(ids)):
+                    continue
+                agrees = False
+                if example is None:
+                    example = {
+                        "request": request + 1,
+                        "prompt": str(reference[index].get("prompt", "")),
+                        "reference": label,
+                        "position": prefix,
+                        "expected_id": expected[prefix] if prefix < len(expected) else None,
+                        "batched_id": ids[prefix] if prefix < len(ids) else None,
+                        "expected": str(reference[index].get("text", "")),
+                        "batched": str(output.get("text", "")),
+                    }
+                break
+            agreeing += agrees
+        share = agreeing / len(outputs) if outputs else 1.0
+        records.append(
+            {
+                "batch_size": size,
+                "requests": len(outputs),
+                "agreeing": agreeing,
+                "share": round(share, 4),
+                "passed": share >= float(min_agreeing_share),
+                "example": example,
+            }
+        )
+    failed = [r for r in records if not r["passed"]]
+    with_old = " and with the old stack" if old is not None else ""
+    if not failed:
+        sizes = ", ".join(str(r["batch_size"]) for r in records) or "none"
+        reason = (
+            f"{profile}: output in a batch matches the same prompts alone{with_old} (batch sizes {sizes})"
+        )
+    else:
+        first = failed[0]
+        ex = first["example"] or {}
+        token = (
+            f"first differing token at position {ex.get('position')}: id {ex.get('expected_id')} "
+            f"{'alone' if ex.get('reference') == 'alone' else 'on the old stack'}, "
+            f"id {ex.get('batched_id')} in the batch"
+        )
+        reason = (
+            f"{profile}: {BATCH_REASON}: in a batch of {first['batch_size']}, {first['agreeing']} of "
+            f"{first['requests']} answers agree with the same prompt alone{with_old} for at least "
+            f"{min_prefix_tokens} tokens (needed {min_agreeing_share:.0%}); e.g. prompt "
+            f"{_clip(ex.get('prompt', ''))!r} (request {ex.get('request')} of {first['requests']}): {token}; "
+            f"{ex.get('reference')} {_clip(ex.get('expected', ''))!r}, "
+            f"in the batch {_clip(ex.get('batched', ''))!r}"
+        )
+    return {"profile": profile, "passed": not failed, "batches": records, "reason": reason}
+
+
 DEFAULT_ACCEPT_LENGTH_DROP_PCT = 15.0
 
 

@@ -394,6 +394,20 @@ def probe_summary(probe: dict[str, Any]) -> dict[str, Any]:
             "min_prefix_tokens": result.get("min_prefix_tokens"),
             "example": None if result.get("passed") else result.get("example"),
         }
+        batched = result.get("batched")
+        if isinstance(batched, dict):
+            out[name]["batched"] = {
+                "passed": batched.get("passed"),
+                "batches": [
+                    {
+                        k: b.get(k)
+                        for k in ("batch_size", "requests", "agreeing", "passed")
+                        + (() if b.get("passed") else ("example",))
+                    }
+                    for b in batched.get("batches") or []
+                ],
+                "reason": batched.get("reason"),
+            }
     return out
 
 
@@ -490,6 +504,13 @@ def _probe_lines(rows: list[dict[str, Any]]) -> list[str]:
                 for label, key in (("prompt", "prompt"), ("old stack", "old"), ("new stack", "new")):
                     text = " ".join(str(example.get(key) or "").split())
                     lines.append(f"  - {label}: `{text[:200]}`")
+            batched = probe.get("batched")
+            if batched:
+                sizes = ", ".join(str(b["batch_size"]) for b in batched["batches"]) or "none"
+                lines.append(
+                    f"- {row['host']} {name}, prompts sent together (batch sizes {sizes}): "
+                    + ("output matches the same prompts alone" if batched["passed"] else batched["reason"])
+                )
     accept = []
     for row in rows:
         for name, value in (row.get("accept_length") or {}).items():

@@ -456,7 +456,10 @@ def gate_verdict(
 
     ``baseline_probe``: per profile, the old stack's probe outputs; given, each
     profile's outputs are compared (``probe.compare_outputs`` with
-    ``min_prefix_tokens`` and ``min_agreeing_share``) and its accept length too
+    ``min_prefix_tokens`` and ``min_agreeing_share``), its answers to the prompts sent
+    together (``probe_batched``: ``{"batches": [...]}``, when measured) with its answers
+    alone and the old stack's (``probe.compare_batched``, the probe record's ``batched``),
+    and its accept length too
     (``probe.compare_accept_length`` with ``accept_length_drop_pct``, percent); None
     compares neither. ``baseline_load``: per profile, the old stack's load metrics
     (a profile without any compares against ``{}``); given, ``load.compare_load``
@@ -484,8 +487,9 @@ def gate_verdict(
     profile: speculative_gain record}, "unused_flags": {profile: [unused flag, ...]}}``; the comparisons
     not made are empty (``unused_flags`` only names profiles with some). ``final``: every profile's
     throughput decision is final. ``reason``: the failed checks' reasons joined by
-    ``"; "`` (failed soak, wrong output, collapsed accept length, load, regressed throughput,
-    speculative decoding that does not beat plain decode, in that order), or, when
+    ``"; "`` (failed soak, wrong output, output changed in a batch, collapsed accept length,
+    load, regressed throughput, speculative decoding that does not beat plain decode, in that
+    order), or, when
     none failed, every profile's throughput reason. Raises ``ValueError`` (naming
     the profile) for a profile without baseline trials or probe outputs, or for
     inputs ``decide``, ``compare_outputs``, ``compare_accept_length``,
@@ -531,6 +535,16 @@ def gate_verdict(
                 min_agreeing_share=float(min_agreeing_share),
                 profile=str(name),
             )
+            together = measured.get("probe_batched") or {}
+            if together.get("batches"):
+                probes[name]["batched"] = probe.compare_batched(
+                    measured["probe"],
+                    together["batches"],
+                    old=baseline_probe[name],
+                    min_prefix_tokens=int(min_prefix_tokens),
+                    min_agreeing_share=float(min_agreeing_share),
+                    profile=str(name),
+                )
             accepts[name] = probe.compare_accept_length(
                 baseline_probe[name],
                 measured["probe"],
@@ -562,6 +576,7 @@ def gate_verdict(
     failed = (
         [r["reason"] for r in soaks.values() if not r["passed"]]
         + [r["reason"] for r in probes.values() if not r["passed"]]
+        + [r["batched"]["reason"] for r in probes.values() if r.get("batched", {}).get("passed") is False]
         + [r["reason"] for r in accepts.values() if r["passed"] is False]
         + [reason for r in loads.values() for reason in r["reasons"]]
         + [d["reason"] for d in decisions.values() if d["verdict"] == "regressed"]

@@ -27,3 +27,8 @@ def crash():
 @pytest.fixture(scope="module")
 def stall():
     return testinfra.get_host("podman://cuda13-gate-5")
+
+
+@pytest.fixture(scope="module")
+def batch_fault():
+    return testinfra.get_host("podman://cuda13-gate-6")

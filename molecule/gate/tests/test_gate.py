@@ -229,3 +229,27 @@ def test_the_report_shows_the_failed_soaks():
     assert "- cuda13-gate-4 eagle3 (new stack): the soak served " in section
     assert "- cuda13-gate-5 eagle3 (new stack): the soak served " in section
     assert "got no answer within 10 s" in section
+
+
+def test_output_wrong_only_in_a_batch_rolls_back_naming_prompt_batch_size_and_token(batch_fault):
+    result = _result(batch_fault)
+    assert result["status"] == "rolled_back"
+    assert _serving_venv(batch_fault) == "/opt/ml-env/bin/python"
+    # Alone, every prompt agrees with the old stack; together, 8 at once, the answers of the
+    # requests that started with 4 or more running are all token 0.
+    probe = result["probe"]["eagle3"]
+    assert probe["passed"] is True and probe["agreeing"] == 8
+    (together,) = probe["batched"]["batches"]
+    assert together["batch_size"] == 8 and together["passed"] is False
+    example = together["example"]
+    assert example["batched_id"] == 0 and example["position"] == 0
+    assert (
+        f"eagle3: output changes when the prompts share a batch: in a batch of 8, {together['agreeing']} of 8 "
+        "answers agree with the same prompt alone and with the old stack for at least 4 tokens"
+    ) in result["reason"]
+    assert (
+        f"(request {example['request']} of 8): first differing token at position 0: "
+        f"id {example['expected_id']} alone, id 0 in the batch"
+    ) in result["reason"]
+    summary = (RUN / "summary.md").read_text()
+    assert "- cuda13-gate-6 eagle3, prompts sent together (batch sizes 8): eagle3: output changes" in summary

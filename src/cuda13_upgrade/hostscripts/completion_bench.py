@@ -37,7 +37,12 @@ the answer's ``output_ids`` (the generated token ids) and ``text``, and with spe
 decoding its ``meta_info`` counters ``completion_tokens`` and ``spec_verify_ct`` (verify
 steps: the request's accept length is ``completion_tokens / spec_verify_ct``, as SGLang
 computes ``spec_accept_length``). It prints ``{"url", "max_new_tokens", "outputs": [{"prompt",
-"output_ids", "text", "completion_tokens", "spec_verify_ct"}]}``.
+"output_ids", "text", "completion_tokens", "spec_verify_ct"}]}``. With ``--probe-batch-sizes``
+(``8,257``) it then sends the same prompts together, one round per size ``B``: ``B`` requests at
+once, request ``i`` with prompt ``i`` modulo ``N`` (:func:`generate_together`), so that they share
+the server's running batch (a kernel may be wrong only for some batch sizes:
+flashinfer-ai/flashinfer#2577); their answers are under ``"batched": [{"batch_size": B,
+"outputs": [{"prompt_index", "prompt", "output_ids", "text", ...}]}]``.
 
 With ``--watch-seconds S`` it watches a server in service instead (``watch``): every
 ``--watch-interval-s`` for ``S`` seconds, one greedy ``/generate`` of the prompt set's first
@@ -513,6 +518,49 @@ def generate(url: str, prompt: str, max_new_tokens: int, timeout: float) -> dict
     }
 
 
+def generate_together(
+    url: str, prompts: list[str], batch_size: int, max_new_tokens: int, timeout: float
+) -> list:
+    """``batch_size`` greedy ``/generate`` requests sent at once (one thread each, released
+    together by a barrier), request ``i`` with ``prompts[i % len(prompts)]``: the server's
+    continuous batching runs them in one batch. Returns one :func:`generate` record per
+    request, in request order, each with its ``prompt_index``.
+
+    Raises ``ValueError`` for a batch size < 1 or no prompts, and the first request's error
+    (``urllib.error.URLError``, ``OSError``, ``ValueError``) when any request failed.
+    """
+    if batch_size < 1 or not prompts:
+        raise ValueError(f"a batch needs a size >= 1 and prompts (got {batch_size}, {len(prompts)} prompts)")
+    import threading
+
+    barrier = threading.Barrier(batch_size)
+    answers: list = [None] * batch_size
+    errors: list = [None] * batch_size
+
+    def one(index: int) -> None:
+        try:
+            barrier.wait(timeout)
+            answers[index] = {
+                "prompt_index": index % len(prompts),
+                **generate(url, prompts[index % len(prompts)], max_new_tokens, timeout),
+            }
+        except (urllib.error.URLError, OSError, ValueError, threading.BrokenBarrierError) as exc:
+            errors[index] = exc
+
+    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(batch_size)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    broken = threading.BrokenBarrierError
+    failed = next((e for e in errors if e is not None and not isinstance(e, broken)), None)
+    if failed is None and any(e is not None for e in errors):
+        failed = OSError(f"the {batch_size} requests of the batch could not be sent together")
+    if failed is not None:
+        raise failed
+    return answers
+
+
 def _watch_check(url: str, prompt: str, max_new_tokens: int, deadline_s: float) -> dict:
     """One check of the watch: a greedy ``/generate`` within ``deadline_s``.
 
@@ -691,6 +739,7 @@ DEFAULTS = {
     "journal_lines": 30,
     "probe": 0,
     "max_new_tokens": 32,
+    "probe_batch_sizes": [],
     "watch_seconds": 0.0,
     "watch_interval_s": 15.0,
     "watch_deadline_s": 60.0,
@@ -742,11 +791,23 @@ def _run(o: dict, api_key: str | None) -> dict:
             return {"url": url, "watch": record}
         try:
             outputs = [generate(url, p, o["max_new_tokens"], o["timeout"]) for p in prompts[: o["probe"]]]
+            batched = [
+                {
+                    "batch_size": int(size),
+                    "outputs": generate_together(
+                        url, prompts[: o["probe"]], int(size), o["max_new_tokens"], o["timeout"]
+                    ),
+                }
+                for size in o["probe_batch_sizes"] or []
+            ]
         except (urllib.error.URLError, OSError) as exc:
             raise BenchError(f"cannot reach the server at {url}: {exc}") from exc
         except (ValueError, json.JSONDecodeError) as exc:
             raise BenchError(f"unexpected answer from {url}: {exc}") from exc
-        return {"url": url, "max_new_tokens": o["max_new_tokens"], "outputs": outputs}
+        document = {"url": url, "max_new_tokens": o["max_new_tokens"], "outputs": outputs}
+        if o["probe_batch_sizes"]:
+            document["batched"] = batched
+        return document
 
     if o["load_metrics"]:
         if not workload:
@@ -871,6 +932,7 @@ BENCH_SPEC = {
     "unit": {"type": "str"},
     "probe": {"type": "int", "default": 0},
     "max_new_tokens": {"type": "int", "default": 32},
+    "probe_batch_sizes": {"type": "list", "elements": "int", "default": []},
     "watch_seconds": {"type": "float", "default": 0.0},
     "watch_interval_s": {"type": "float", "default": 15.0},
     "watch_deadline_s": {"type": "float", "default": 60.0},
@@ -951,6 +1013,12 @@ def main(argv: list[str] | None = None) -> int:
         "--probe", type=int, default=0, help="correctness probe of the first N prompts of --prompt-file"
     )
     parser.add_argument("--max-new-tokens", type=int, default=32, help="tokens per probe or watch answer")
+    parser.add_argument(
+        "--probe-batch-sizes",
+        type=lambda text: [int(v) for v in text.split(",") if v.strip()],
+        default=[],
+        help="after the probe, send its prompts together in batches of these sizes (8,257)",
+    )
     parser.add_argument(
         "--watch-seconds", type=float, default=0.0, help="watch the server this long (0: off)"
     )

@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from cuda13_upgrade import restarts, soak, throughput
+from cuda13_upgrade import diagnosis, probe, restarts, soak, throughput
 from cuda13_upgrade.steps.host import Host, StepFailed
 from cuda13_upgrade.steps.serve import serve, serve_options
 
@@ -98,6 +98,7 @@ def phase(
     service_user: str = "",
     prompts: Mapping[str, Any] | None = None,
     on_trial: Callable[[str, list], None] | None = None,
+    stack: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Measure ``profiles`` on the stack in ``venv`` (see the module docstring).
 
@@ -105,10 +106,12 @@ def phase(
     or None to plan from what the service runs now, ending on its own command.
     ``baseline``/``baseline_probe``: per profile, the old stack's trials and probe outputs
     (the candidate phase's retries compare with them). ``on_trial(profile, trials)``: called
-    after each run of trials (the progress display's tok/s).
+    after each run of trials (the progress display's tok/s). ``stack``: which stack serves
+    (:func:`cuda13_upgrade.steps.serve.stack_context`): a start, a probe, trials or load that
+    fail say the cause and remedy for that stack (the journal's diagnosis).
 
     Returns ``{"phase", "plan", "results": {profile: {"server_args", "new_stack_args", "command",
-    "effective", "method", "trials", "probe", "load", "soak", "summary"}}, "restarts": int,
+    "effective", "method", "trials", "probe", "probe_batched", "load", "soak", "summary"}}, "restarts": int,
     "leftovers": [process], "soak_failed": profile or None}``. Raises StepFailed (the server did
     not serve a profile, the benchmark failed on every try) with the restarts and leftovers so far.
     """
@@ -159,29 +162,34 @@ def phase(
                 what=f"profile {profile['name']}, {phase} phase, {venv}",
                 about=f'the "{profile["name"]}" profile, while its throughput is measured',
                 service_user=service_user,
+                stack=stack,
             )
         except StepFailed as exc:
             _count(record, exc.record)
             raise StepFailed(exc.msg, _counts(record)) from exc
         _count(record, served)
-        entry = _profile(
-            host,
-            profile,
-            args,
-            phase,
-            options,
-            run_id,
-            prompts,
-            served,
-            baseline,
-            on_trial,
-            exec_start,
-            venv,
-            probe_on,
-            load_on,
-            soak_requests,
-            record,
-        )
+        try:
+            entry = _profile(
+                host,
+                profile,
+                args,
+                phase,
+                options,
+                run_id,
+                prompts,
+                served,
+                baseline,
+                on_trial,
+                exec_start,
+                venv,
+                probe_on,
+                load_on,
+                soak_requests,
+                record,
+            )
+        except StepFailed as exc:
+            # The probe, the trials or the load failed at a request: what the server logged says why.
+            raise StepFailed(_with_journal(host, settings["service"], exc.msg, stack), exc.record) from exc
         record["results"][str(profile["name"])] = entry
         if phase == "candidate" and soak_requests > 0:
             record["soak_failed"] = soak.failed_profile(record["results"])
@@ -196,6 +204,7 @@ def phase(
                 check=False,
                 what=f"its own command, {venv}",
                 service_user=service_user,
+                stack=stack,
             )
         except StepFailed as exc:
             _count(record, exc.record)
@@ -219,6 +228,26 @@ def _running(host: Host, service: str, exec_start: str) -> list[str] | None:
 def _count(record: dict[str, Any], served: Mapping[str, Any]) -> None:
     record["restarts"] += int(bool(served.get("restarted")))
     record["leftovers"] += list(served.get("leftovers") or [])
+
+
+def _with_journal(host: Host, service: str, msg: str, stack: Mapping[str, Any] | None) -> str:
+    """``msg`` of a request that failed on a server that had started, with the unit's last
+    journal lines and, when :func:`cuda13_upgrade.diagnosis.diagnose` knows them, their cause
+    and remedy for the stack that serves (``stack``, :func:`cuda13_upgrade.steps.serve.stack_context`):
+    a JIT build that fails at first use leaves its compiler's error there, not in the request's
+    answer. ``msg`` unchanged when the journal is empty or cannot be read."""
+    read = host.module(
+        "cuda13_service",
+        {"unit": service, "restart": "never", "url": "", "journal": True},
+        check_mode=False,
+        allow_failure=True,
+    )
+    journal = [str(line) for line in ((read.get("cycle") or {}).get("journal") or [])]
+    if read.get("failed") or not journal:
+        return msg
+    known = diagnosis.diagnose(journal, source="journal", context=stack)
+    cause = [f"Cause: {known.cause}. Fix: {known.remedy}."] if known.known else []
+    return "\n".join([msg, *cause, "Last lines of its journal:", *journal[-15:]])
 
 
 def _bench(host: Host, mode: str, args: Mapping[str, Any], what: str, record: Mapping[str, Any]) -> dict:
@@ -252,8 +281,15 @@ def _profile(
     auth_unit = serve_options(options)["service"]
     where = f"{name}/{phase}"
     outputs: list = []
+    batched: dict[str, Any] = {}
     if probe_on:
-        outputs = _bench(
+        # The probe's prompts also go together: at the profile's serving concurrency and past
+        # the server's largest CUDA graph (probe.batch_sizes).
+        sizes = probe.batch_sizes(
+            int(profile.get("soak_concurrency") or options["verify_throughput_soak_concurrency"]),
+            (served.get("effective") or {}).get("args"),
+        )
+        document = _bench(
             host,
             "probe",
             {
@@ -262,10 +298,13 @@ def _profile(
                 "workload": prompts,
                 "probe": int(options["verify_throughput_probe_prompts"]),
                 "max_new_tokens": int(options["verify_throughput_probe_tokens"]),
+                "probe_batch_sizes": sizes["sizes"],
             },
             f"the correctness probe of {where} failed",
             record,
-        )["outputs"]
+        )
+        outputs = document["outputs"]
+        batched = {**sizes, "batches": list(document.get("batched") or [])}
     trials = _trials(host, name, phase, options, run_id, prompts, url, venv, baseline, on_trial, record)
     load: dict[str, Any] = {}
     soak_record: dict[str, Any] = {}
@@ -303,6 +342,7 @@ def _profile(
         "method": options.get("verify_throughput_method", "builtin"),
         "trials": normalized,
         "probe": outputs,
+        "probe_batched": batched,
         "load": load,
         "soak": soak_record,
         "summary": throughput.summarize(throughput.trial_metric(normalized, metric)).__dict__,

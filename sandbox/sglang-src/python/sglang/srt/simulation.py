@@ -50,7 +50,11 @@ the tokens before it (a hash chain, ``greedy_token_ids``), the same on every sta
 ``tokens`` says otherwise for the stack's CUDA tag: ``same`` (default), ``garbage`` (other
 tokens from the first one on: a broken kernel) or ``drift`` (the same first ``after`` tokens,
 then another continuation: the small numeric divergence of two correct stacks, which changes
-a near-tie's argmax and everything after it).
+a near-tie's argmax and everything after it). With ``"zeros_from_batch": N`` in the tag's
+``tokens`` a request that starts while at least ``N`` requests run (itself included) gets
+token id 0 for every token: the argmax of all-zero logits, what a GEMM that "Returns **all
+zeros** (silent failure)" for some batch sizes gives (flashinfer-ai/flashinfer#2577, NVFP4
+``mm_fp4``, cutlass backend, 8x RTX PRO 6000 Blackwell Server Edition); alone it is right.
 
 The rate key is the CUDA tag of the torch really imported (``torch.version.cuda`` "13.0" ->
 ``cu130``) and the profile ``eagle3`` for ``--speculative-algorithm EAGLE3`` or ``EAGLE``,
@@ -255,6 +259,17 @@ def token_mode(scenario: dict, tag: str) -> tuple[str, int]:
     if mode not in ("same", "garbage", "drift"):
         raise ValueError(f"sandbox scenario: tokens.{tag}.mode must be same, garbage or drift (got {mode!r})")
     return mode, int(spec.get("after", 0))
+
+
+def zeros_from_batch(scenario: dict, tag: str) -> int:
+    """The running batch size from which the stack's answers are all token 0 (module doc), 0
+    when the scenario gives none."""
+    value = ((scenario.get("tokens") or {}).get(tag) or {}).get("zeros_from_batch", 0)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(
+            f"sandbox scenario: tokens.{tag}.zeros_from_batch must be a count >= 0 (got {value!r})"
+        )
+    return value
 
 
 def greedy_token_ids(prompt: str, n_tokens: int, mode: str = "same", after: int = 0) -> list[int]:

@@ -80,6 +80,7 @@ class SimState:
     ready_at: float = 0.0
     requests_in_warmup: int = 0
     token_mode: tuple = ("same", 0)
+    zeros_from_batch: int = 0
     accept_length: float | None = None
     prefix_cache: simulation.PrefixCache = dataclasses.field(default_factory=simulation.PrefixCache)
     spec_tokens: int = 0
@@ -327,7 +328,6 @@ class Handler(BaseHTTPRequestHandler):
             log("A generation request arrived in the warm-up window; it waits until the server generates")
             state.wait_until_ready()
         rate = state.model.request_rate()
-        ids = simulation.greedy_token_ids(prompt, n_tokens, *state.token_mode)
         with state.lock:
             cached = min(state.prefix_cache.match(prompt.split()), prompt_tokens)
         prefill_tok_s = float(state.scenario.get("prefill_tok_s") or 0)
@@ -336,6 +336,10 @@ class Handler(BaseHTTPRequestHandler):
         with state.lock:
             state.running += 1
             running = state.running
+        if state.zeros_from_batch and running >= state.zeros_from_batch:
+            ids = [0] * n_tokens
+        else:
+            ids = simulation.greedy_token_ids(prompt, n_tokens, *state.token_mode)
         log(
             f"Prefill batch. #new-seq: 1, #new-token: {prompt_tokens - cached}, #cached-token: {cached}, "
             f"token usage: 0.00, #running-req: {running - 1}, #queue-req: 0, "
@@ -623,6 +627,7 @@ def launch_server(server_args: ServerArgs) -> None:
     httpd = SimHTTPServer((server_args.host, server_args.port), Handler)
     httpd.state = SimState(server_args, stack, scenario, source, tag, profile, model, int(time.time()))
     httpd.state.token_mode = simulation.token_mode(scenario, tag)
+    httpd.state.zeros_from_batch = simulation.zeros_from_batch(scenario, tag)
     httpd.state.accept_length = simulation.accept_length(scenario, tag, profile)
     httpd.state.crash_on_request = simulation.per_tag_count(scenario, "crash_on_request", tag)
     httpd.state.stall_after_completions = simulation.per_tag_count(scenario, "stall_after_completions", tag)
