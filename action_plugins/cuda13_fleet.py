@@ -62,6 +62,13 @@ class ActionModule(StepAction):
         for h in play_hosts:
             result = hostvars[h].get("cuda13_result")
             statuses[h] = result.get("status") if isinstance(result, dict) else None
+        waits: list[str] = []
+
+        def say(line: str) -> None:
+            # Each time a batch waits for Prometheus's alerts (cuda13_block_on_alerts), at once.
+            waits.append(line)
+            display.display(line)
+
         gate = fleet.batch_gate(
             the_fleet,
             hosts=play_hosts,
@@ -71,8 +78,11 @@ class ActionModule(StepAction):
             run_id=args["run_id"],
             reports_dir=args["reports_dir"],
             run_hosts=list(localhost.get("cuda13_run_hosts") or play_hosts),
+            say=say,
         )
         facts = {}
+        if waits and gate["not_started"] is None:
+            facts["cuda13_notice"] = waits[-1]  # the batch waited, or started without the check
         if gate["not_started"] is not None:
             said = gate["not_started"]
             display.display(f"{said['said']}: {said['reason']} (hosts {', '.join(said['hosts'])})")

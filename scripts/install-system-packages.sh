@@ -3,8 +3,10 @@
 # Runs as root (or with sudo available). Quick when everything is present.
 set -euo pipefail
 
+# prometheus: the alert gate's tests (tests/test_alerts_prometheus.py) start Debian's server on
+# 127.0.0.1 themselves.
 packages=(podman runc debootstrap dpkg-dev apt-utils gnupg git make ca-certificates openssh-client
-  python3-wheel-whl python3-setuptools-whl)
+  python3-wheel-whl python3-setuptools-whl prometheus)
 missing=()
 for pkg in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -23,3 +25,8 @@ fi
 echo "installing system packages: ${missing[*]}" >&2
 $sudo apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+# The package's own service (a server on every address, port 9090) is not the tests': installed
+# here, it is stopped and disabled where systemd runs (a container without systemd never starts it).
+if [[ " ${missing[*]} " == *" prometheus "* ]] && [ -d /run/systemd/system ]; then
+  $sudo systemctl disable --now prometheus.service >/dev/null 2>&1 || true
+fi

@@ -39,6 +39,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
 from cuda13_upgrade.errors import format_message
+from cuda13_upgrade.redact import redact
 from cuda13_upgrade.versions import (
     DRIVER_TABLE,
     min_compute_capability,
@@ -60,6 +61,7 @@ PLAY_OPTIONS: dict[str, dict[str, Any]] = {
     "cuda13_breaker_rollbacks": {"type": "raw"},
     "cuda13_breaker_days": {"type": "raw"},
     "cuda13_breaker_ack": {"type": "raw"},
+    "cuda13_block_on_alerts": {"type": "raw"},
     "cuda13_max_fail_percentage": {"type": "int"},
     "cuda13_preflight_allow_partial": {"type": "bool"},
     "cuda13_break_lock": {"type": "bool"},
@@ -444,6 +446,20 @@ def _window(value: Any) -> tuple[str, str] | None:
     return None
 
 
+def _block_on_alerts(value: Any) -> tuple[str, str] | None:
+    """{} or {url: Prometheus URL, match, ignore, firing_only, interval_s, timeout_s, max_wait_s,
+    on_unreachable} (cuda13_upgrade.alerts)"""
+    from cuda13_upgrade.alerts import OPTION, parse
+    from cuda13_upgrade.errors import Cuda13Error
+
+    try:
+        parse(value)
+    except Cuda13Error as exc:
+        reason = exc.problem.removeprefix(f"{OPTION} ")
+        return f"is not an alert gate ({reason})", (exc.remedy or "").removeprefix("give ")
+    return None
+
+
 def _until(value: Any) -> tuple[str, str] | None:
     """'' or HH:MM (the next such time) or an ISO 8601 date and time (cuda13_upgrade.window)"""
     from datetime import UTC, datetime
@@ -540,6 +556,7 @@ RULES: dict[str, Callable[[Any], tuple[str, str] | None]] = {
     "cuda13_breaker_rollbacks": _breaker_rollbacks,
     "cuda13_breaker_days": _breaker_days,
     "cuda13_breaker_ack": _breaker_ack,
+    "cuda13_block_on_alerts": _block_on_alerts,
     "cuda13_max_fail_percentage": _between(0, 100),
     "cuda13_target_hosts": _nonempty,
     # stack_snapshot
@@ -662,6 +679,7 @@ _ALIAS_RE = re.compile(r"^\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}$")
 
 
 def _failure(option: str, value: Any, problem: str, expected: str) -> dict[str, Any]:
+    value = redact(value)  # a URL's user:password@ masked (cuda13_block_on_alerts, index URLs)
     return {
         "option": option,
         "value": value,
@@ -1188,4 +1206,5 @@ RELATIONS: dict[str, str] = {
     "cuda13_breaker_rollbacks": "one value for every host of the rollout",
     "cuda13_breaker_days": "one value for every host of the rollout",
     "cuda13_breaker_ack": "one value for every host of the rollout",
+    "cuda13_block_on_alerts": "one value for every host of the rollout",
 }

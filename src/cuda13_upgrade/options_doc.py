@@ -119,6 +119,19 @@ PLAY_OPTION_DOCS: dict[str, dict[str, Any]] = {
         "counted; `cuda13-upgrade rollout --ack-breaker RUN_ID`). The rollbacks of that run and of "
         "earlier ones no longer count; those of later runs count again.",
     },
+    "cuda13_block_on_alerts": {
+        "default": {},
+        "description": "Batches that wait for a quiet fleet: {url: the Prometheus server's URL, match: "
+        "alerts that count (a regular expression on alertname, {label: regex}, or a list), ignore: alerts "
+        "that do not, firing_only: true, interval_s: 60, timeout_s: 10, max_wait_s: null, on_unreachable: "
+        "refuse}. Before each batch (the canary's first) the rollout asks Prometheus's rules API; while a "
+        "matching alert is active the batch waits, asking again every interval_s, until the alerts clear "
+        "or the window closes (cuda13_window, cuda13_until; max_wait_s, or an hour without either); the "
+        "hosts not started are reported with the alerts that held them. An alert whose rule reads a "
+        "cuda13_upgrade_* metric (the project's own) never counts. A Prometheus that does not answer "
+        "starts no batch (on_unreachable: proceed starts it without the check). {} for none "
+        "(cuda13_upgrade.alerts, docs/fleet.md).",
+    },
     "cuda13_max_fail_percentage": {
         "default": 0,
         "description": "The rollback playbook's max_fail_percentage: the share of a batch's hosts, in "
@@ -189,6 +202,7 @@ TUNE: tuple[str, ...] = (
     "cuda13_breaker_rollbacks",
     "cuda13_breaker_days",
     "cuda13_breaker_ack",
+    "cuda13_block_on_alerts",
     "cuda13_soak_seconds",
     "cuda13_soak_interval_seconds",
     "cuda13_max_fail_percentage",

@@ -14,23 +14,30 @@ the refused run's report (every host "not started", and why) and refuses.
 plan is made again over the hosts that upgrade, so the canary is a host that
 upgrades.
 
-``batch`` (before each batch of the serial upgrade play): the batch starts only
-while no more hosts of earlier batches failed or rolled back than the budget
-allows (:func:`cuda13_upgrade.budget.decide`), and inside the window
-(:func:`cuda13_upgrade.window.decide`, on the control node's clock). Otherwise
-this batch and every later one do not start: the hosts not started and why are
-written into the run's report at once (``not_started.json``, ``summary.md``),
-since a ``--limit`` that leaves localhost out skips the report play.
+``batch`` (before each batch of the serial upgrade play, the canary's first): the
+batch starts only while no more hosts of earlier batches failed or rolled back
+than the budget allows (:func:`cuda13_upgrade.budget.decide`), inside the window
+(:func:`cuda13_upgrade.window.decide`, on the control node's clock) and, with
+``cuda13_block_on_alerts``, once Prometheus has no matching active alert
+(:mod:`cuda13_upgrade.alerts`): while it has, the gate asks again every
+``interval_s`` and says so each time, until the alerts clear (the batch starts)
+or the window closes, ``cuda13_until`` passes or ``max_wait_s`` is over (the batch
+does not start, the alerts that held it named). A Prometheus that does not answer
+starts no batch, naming its URL and the error, unless ``on_unreachable`` is
+``proceed``. Otherwise this batch and every later one do not start: the hosts not
+started and why are written into the run's report at once (``not_started.json``,
+``summary.md``), since a ``--limit`` that leaves localhost out skips the report play.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from cuda13_upgrade import batches, breaker, budget, summary, window
+from cuda13_upgrade import alerts, batches, breaker, budget, summary, window
 
 #: The play-wide options: one value for every host of the rollout.
 FLEET_OPTIONS = (
@@ -42,6 +49,7 @@ FLEET_OPTIONS = (
     "cuda13_breaker_rollbacks",
     "cuda13_breaker_days",
     "cuda13_breaker_ack",
+    "cuda13_block_on_alerts",
 )
 
 _STAMP = "%Y-%m-%dT%H:%M:%SZ"
@@ -93,9 +101,12 @@ def fleet_options(hosts: Sequence[str], given: Mapping[str, Mapping[str, Any]]) 
 
 
 def plan(hosts: Sequence[str], options: Mapping[str, Any], started: Any = None) -> dict[str, Any]:
-    """The plan of ``hosts``: batches, window, until and failure budget, checked (bad values are
-    ``failures``, not errors). Returns ``{"sizes", "batches", "source", "lines", "ok", "failures",
-    "options", "started", "window", "window_text", "until_at", "gated", "max_failed_hosts"}``."""
+    """The plan of ``hosts``: batches, window, until, failure budget and alert gate, checked (bad
+    values are ``failures``, not errors). Returns ``{"sizes", "batches", "source", "lines", "ok",
+    "failures", "options", "started", "window", "window_text", "until_at", "gated",
+    "max_failed_hosts", "alerts", "alerts_text"}``: ``alerts`` is ``cuda13_block_on_alerts`` with
+    its defaults (credentials masked; ``{}`` without the gate), ``alerts_text`` the plan's line
+    for it (:func:`cuda13_upgrade.alerts.describe`, ``""`` without)."""
     hosts = list(hosts)
     started_at = _instant(started, "the run's start")
     failures: list[str] = []
@@ -122,6 +133,11 @@ def plan(hosts: Sequence[str], options: Mapping[str, Any], started: Any = None) 
         max_failed = budget.allowed(options.get("cuda13_max_failed_hosts"), len(hosts))
     except ValueError as exc:
         failures.append(str(exc))
+    alert_gate = None
+    try:
+        alert_gate = alerts.parse(options.get(alerts.OPTION))
+    except ValueError as exc:
+        failures.append(str(exc))
     return {
         **result,
         "ok": not failures,
@@ -133,6 +149,8 @@ def plan(hosts: Sequence[str], options: Mapping[str, Any], started: Any = None) 
         "until_at": until_at,
         "gated": bool(window_text or until_at),
         "max_failed_hosts": max_failed,
+        "alerts": alert_gate.as_record() if alert_gate else {},
+        "alerts_text": alerts.describe(alert_gate, bool(window_text or until_at)) if alert_gate else "",
     }
 
 
@@ -210,6 +228,8 @@ def start(
         f"no batch starts once more than {the_plan['max_failed_hosts']} host(s) of the fleet failed or rolled"
         " back (cuda13_max_failed_hosts)"
     )
+    if the_plan["alerts_text"]:
+        lines.append(the_plan["alerts_text"])
     if the_breaker is not None:
         lines.append(the_breaker["message"])
     return {
@@ -219,6 +239,100 @@ def start(
         "not_started": not_started,
         "lines": lines,
     }
+
+
+def _clock(now: Any) -> Callable[[], datetime]:
+    """``now`` as a clock: a callable as it is, None the control node's, a value that fixed time."""
+    if callable(now):
+        return lambda: _instant(now(), "now")
+    if now in (None, ""):
+        return lambda: datetime.now(UTC)
+    fixed = _instant(now, "now")
+    return lambda: fixed
+
+
+def _iso(stamp: datetime) -> str:
+    return stamp.astimezone(UTC).strftime(_STAMP)
+
+
+def _hold_for_alerts(
+    fleet: Mapping[str, Any],
+    batch: Sequence[str],
+    clock: Callable[[], datetime],
+    sleep: Callable[[float], Any],
+    fetch: alerts.Fetch | None,
+    say: Callable[[str], Any],
+) -> dict[str, Any] | None:
+    """The alert gate of one batch (the module's docstring): None when the batch may start, else
+    ``{"reason", "alerts"}`` (the alerts that held it, :func:`cuda13_upgrade.alerts.ask`'s)."""
+    gate = alerts.parse((fleet.get("options") or {}).get(alerts.OPTION))
+    if gate is None:
+        return None
+    parsed = window.parse_window(fleet.get("window") or None) if fleet.get("gated") else None
+    until = _instant(fleet["until_at"], "until_at") if fleet.get("until_at") else None
+    began = clock()
+    max_wait = gate.max_wait_s
+    if max_wait is None and parsed is None and until is None:
+        max_wait = alerts.UNBOUNDED_WAIT_S
+    wait_ends = began + timedelta(seconds=max_wait) if max_wait is not None else None
+    held: list[dict[str, Any]] = []
+    where = f"Prometheus {gate.display_url}, {alerts.OPTION}"
+    batch_text = ", ".join(batch)
+    while True:
+        at = clock()
+        if held:
+            decision = window.decide(parsed, until, at)
+            if not decision["open"]:
+                why = (
+                    f"until cuda13_until passed ({fleet['until_at']})"
+                    if until is not None and at >= until
+                    else f"until the window closed (cuda13_window {fleet.get('window_text') or ''})"
+                )
+                return {
+                    "reason": f"held by active alerts {why}: {alerts.describe_alerts(held)} ({where})",
+                    "alerts": held,
+                }
+            if wait_ends is not None and at >= wait_ends:
+                limit = "max_wait_s" if gate.max_wait_s is not None else "without a window or cuda13_until"
+                return {
+                    "reason": f"held by active alerts for {max_wait:g} s ({limit}): "
+                    f"{alerts.describe_alerts(held)} ({where})",
+                    "alerts": held,
+                }
+        answer = alerts.ask(gate, fetch)
+        if not answer["reachable"]:
+            problem = f"Prometheus cannot be asked for its alerts (GET {answer['url']}: {answer['error']})"
+            if gate.on_unreachable == "proceed":
+                say(f"{problem}; {alerts.OPTION} on_unreachable is proceed: the batch {batch_text} starts")
+                return None
+            return {
+                "reason": f"{problem}; {alerts.OPTION} on_unreachable is refuse",
+                "alerts": held,
+                "error": answer["error"],
+            }
+        if not answer["blocking"]:
+            if held:
+                waited = (clock() - began).total_seconds()
+                say(f"the alerts cleared after {waited:.0f} s: the batch {batch_text} starts ({where})")
+            return None
+        held = answer["blocking"]
+        decision = window.decide(parsed, until, at)
+        ends = [
+            t
+            for t in (
+                _instant(decision["closes_at"], "closes_at") if decision.get("closes_at") else None,
+                wait_ends,
+            )
+            if t is not None
+        ]
+        end = min(ends) if ends else None
+        pause = gate.interval_s if end is None else max(0.0, min(gate.interval_s, (end - at).total_seconds()))
+        count = f"{len(held)} active alert{'s' if len(held) != 1 else ''}"
+        say(
+            f"the batch {batch_text} waits: {count} ({where}): {alerts.describe_alerts(held)}; asking again"
+            f" in {pause:.0f} s" + (f", waiting until {_iso(end)} at most" if end is not None else "")
+        )
+        sleep(pause)
 
 
 def batch_gate(
@@ -232,13 +346,24 @@ def batch_gate(
     reports_dir: str | Path,
     run_hosts: Sequence[str],
     now: Any = None,
+    sleep: Callable[[float], Any] = time.sleep,
+    fetch: alerts.Fetch | None = None,
+    say: Callable[[str], Any] | None = None,
 ) -> dict[str, Any]:
     """The ``batch`` gate (see the module docstring). ``hosts``: the play's hosts; ``batch``: this
     batch's; ``active``: those Ansible has not removed; ``statuses``: each host's result status (None
-    without one). Returns ``{"start": bool, "not_started": record or None}``."""
+    without one). ``now``: the time (None: the control node's clock; a value: that time; a callable:
+    a clock); ``sleep``, ``fetch`` (:func:`cuda13_upgrade.alerts.ask`'s) and ``say`` (a line for
+    the operator, each time a batch waits for alerts) are for the alert gate. Returns ``{"start":
+    bool, "not_started": record or None}``; a record is ``{"said", "reason", "hosts"}`` and, from
+    the window, ``opens_at``, from the budget ``failed``, from the alert gate ``alerts`` (each
+    :func:`cuda13_upgrade.alerts.active_alerts` record that held the batch) and, when Prometheus
+    did not answer, ``error``."""
     spent = budget.decide(
         hosts, batch, active, statuses, (fleet.get("options") or {}).get("cuda13_max_failed_hosts")
     )
+    clock = _clock(now)
+    first = list(hosts).index(batch[0]) if batch and batch[0] in hosts else 0
     not_started = None
     if spent["spent"]:
         not_started = {
@@ -250,15 +375,18 @@ def batch_gate(
     elif fleet.get("gated"):
         parsed = window.parse_window(fleet.get("window") or None)
         until = _instant(fleet["until_at"], "until_at") if fleet.get("until_at") else None
-        gate = window.decide(parsed, until, _instant(now, "now"))
+        gate = window.decide(parsed, until, clock())
         if not gate["open"]:
-            first = list(hosts).index(batch[0]) if batch and batch[0] in hosts else 0
             not_started = {
                 "said": "not started",
                 "reason": gate["reason"],
                 "opens_at": gate["opens_at"],
                 "hosts": list(hosts)[first:],
             }
+    if not_started is None and not spent["spent"]:
+        held = _hold_for_alerts(fleet, batch, clock, sleep, fetch, say or (lambda line: None))
+        if held is not None:
+            not_started = {"said": "not started", **held, "hosts": list(hosts)[first:]}
     if not_started is not None:
         summary.fleet_summary(Path(reports_dir) / run_id, list(run_hosts), not_started)
     return {"start": not_started is None, "not_started": not_started}

@@ -88,6 +88,8 @@ def rollout(
             f"no batch starts once more than {fleet['max_failed_hosts']} host(s) of the fleet failed"
             " or rolled back (cuda13_max_failed_hosts)"
         )
+    if fleet.get("alerts_text"):  # cuda13_block_on_alerts (cuda13_upgrade.alerts.describe)
+        lines.append(str(fleet["alerts_text"]))
     return plan.rollout_plan(
         list(hosts),
         serial=options.get("cuda13_serial"),

@@ -1,0 +1,504 @@
+"""The alert gate (cuda13_upgrade.alerts, and the batch gate's wait in cuda13_upgrade.steps.fleet).
+
+Inputs are Prometheus's own answers (tests/fixtures/prometheus/README.md): the rules API's
+example of its documentation (prometheus/prometheus docs/querying/api.md, "Rules") and answers
+of Debian's prometheus 2.42. The batch gate runs on a fake clock: ``sleep`` moves it on. A real
+Prometheus holds and lets go a batch in tests/test_alerts_prometheus.py.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import urllib.error
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from cuda13_upgrade import alerts, metrics, options
+from cuda13_upgrade.steps import fleet
+
+FIXTURES = Path(__file__).parent / "fixtures" / "prometheus"
+HOSTS = ["gpu-node-01", "gpu-node-02", "gpu-node-03"]
+URL = "http://prometheus.example:9090"
+
+
+def _answer(name: str) -> bytes:
+    return (FIXTURES / name).read_bytes()
+
+
+def _recorded() -> dict:
+    return json.loads(_answer("rules-2.42-active.json"))
+
+
+def _without(answer: dict, *names: str) -> dict:
+    """``answer`` with the alerts of the rules ``names`` resolved (their ``alerts`` emptied)."""
+    answer = json.loads(json.dumps(answer))
+    for group in answer["data"]["groups"]:
+        for rule in group["rules"]:
+            if rule["name"] in names:
+                rule["alerts"], rule["state"] = [], "inactive"
+    return answer
+
+
+# --- the rules API's answer -----------------------------------------------------------------
+
+
+def test_the_documented_example_gives_its_one_firing_alert_and_skips_the_recording_rule():
+    found = alerts.active_alerts(json.loads(_answer("rules-docs-example.json")))
+    assert found == [
+        {
+            "alertname": "HighRequestLatency",
+            "labels": {"alertname": "HighRequestLatency", "severity": "page"},
+            "state": "firing",
+            "active_at": "2018-07-04T18:27:12Z",  # 20:27:12.60602144+02:00, nanoseconds and offset
+            "rule": "HighRequestLatency",
+            "query": 'job:request_latency_seconds:mean5m{job="myjob"} > 0.5',
+            "group": "example",
+        }
+    ]
+    assert (
+        alerts.describe_alert(found[0])
+        == 'HighRequestLatency{severity="page"} firing since 2018-07-04T18:27:12Z'
+    )
+
+
+def test_a_recorded_answer_sorts_into_blocking_own_and_pending():
+    gate = alerts.parse(URL)
+    found = alerts.active_alerts(_recorded())
+    assert [(a["alertname"], a["state"]) for a in found] == [
+        ("GpuNodeHot", "firing"),
+        ("Cuda13UpgradeRolledBack", "firing"),
+        ("SlowPending", "pending"),
+    ]
+    sorted_out = alerts.sort_out(found, gate)
+    assert [a["alertname"] for a in sorted_out["blocking"]] == ["GpuNodeHot"]
+    assert [a["alertname"] for a in sorted_out["own"]] == ["Cuda13UpgradeRolledBack"]
+    assert [a["alertname"] for a in sorted_out["pending"]] == ["SlowPending"]
+    assert sorted_out["left_out"] == []
+    # Pending alerts count too with firing_only false; the project's own alert still never does.
+    pending_too = alerts.sort_out(found, alerts.parse({"url": URL, "firing_only": False}))
+    assert [a["alertname"] for a in pending_too["blocking"]] == ["GpuNodeHot", "SlowPending"]
+    assert [a["alertname"] for a in pending_too["own"]] == ["Cuda13UpgradeRolledBack"]
+
+
+@pytest.mark.parametrize(
+    ("given", "blocking", "left_out"),
+    [
+        # match-only: a regular expression on alertname, matching the whole name (PromQL's =~).
+        ({"match": "Gpu.*"}, ["GpuNodeHot"], []),
+        ({"match": "Gpu"}, [], ["GpuNodeHot"]),
+        ({"match": {"severity": "page|critical"}}, ["GpuNodeHot"], []),
+        ({"match": {"severity": "page", "team": "gpu"}}, [], ["GpuNodeHot"]),  # team is "" here
+        # ignore: kured's --alert-filter-regexp, with its README's own example.
+        ({"ignore": "^RebootRequired$"}, ["GpuNodeHot"], []),
+        ({"ignore": ["^RebootRequired$", {"severity": "page"}]}, [], ["GpuNodeHot"]),
+        ({"match": "Gpu.*", "ignore": {"severity": "page"}}, [], ["GpuNodeHot"]),
+    ],
+)
+def test_match_and_ignore(given, blocking, left_out):
+    sorted_out = alerts.sort_out(alerts.active_alerts(_recorded()), alerts.parse({"url": URL, **given}))
+    assert [a["alertname"] for a in sorted_out["blocking"]] == blocking
+    assert [a["alertname"] for a in sorted_out["left_out"]] == left_out
+
+
+def test_the_projects_own_alert_never_counts_even_when_the_filter_names_it():
+    gate = alerts.parse({"url": URL, "match": "Cuda13Upgrade.*", "firing_only": False})
+    sorted_out = alerts.sort_out(alerts.active_alerts(_recorded()), gate)
+    assert sorted_out["blocking"] == []
+    assert [a["alertname"] for a in sorted_out["own"]] == ["Cuda13UpgradeRolledBack"]
+
+
+@pytest.mark.parametrize(
+    ("query", "own"),
+    [
+        ('absent(cuda13_upgrade_hosts{state="rolled_back"})', True),  # as Prometheus 2.42 prints it
+        ('cuda13_upgrade_hosts{state="rolled_back"} > 0', True),
+        ("time() - cuda13_upgrade_last_run_timestamp_seconds > 86400", True),
+        ("max by (host) (cuda13_upgrade_host_out_of_service_seconds) > 600", True),
+        ("job:cuda13_upgrade_hosts:sum > 1", True),  # a recording rule named after one
+        ('{__name__=~"cuda13_upgrade_.+"} == 1', True),
+        ("node_load1 > 4 and on(instance) cuda13_upgrade_state == 1", True),
+        ('up{job="cuda13_upgrade_textfile"} == 0', False),  # a label value, not a metric read
+        ("my_cuda13_upgrade_hosts > 0", False),
+        ('job:request_latency_seconds:mean5m{job="myjob"} > 0.5', False),
+        ("vector(time()) < 1.796542618e+09", False),
+    ],
+)
+def test_reads_own_metrics(query, own):
+    assert alerts.reads_own_metrics(query) is own
+
+
+def test_every_metric_the_project_writes_is_its_own():
+    texts = metrics.fleet_metrics([], "r1") + metrics.host_metrics(
+        {"host": "h", "status": "kept", "run_id": "r1"}
+    )
+    names = re.findall(r"^# TYPE (\S+) ", texts, re.MULTILINE)
+    assert len(names) >= 8
+    assert all(alerts.reads_own_metrics(f"max({name}) > 0") for name in names), names
+
+
+# --- the option --------------------------------------------------------------------------------
+
+
+def test_a_url_alone_is_the_gate_with_its_defaults():
+    gate = alerts.parse(URL)
+    assert (gate.firing_only, gate.interval_s, gate.timeout_s, gate.max_wait_s, gate.on_unreachable) == (
+        True,
+        60,
+        10,
+        None,
+        "refuse",
+    )
+    assert gate.match is None and gate.ignore is None
+    assert gate.rules_url == "http://prometheus.example:9090/api/v1/rules?type=alert"
+    assert alerts.parse(None) is None and alerts.parse({}) is None and alerts.parse("") is None
+
+
+def test_credentials_go_into_a_header_and_are_masked_everywhere_else():
+    gate = alerts.parse({"url": "https://ops:s3cr%40t@ops.example/prometheus/", "max_wait_s": 600})
+    assert gate.rules_url == "https://ops.example/prometheus/api/v1/rules?type=alert"
+    assert gate.display_rules_url == "https://***@ops.example/prometheus/api/v1/rules?type=alert"
+    assert gate.headers()["Authorization"] == "Basic b3BzOnMzY3JAdA=="  # ops:s3cr@t
+    assert gate.as_record()["url"] == "https://***@ops.example/prometheus/"
+    assert "s3cr" not in alerts.describe(gate)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (
+            {"url": "prometheus:9090"},
+            "cuda13_block_on_alerts url is not an http:// or https:// URL: {'url': 'prometheus:9090'}. "
+            "Option: cuda13_block_on_alerts. Fix: give the Prometheus server's URL, e.g. "
+            "http://prometheus.example:9090.",
+        ),
+        (
+            ["http://x"],
+            "cuda13_block_on_alerts is not a mapping: ['http://x']. Option: cuda13_block_on_alerts. Fix: give "
+            "{url: http://prometheus.example:9090, ignore: ..., match: ...}, or {} for no alert gate.",
+        ),
+        ({"match": "A"}, "cuda13_block_on_alerts has no url: {'match': 'A'}."),
+        (
+            {"url": URL, "firing": True},
+            "cuda13_block_on_alerts has unknown keys ['firing']: {'url': 'http://prometheus.example:9090', "
+            "'firing': True}. Option: cuda13_block_on_alerts. Fix: give only url, match, ignore, firing_only, "
+            "interval_s, timeout_s, max_wait_s, on_unreachable.",
+        ),
+        ({"url": URL + "/api/v1/rules"}, "cuda13_block_on_alerts url is not the server's base URL"),
+        ({"url": URL + "?x=1"}, "cuda13_block_on_alerts url is not the server's base URL"),
+        ({"url": "http://prom:99999"}, "cuda13_block_on_alerts url has a bad port"),
+        (
+            {"url": "http://ops:p@ss@prom:9090"},
+            "cuda13_block_on_alerts url has an @ in its user or password: {'url': 'http://***@prom:9090'}. "
+            "Option: cuda13_block_on_alerts. Fix: write it as %40 (percent-encoded).",
+        ),
+        (
+            {"url": URL, "ignore": "Reboot("},
+            "cuda13_block_on_alerts ignore alertname is not a regular expression (missing ), unterminated "
+            "subpattern at position 6)",
+        ),
+        ({"url": URL, "match": {"severity": 1}}, "cuda13_block_on_alerts match severity is not a string"),
+        (
+            {"url": URL, "match": {"bad-label": "x"}},
+            "cuda13_block_on_alerts match names 'bad-label', which is",
+        ),
+        ({"url": URL, "match": [3]}, "cuda13_block_on_alerts match holds 3, which is not a filter"),
+        ({"url": URL, "firing_only": "maybe"}, "cuda13_block_on_alerts firing_only is not true or false"),
+        (
+            {"url": URL, "interval_s": 0},
+            "cuda13_block_on_alerts interval_s is not a number of seconds >= 1 and <= 3600: "
+            "{'url': 'http://prometheus.example:9090', 'interval_s': 0}. Option: cuda13_block_on_alerts. "
+            "Fix: give interval_s: a number >= 1 and <= 3600.",
+        ),
+        ({"url": URL, "timeout_s": "ten"}, "cuda13_block_on_alerts timeout_s is not a number of seconds"),
+        ({"url": URL, "max_wait_s": -1}, "cuda13_block_on_alerts max_wait_s is not a number of seconds >= 0"),
+        (
+            {"url": URL, "on_unreachable": "wait"},
+            "cuda13_block_on_alerts on_unreachable is not refuse or proceed: {'url': "
+            "'http://prometheus.example:9090', 'on_unreachable': 'wait'}. Option: cuda13_block_on_alerts. "
+            "Fix: give on_unreachable: refuse (no batch starts while Prometheus does not answer) or proceed.",
+        ),
+    ],
+)
+def test_bad_values_are_refused_naming_the_option_and_key(value, message):
+    with pytest.raises(ValueError) as error:
+        alerts.parse(value)
+    assert str(error.value).startswith(message)
+    assert "Option: cuda13_block_on_alerts." in str(error.value)
+
+
+def test_the_option_check_refuses_a_bad_gate_before_any_change_with_the_password_masked():
+    """Through cuda13_upgrade.options.validate, as the action cuda13_options runs it."""
+    checked = options.validate(
+        {"cuda13_block_on_alerts": {"url": "http://ops:s3cret@prom:9090", "ignore": "("}}, {}
+    )
+    assert checked["ok"] is False
+    assert checked["failures"][0]["message"].startswith(
+        "cuda13_block_on_alerts is not an alert gate (ignore alertname is not a regular expression (missing ), "
+        "unterminated subpattern at position 0)): {'url': 'http://***@prom:9090', 'ignore': '('}. "
+        "Option: cuda13_block_on_alerts. Fix: give a valid regular expression"
+    )
+    assert "s3cret" not in repr(checked["failures"])
+    assert options.validate({"cuda13_block_on_alerts": {"url": URL, "ignore": "^RebootRequired$"}}, {})["ok"]
+    assert options.validate({"cuda13_block_on_alerts": {}}, {})["ok"]
+
+
+def test_the_start_gate_lists_a_bad_gate_and_prints_a_good_one(tmp_path):
+    bad = {h: {"cuda13_block_on_alerts": {"url": URL, "interval_s": 0}} for h in HOSTS}
+    refused = fleet.start(HOSTS, bad, run_id="r1", reports_dir=tmp_path, use_breaker=False)
+    assert [f for f in refused["failures"] if f.startswith("cuda13_block_on_alerts interval_s")]
+    good = {
+        h: {"cuda13_block_on_alerts": {"url": "http://ops:s3cret@prom:9090", "ignore": "^Reboot.*"}}
+        for h in HOSTS
+    }
+    gate = fleet.start(HOSTS, good, run_id="r1", reports_dir=tmp_path, use_breaker=False)
+    assert gate["failures"] == []
+    assert (
+        "batches wait while Prometheus at http://***@prom:9090 has firing alerts (cuda13_block_on_alerts: not "
+        'those matching {alertname=~"^Reboot.*"}; never those whose rule reads a cuda13_upgrade_* metric; asked '
+        "every 60 s; a batch waits at most 3600 s (no window, no cuda13_until); no batch starts while it does "
+        "not answer)"
+    ) in gate["lines"]
+    assert gate["fleet"]["alerts"]["url"] == "http://***@prom:9090"
+    assert "s3cret" not in "\n".join(gate["lines"])
+
+
+# --- asking ------------------------------------------------------------------------------------
+
+
+def _fetch_of(*bodies):
+    """A fetch that answers ``bodies`` in turn (bytes, or an exception to raise), the last again."""
+    calls = []
+
+    def fetch(url, headers, timeout_s):
+        calls.append((url, dict(headers), timeout_s))
+        body = bodies[min(len(calls), len(bodies)) - 1]
+        if isinstance(body, BaseException):
+            raise body
+        return body if isinstance(body, bytes) else json.dumps(body).encode()
+
+    fetch.calls = calls
+    return fetch
+
+
+def test_ask_names_what_failed():
+    gate = alerts.parse({"url": URL, "timeout_s": 5})
+    refused = urllib.error.URLError(ConnectionRefusedError(111, "Connection refused"))
+    assert alerts.ask(gate, _fetch_of(refused))["error"] == "[Errno 111] Connection refused"
+    assert (
+        alerts.ask(gate, _fetch_of(TimeoutError("timed out")))["error"] == "no answer within 5 s (timeout_s)"
+    )
+    bad_type = urllib.error.HTTPError(
+        gate.rules_url, 400, "Bad Request", {}, io.BytesIO(_answer("rules-2.42-bad-type.json"))
+    )
+    assert alerts.ask(gate, _fetch_of(bad_type))["error"] == (
+        'HTTP 400 Bad Request (bad_data: invalid parameter "type": not supported value "bogus")'
+    )
+    # Prometheus 2.42's answer under a path it does not serve (a wrong --web.route-prefix).
+    not_found = urllib.error.HTTPError(
+        gate.rules_url, 404, "Not Found", {}, io.BytesIO(b"404 page not found\n")
+    )
+    assert alerts.ask(gate, _fetch_of(not_found))["error"] == "HTTP 404 Not Found"
+    html = alerts.ask(gate, _fetch_of(b"<html>Grafana</html>"))
+    assert html["reachable"] is False and html["error"] == "the answer is not JSON (is the URL Prometheus's?)"
+    other = alerts.ask(gate, _fetch_of({"status": "success", "data": {"alerts": []}}))
+    assert other["error"] == "the answer has no data.groups list (is the URL Prometheus's?)"
+    fine = alerts.ask(gate, fetch := _fetch_of(_answer("rules-2.42-active.json")))
+    assert fine["reachable"] is True and fine["error"] == "" and len(fine["blocking"]) == 1
+    assert fetch.calls == [(gate.rules_url, {"Accept": "application/json"}, 5.0)]
+
+
+# --- the batch gate's wait ---------------------------------------------------------------------
+
+
+class Clock:
+    def __init__(self, at: str) -> None:
+        self.at = datetime.fromisoformat(at.replace("Z", "+00:00"))
+        self.slept: list[float] = []
+
+    def __call__(self) -> datetime:
+        return self.at
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.at += timedelta(seconds=seconds)
+
+
+def _gate(tmp_path, plan, clock, fetch, batch=("gpu-node-02",), statuses=None):
+    said: list[str] = []
+    result = fleet.batch_gate(
+        plan,
+        hosts=HOSTS,
+        batch=list(batch),
+        active=HOSTS,
+        statuses=statuses or {"gpu-node-01": "kept"},
+        run_id="r1",
+        reports_dir=tmp_path,
+        run_hosts=HOSTS,
+        now=clock,
+        sleep=clock.sleep,
+        fetch=fetch,
+        say=said.append,
+    )
+    return result, said
+
+
+def _plan(gate_option, **more):
+    return fleet.plan(
+        HOSTS, {"cuda13_serial": 1, "cuda13_block_on_alerts": gate_option, **more}, "2026-12-01T00:00:00Z"
+    )
+
+
+FIRING = _recorded()
+QUIET = _without(FIRING, "GpuNodeHot")
+
+
+def test_a_batch_waits_while_an_alert_fires_and_starts_once_it_resolves(tmp_path):
+    clock = Clock("2026-12-01T01:00:00Z")
+    fetch = _fetch_of(FIRING, FIRING, QUIET)
+    result, said = _gate(tmp_path, _plan({"url": URL, "interval_s": 30}), clock, fetch)
+    assert result == {"start": True, "not_started": None}
+    assert clock.slept == [30, 30] and len(fetch.calls) == 3
+    assert said == [
+        "the batch gpu-node-02 waits: 1 active alert (Prometheus http://prometheus.example:9090, "
+        'cuda13_block_on_alerts): GpuNodeHot{severity="page"} firing since 2026-12-06T07:36:53Z; asking again '
+        "in 30 s, waiting until 2026-12-01T02:00:00Z at most",
+    ] * 2 + [
+        "the alerts cleared after 60 s: the batch gpu-node-02 starts (Prometheus http://prometheus.example:9090, "
+        "cuda13_block_on_alerts)"
+    ]
+    assert not (tmp_path / "r1").exists()
+
+
+def test_the_window_closes_on_a_held_batch_and_the_report_names_the_alerts(tmp_path):
+    window = {"start": "01:00", "end": "02:00", "timezone": "UTC"}
+    clock = Clock("2026-12-01T01:58:30Z")
+    result, said = _gate(tmp_path, _plan(URL, cuda13_window=window), clock, _fetch_of(FIRING))
+    assert clock.slept == [60, 30]  # the last pause ends when the window closes
+    assert said[-1].endswith("asking again in 30 s, waiting until 2026-12-01T02:00:00Z at most")
+    held = result["not_started"]
+    assert result["start"] is False and held["said"] == "not started"
+    assert held["reason"] == (
+        "held by active alerts until the window closed (cuda13_window 01:00-02:00 UTC, every day): "
+        'GpuNodeHot{severity="page"} firing since 2026-12-06T07:36:53Z (Prometheus '
+        "http://prometheus.example:9090, cuda13_block_on_alerts)"
+    )
+    assert held["hosts"] == ["gpu-node-02", "gpu-node-03"]
+    assert [a["alertname"] for a in held["alerts"]] == ["GpuNodeHot"]
+    written = json.loads((tmp_path / "r1" / "not_started.json").read_text())
+    assert written["reason"] == held["reason"] and written["alerts"][0]["labels"]["severity"] == "page"
+    summary = (tmp_path / "r1" / "summary.md").read_text()
+    assert (
+        "| gpu-node-02 | not started" in summary
+        and "held by active alerts until the window closed" in summary
+    )
+
+
+def test_until_and_max_wait_end_a_wait_too(tmp_path):
+    until = _plan(URL, cuda13_until="2026-12-01T01:01:00+00:00")
+    result, _ = _gate(tmp_path, until, Clock("2026-12-01T01:00:00Z"), _fetch_of(FIRING))
+    assert result["not_started"]["reason"].startswith(
+        "held by active alerts until cuda13_until passed (2026-12-01T01:01:00Z): GpuNodeHot"
+    )
+    never = _plan({"url": URL, "max_wait_s": 0})
+    clock = Clock("2026-12-01T01:00:00Z")
+    result, said = _gate(tmp_path, never, clock, _fetch_of(FIRING))
+    assert clock.slept == [0] and len(said) == 1
+    assert result["not_started"]["reason"].startswith(
+        "held by active alerts for 0 s (max_wait_s): GpuNodeHot"
+    )
+    # Neither a window nor cuda13_until: an hour at most.
+    clock = Clock("2026-12-01T01:00:00Z")
+    result, said = _gate(tmp_path, _plan(URL), clock, _fetch_of(FIRING))
+    assert sum(clock.slept) == 3600 and len(said) == 60
+    assert result["not_started"]["reason"].startswith(
+        "held by active alerts for 3600 s (without a window or cuda13_until): GpuNodeHot"
+    )
+
+
+def test_the_projects_own_and_pending_alerts_hold_no_batch(tmp_path):
+    clock = Clock("2026-12-01T01:00:00Z")
+    fetch = _fetch_of(QUIET)  # Cuda13UpgradeRolledBack fires, SlowPending is pending
+    assert _gate(tmp_path, _plan(URL), clock, fetch) == ({"start": True, "not_started": None}, [])
+    assert clock.slept == []
+
+
+def test_an_unreachable_prometheus_refuses_the_batch_or_lets_it_start_when_told(tmp_path):
+    refused = urllib.error.URLError(ConnectionRefusedError(111, "Connection refused"))
+    result, said = _gate(
+        tmp_path, _plan("http://ops:s3cret@127.0.0.1:1"), Clock("2026-12-01T01:00:00Z"), _fetch_of(refused)
+    )
+    assert result["start"] is False and said == []
+    assert result["not_started"]["reason"] == (
+        "Prometheus cannot be asked for its alerts (GET http://***@127.0.0.1:1/api/v1/rules?type=alert: "
+        "[Errno 111] Connection refused); cuda13_block_on_alerts on_unreachable is refuse"
+    )
+    assert result["not_started"]["hosts"] == ["gpu-node-02", "gpu-node-03"]
+    assert "s3cret" not in (tmp_path / "r1" / "not_started.json").read_text()
+    proceed = _plan({"url": "http://127.0.0.1:1", "on_unreachable": "proceed"})
+    result, said = _gate(tmp_path, proceed, Clock("2026-12-01T01:00:00Z"), _fetch_of(refused))
+    assert result == {"start": True, "not_started": None}
+    assert said == [
+        "Prometheus cannot be asked for its alerts (GET http://127.0.0.1:1/api/v1/rules?type=alert: [Errno 111] "
+        "Connection refused); cuda13_block_on_alerts on_unreachable is proceed: the batch gpu-node-02 starts"
+    ]
+
+
+def test_a_spent_budget_or_a_closed_window_stops_before_prometheus_is_asked(tmp_path):
+    fetch = _fetch_of(FIRING)
+    spent, _ = _gate(
+        tmp_path, _plan(URL), Clock("2026-12-01T01:00:00Z"), fetch, statuses={"gpu-node-01": "rolled_back"}
+    )
+    assert spent["not_started"]["said"] == "not reached"
+    window = {"start": "01:00", "end": "02:00", "timezone": "UTC"}
+    closed, _ = _gate(tmp_path, _plan(URL, cuda13_window=window), Clock("2026-12-01T03:00:00Z"), fetch)
+    assert closed["not_started"]["reason"].startswith("outside the window cuda13_window")
+    assert fetch.calls == []
+
+
+def test_without_the_option_the_gate_is_as_before(tmp_path):
+    plan = fleet.plan(HOSTS, {"cuda13_serial": 1}, "2026-12-01T00:00:00Z")
+    assert plan["alerts"] == {} and plan["alerts_text"] == ""
+    fetch = _fetch_of(FIRING)
+    assert _gate(tmp_path, plan, Clock("2026-12-01T01:00:00Z"), fetch) == (
+        {"start": True, "not_started": None},
+        [],
+    )
+    assert fetch.calls == []
+
+
+def test_the_canary_waits_too(tmp_path):
+    """The first batch (the canary) passes the same gate: it is held like any other."""
+    clock = Clock("2026-12-01T01:00:00Z")
+    result, said = _gate(
+        tmp_path,
+        _plan({"url": URL, "max_wait_s": 0}),
+        clock,
+        _fetch_of(FIRING),
+        batch=["gpu-node-01"],
+        statuses={},
+    )
+    assert result["not_started"]["hosts"] == HOSTS and said[0].startswith("the batch gpu-node-01 waits")
+
+
+def test_now_given_as_a_value_still_works(tmp_path):
+    assert fleet._clock("2026-12-01T01:00:00Z")() == datetime(2026, 12, 1, 1, tzinfo=UTC)
+
+
+def test_the_plan_command_says_the_gate_too():
+    """``cuda13-upgrade plan`` (cuda13_upgrade.steps.planning.rollout) prints the start gate's line."""
+    from test_planning_step import _host
+
+    from cuda13_upgrade.steps import planning
+
+    the_fleet = fleet.plan(
+        HOSTS[:2], {"cuda13_serial": 1, "cuda13_block_on_alerts": URL}, "2026-12-01T00:00:00Z"
+    )
+    lines = planning.rollout([_host("gpu-node-01"), _host("gpu-node-02")], the_fleet, "r1")["summary"][
+        "lines"
+    ]
+    assert the_fleet["alerts_text"] in lines
+    assert the_fleet["alerts_text"].startswith(f"batches wait while Prometheus at {URL} has firing alerts")
