@@ -2,9 +2,26 @@
 
 from __future__ import annotations
 
+from cuda13_upgrade import notify
 from cuda13_upgrade.actionbase import StepAction, display
 from cuda13_upgrade.steps import fleet
 from cuda13_upgrade.steps.host import StepFailed
+
+
+def notify_value(hostvars, hosts):
+    """``cuda13_notify`` as the inventory or -e gives it to the first of ``hosts`` that has it (the
+    start gate checked that every host of the rollout has the same), or None. Read here, not from
+    the plan, which holds its URLs masked."""
+    for h in hosts:
+        if h in hostvars and notify.OPTION in hostvars[h]:
+            return hostvars[h][notify.OPTION]
+    return None
+
+
+def say_unsent(records):
+    """A line for each notification that could not be sent (the rollout goes on)."""
+    for line in notify.failure_lines(records):
+        display.display(line)
 
 
 class ActionModule(StepAction):
@@ -15,6 +32,7 @@ class ActionModule(StepAction):
         "reports_dir": {"type": "path", "required": True},
         "breaker": {"type": "bool", "default": False},
         "started": {"type": "str", "default": ""},
+        "notify": {"type": "bool", "default": False},
     }
 
     def run_step(self, host, args, task_vars):
@@ -33,7 +51,10 @@ class ActionModule(StepAction):
                 reports_dir=args["reports_dir"],
                 use_breaker=args["breaker"],
                 started=args["started"] or None,
+                # Check mode tells no webhook: nothing happens to tell.
+                tell=args["notify"] and not self._task.check_mode,
             )
+            say_unsent(gate["notified"])
             if gate["failures"]:
                 lines = "\n".join(f"- {failure}" for failure in gate["failures"])
                 raise StepFailed(
@@ -79,7 +100,9 @@ class ActionModule(StepAction):
             reports_dir=args["reports_dir"],
             run_hosts=list(localhost.get("cuda13_run_hosts") or play_hosts),
             say=say,
+            notify_value=None if self._task.check_mode else notify_value(hostvars, play_hosts),
         )
+        say_unsent(gate.get("notified") or [])
         facts = {}
         if waits and gate["not_started"] is None:
             facts["cuda13_notice"] = waits[-1]  # the batch waited, or started without the check

@@ -23,6 +23,13 @@ description:
     is over (the batch does not start; the reason names the alerts that held it). Alerts whose rule reads a
     C(cuda13_upgrade_*) metric (the project's own) never hold a batch. A Prometheus that does not answer starts no
     batch, naming the URL and the error, unless C(on_unreachable) is C(proceed).
+  - With C(cuda13_notify), webhooks are told what happened (cuda13_upgrade.notify) - C(start) with O(notify) the run's
+    start (the plan's summary) or the breaker's refusal; C(batch) the end of the batch before it (its hosts' outcomes)
+    and each of its hosts that rolled back, failed or was lost, with the reason from its C(result.json), then, when
+    the batch does not start, why (failure budget spent, window closed, alerts held, Prometheus unreachable). Each
+    send waits at most the option's C(timeout_s) for all its webhooks; one that fails prints a line and is kept in
+    the run's C(notifications.json), never failing the task. The option is read from the inventory (its URLs are
+    secrets, so no task argument carries them, and C(cuda13_fleet.options) holds them masked). Check mode tells nothing.
   - Runs on the control node; the play delegates it to localhost with C(delegate_facts).
 options:
   action: {description: Which gate., type: str, choices: [start, kept, batch], required: true}
@@ -30,6 +37,10 @@ options:
   reports_dir: {description: The reports directory., type: path, required: true}
   breaker: {description: With C(start), consult the breaker across runs., type: bool, default: false}
   started: {description: With C(start), the run's start (ISO 8601; default now)., type: str, default: ""}
+  notify:
+    description: With C(start), tell C(cuda13_notify)'s webhooks the run's start (the rollout; the plan does not).
+    type: bool
+    default: false
 attributes:
   check_mode: {support: full, description: The same in check mode.}
 author: cuda13-upgrade
@@ -55,4 +66,11 @@ not_started:
   type: dict
   returned: always
 lines: {description: (C(start)) the plan as printed., type: list, elements: str, returned: always}
+notified:
+  description: >-
+    (C(start) always, C(batch) when the run's start was told) each notification sent, per webhook and event
+    C({event, url (masked), format, status (sent, failed, not sent), code, error, elapsed_s}).
+  type: list
+  elements: dict
+  returned: sometimes
 """

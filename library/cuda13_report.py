@@ -10,6 +10,9 @@ description:
   - One row per host of the run (cuda13_upgrade.summary.fleet_summary); a host without a result is
     C(not reached), or C(not started) with the reason O(not_started) gives (the failure budget, the window,
     the breaker).
+  - With O(notify), the run's end is told to C(cuda13_notify)'s webhooks (the last batch's end, each of its hosts
+    that did not keep the upgrade, then the counts and the summary's path), once per run whose start was told
+    (action cuda13_fleet); a send waits at most the option's C(timeout_s) and never fails the task.
   - Runs on the control node only.
 options:
   reports_dir: {description: The reports directory (C(cuda13_reports_dir))., type: path, required: true}
@@ -17,6 +20,7 @@ options:
   hosts: {description: The hosts of the run, in report order (default - every result file)., type: list, elements: str}
   not_started: {description: The hosts not started and why., type: dict, default: {}}
   show: {description: Print the summary., type: bool, default: false}
+  notify: {description: Tell the run's end to C(cuda13_notify)'s webhooks (the report play)., type: bool, default: false}
 attributes:
   check_mode: {support: full, description: Writes the summary in check mode too (the run's report says what it checked).}
 author: cuda13-upgrade

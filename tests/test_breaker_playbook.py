@@ -132,9 +132,11 @@ def _run(tmp_path: Path, run_id: str, *extra: str, stand_in: str = "kept"):
 
 def test_the_rollout_starts_the_breaker_and_only_the_rollout():
     start = next(p for p in _plays() if p.get("ansible.builtin.import_playbook") == "start.yml")
-    assert start["vars"] == {"start_batch_plan": True, "start_breaker": True}
+    # The rollout also tells cuda13_notify's webhooks its start (tests/test_notify_playbook.py).
+    assert start["vars"] == {"start_batch_plan": True, "start_breaker": True, "start_notify": True}
     for name in ("plan", "preflight", "verify", "rollback", "stage"):
         assert "start_breaker" not in (REPO / "playbooks" / f"{name}.yml").read_text(), name
+        assert "start_notify" not in (REPO / "playbooks" / f"{name}.yml").read_text(), name
 
 
 def test_two_rollbacks_refuse_the_third_run_until_acknowledged(tmp_path):

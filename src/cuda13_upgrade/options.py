@@ -62,6 +62,7 @@ PLAY_OPTIONS: dict[str, dict[str, Any]] = {
     "cuda13_breaker_days": {"type": "raw"},
     "cuda13_breaker_ack": {"type": "raw"},
     "cuda13_block_on_alerts": {"type": "raw"},
+    "cuda13_notify": {"type": "raw"},
     "cuda13_max_fail_percentage": {"type": "int"},
     "cuda13_preflight_allow_partial": {"type": "bool"},
     "cuda13_break_lock": {"type": "bool"},
@@ -460,6 +461,19 @@ def _block_on_alerts(value: Any) -> tuple[str, str] | None:
     return None
 
 
+def _notify(value: Any) -> tuple[str, str] | None:
+    """{} or {targets: [{url: webhook URL, format: slack or json}], timeout_s: 5} (cuda13_upgrade.notify)"""
+    from cuda13_upgrade.errors import Cuda13Error
+    from cuda13_upgrade.notify import OPTION, parse
+
+    try:
+        parse(value)
+    except Cuda13Error as exc:
+        reason = exc.problem.removeprefix(f"{OPTION} ")
+        return f"is not a notification setting ({reason})", (exc.remedy or "").removeprefix("give ")
+    return None
+
+
 def _until(value: Any) -> tuple[str, str] | None:
     """'' or HH:MM (the next such time) or an ISO 8601 date and time (cuda13_upgrade.window)"""
     from datetime import UTC, datetime
@@ -557,6 +571,7 @@ RULES: dict[str, Callable[[Any], tuple[str, str] | None]] = {
     "cuda13_breaker_days": _breaker_days,
     "cuda13_breaker_ack": _breaker_ack,
     "cuda13_block_on_alerts": _block_on_alerts,
+    "cuda13_notify": _notify,
     "cuda13_max_fail_percentage": _between(0, 100),
     "cuda13_target_hosts": _nonempty,
     # stack_snapshot
@@ -679,7 +694,9 @@ _ALIAS_RE = re.compile(r"^\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}$")
 
 
 def _failure(option: str, value: Any, problem: str, expected: str) -> dict[str, Any]:
-    value = redact(value)  # a URL's user:password@ masked (cuda13_block_on_alerts, index URLs)
+    # A URL's user:password@ masked (cuda13_block_on_alerts, index URLs); cuda13_notify's webhook
+    # URLs as a whole (redact.SECRET_URL_KEYS).
+    value = redact({option: value})[option]
     return {
         "option": option,
         "value": value,
@@ -974,6 +991,15 @@ def pip_environment_failures(values: Mapping[str, Any]) -> list[dict[str, Any]]:
     return failures
 
 
+def _masked(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with ``cuda13_notify``'s webhook URLs masked: they are secrets, and the record
+    every step reads (the fact ``cuda13_options``, which ``-v`` prints) needs none of them; the
+    gates that send read the option from the inventory (:mod:`cuda13_upgrade.steps.fleet`)."""
+    if values.get("cuda13_notify"):
+        values["cuda13_notify"] = redact({"cuda13_notify": values["cuda13_notify"]})["cuda13_notify"]
+    return values
+
+
 def validate(
     values: Mapping[str, Any],
     specs: Mapping[str, Mapping[str, Any]],
@@ -1020,7 +1046,7 @@ def validate(
         if problem:
             failures.append(_failure(option, given[option], *problem))
     if failures:
-        return {"ok": False, "failures": failures, "values": converted}
+        return {"ok": False, "failures": failures, "values": _masked(converted)}
     if defaults is None:
         effective = _effective(converted, all_specs)
     else:
@@ -1033,7 +1059,7 @@ def validate(
         )
         effective = {**templated, **typed, **converted}
         if default_failures:  # a default templated to a value of the wrong type
-            return {"ok": False, "failures": default_failures, "values": effective}
+            return {"ok": False, "failures": default_failures, "values": _masked(effective)}
     for option, value in effective.items():
         if option in converted:
             continue
@@ -1042,7 +1068,7 @@ def validate(
         if problem:  # a default made wrong by another option (e.g. an alias)
             failures.append(_failure(option, value, *problem))
     failures.extend(_cross_checks(effective, converted))
-    return {"ok": not failures, "failures": failures, "values": effective}
+    return {"ok": not failures, "failures": failures, "values": _masked(effective)}
 
 
 def packages_versions(text: str, package: str) -> list[str]:
@@ -1207,4 +1233,5 @@ RELATIONS: dict[str, str] = {
     "cuda13_breaker_days": "one value for every host of the rollout",
     "cuda13_breaker_ack": "one value for every host of the rollout",
     "cuda13_block_on_alerts": "one value for every host of the rollout",
+    "cuda13_notify": "one value for every host of the rollout",
 }

@@ -132,6 +132,18 @@ PLAY_OPTION_DOCS: dict[str, dict[str, Any]] = {
         "starts no batch (on_unreachable: proceed starts it without the check). {} for none "
         "(cuda13_upgrade.alerts, docs/fleet.md).",
     },
+    "cuda13_notify": {
+        "default": {},
+        "description": "Webhooks told what the rollout did: {targets: [{url: the webhook's URL, format: "
+        "slack (Slack's incoming webhook, {text: ...}) or json (the event's record: event, run_id, at, "
+        "text, its fields, summary)}], timeout_s: 5}. Sent at the run's start (the plan's summary), each "
+        "batch's end, each host that rolled back or failed (with its reason), the breaker's refusal, the "
+        "failure budget spent, the window closed or alerts holding hosts (the hosts left) and the run's "
+        "end (counts and the report's path). A send waits at most timeout_s (1 to 60 s) for all targets; "
+        "one that fails is recorded in notifications.json, run.json and summary.md, and the rollout goes "
+        "on. The URLs are secrets: every record and log shows scheme://host/***. Check mode sends nothing. "
+        "{} for none (cuda13_upgrade.notify, docs/fleet.md).",
+    },
     "cuda13_max_fail_percentage": {
         "default": 0,
         "description": "The rollback playbook's max_fail_percentage: the share of a batch's hosts, in "
@@ -203,6 +215,7 @@ TUNE: tuple[str, ...] = (
     "cuda13_breaker_days",
     "cuda13_breaker_ack",
     "cuda13_block_on_alerts",
+    "cuda13_notify",
     "cuda13_soak_seconds",
     "cuda13_soak_interval_seconds",
     "cuda13_max_fail_percentage",

@@ -14,10 +14,16 @@ One function, :func:`redact`, is applied where the run's report files are writte
   ``https://user:token@pypi.example/simple`` becomes ``https://***@pypi.example/simple``;
 * the value of a server's ``--api-key`` argument (SGLang's server argument that sets
   the bearer key), as ``--api-key=<value>``, ``--api-key <value>`` or an argument
-  list's next element: ``--api-key ***``.
+  list's next element: ``--api-key ***``;
+* a Slack incoming webhook's URL, whose path is its key
+  (``https://hooks.slack.com/services/T.../B.../...``, Slack's "Sending messages using
+  incoming webhooks"): ``https://hooks.slack.com/***``.
 
 A mapping under a key ``environment`` (a process's or unit's environment as a dict)
-keeps only the values of :data:`PLAIN_VARIABLES`. Nothing else is changed; a text
+keeps only the values of :data:`PLAIN_VARIABLES`. Under a key of :data:`SECRET_URL_KEYS`
+(``cuda13_notify``, the webhooks the rollout notifies, :mod:`cuda13_upgrade.notify`)
+every http(s) URL keeps only its scheme, host and port (:func:`redact_url`): any
+webhook's path may be its key. Nothing else is changed; a text
 without secrets comes back equal, and :func:`redact` of a redacted value is the same
 value.
 """
@@ -27,8 +33,19 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
-__all__ = ["MASK", "PLAIN_VARIABLES", "SECRET_FLAGS", "redact", "redact_environment", "redact_text"]
+__all__ = [
+    "MASK",
+    "PLAIN_VARIABLES",
+    "SECRET_FLAGS",
+    "SECRET_URL_KEYS",
+    "redact",
+    "redact_environment",
+    "redact_text",
+    "redact_url",
+    "redact_urls",
+]
 
 #: What a secret is replaced with.
 MASK = "***"
@@ -55,6 +72,12 @@ PLAIN_VARIABLES = frozenset(
 
 #: Command-line flags whose value is a secret.
 SECRET_FLAGS = ("--api-key", "--admin-api-key")
+
+#: Keys whose values' URLs are secrets as a whole (a webhook URL's path is its key).
+SECRET_URL_KEYS = frozenset({"cuda13_notify"})
+
+# A Slack webhook URL (incoming webhooks and workflow webhooks): its path is the key.
+_SLACK_HOOK = re.compile(r"(?P<base>\bhttps?://hooks\.slack\.com)/[^\s\"'\\<>|]+")
 
 # scheme://userinfo@ : userinfo is everything up to the first "@" before the host, without
 # "/", whitespace or quotes (RFC 3986: userinfo holds no "/" or "@").
@@ -95,6 +118,7 @@ def redact_text(text: str) -> str:
     if not text:
         return text
     text = _USERINFO.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
+    text = _SLACK_HOOK.sub(lambda m: f"{m.group('base')}/{MASK}", text)
     text = _FLAGS.sub(lambda m: f"{m.group('flag')}{m.group('sep')}{MASK}", text)
     return _ENVIRONMENT.sub(_environment_line, text)
 
@@ -105,11 +129,45 @@ def redact_environment(environment: Mapping[str, Any]) -> dict[str, Any]:
     return {k: (v if k in PLAIN_VARIABLES else MASK) for k, v in environment.items()}
 
 
+def redact_url(url: str) -> str:
+    """A URL whose path is a secret, as records show it: ``scheme://host[:port]/***``
+    (``https://hooks.slack.com/services/T0/B0/x`` -> ``https://hooks.slack.com/***``); its
+    userinfo, path, query and fragment are left out. A URL with none of these comes back as
+    given; a text that is not an http(s) URL is left to :func:`redact_text`."""
+    text = str(url).strip()
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError:
+        return redact_text(text)
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        return redact_text(text)
+    host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
+    base = f"{parts.scheme}://{host}" + (f":{port}" if port is not None else "")
+    if parts.path in ("", "/") and not parts.query and not parts.fragment and parts.username is None:
+        return text
+    return f"{base}/{MASK}"
+
+
+def redact_urls(value: Any) -> Any:
+    """``value`` (a string, or mappings and lists of them) with every http(s) URL in it
+    masked by :func:`redact_url`; other strings by :func:`redact_text`."""
+    if isinstance(value, str):
+        return redact_url(value)
+    if isinstance(value, Mapping):
+        return {k: redact_urls(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        out = [redact_urls(item) for item in value]
+        return out if isinstance(value, list) else tuple(out)
+    return value
+
+
 def redact(value: Any) -> Any:
     """``value`` with its secrets masked: strings by :func:`redact_text`, mappings and
     lists element by element (a list's element after ``--api-key`` masked; a mapping
-    under the key ``environment`` by :func:`redact_environment`), other values as they
-    are. Returns a new value; the given one is not changed."""
+    under the key ``environment`` by :func:`redact_environment`; a value under a key of
+    :data:`SECRET_URL_KEYS` by :func:`redact_urls`), other values as they are. Returns a
+    new value; the given one is not changed."""
     if isinstance(value, str):
         return redact_text(value)
     if isinstance(value, Mapping):
@@ -117,6 +175,8 @@ def redact(value: Any) -> Any:
             k: (
                 redact_environment(v)
                 if str(k).lower() == "environment" and isinstance(v, Mapping)
+                else redact_urls(v)
+                if k in SECRET_URL_KEYS
                 else redact(v)
             )
             for k, v in value.items()

@@ -28,7 +28,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from cuda13_upgrade import ondemand, reportfiles, timeline
+from cuda13_upgrade import notify, ondemand, reportfiles, timeline
 from cuda13_upgrade import soak as soak_module
 from cuda13_upgrade.chart import plain_median, render_chart
 from cuda13_upgrade.hostresult import NOT_REACHED, STATUS_TEXT, load_results, load_run_record
@@ -786,6 +786,9 @@ def fleet_summary(
     ``not_started.json`` in the run's directory; when None, that file is read,
     so a later summary (the command's, after ``run.json``) keeps the reason.
 
+    ``summary.md`` ends with the run's notifications (``## Notifications``, from
+    ``notifications.json``: :func:`cuda13_upgrade.notify.summary_lines`) when it sent any.
+
     Also writes the run's Prometheus metrics, ``cuda13_upgrade.prom``
     (:func:`cuda13_upgrade.metrics.fleet_metrics`), there and, when
     ``$CUDA13_METRICS_TEXTFILE_DIR`` is set, into that directory.
@@ -827,7 +830,9 @@ def fleet_summary(
         results.append(result)
     results = apply_not_started(results, not_started)
     rows = summary_rows(results)
-    markdown = redact(render_markdown(run.name, rows))
+    # The run's notifications (cuda13_notify): where they went, and each send that failed.
+    told = notify.summary_lines(run)
+    markdown = redact(render_markdown(run.name, rows) + ("\n".join(told) + "\n" if told else ""))
     md_path, json_path, png_path = run / "summary.md", run / "summary.json", run / "summary.png"
     summary_json = redact(json.dumps({"run_id": run.name, "rows": rows}, indent=2) + "\n")
     # The chart shows the rows and nothing else: drawn again only when they changed (the

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from cuda13_upgrade import reportfiles
+from cuda13_upgrade import notify, reportfiles
 from cuda13_upgrade.cli.parser import COMMANDS, CONFIRMED, Command, Options, default_run_id, playbook_path
 from cuda13_upgrade.cli.runner import (
     RunResult,
@@ -216,6 +216,8 @@ def run_command(options: Options, stream: TextIO | None = None) -> int:
         "started_at": datetime.fromtimestamp(started + 1.0, UTC).isoformat(),
         "finished_at": datetime.now(UTC).isoformat(),
         "batches": run.batches,
+        # cuda13_notify: each event told, to how many webhooks, and what failed (notifications.json)
+        "notifications": notify.run_record(run_dir),
         "host_key_checking": (
             {"off": True, "by": f"{host_keys_off} (the caller's environment)"}
             if host_keys_off

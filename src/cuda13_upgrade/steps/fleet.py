@@ -27,6 +27,16 @@ starts no batch, naming its URL and the error, unless ``on_unreachable`` is
 ``proceed``. Otherwise this batch and every later one do not start: the hosts not
 started and why are written into the run's report at once (``not_started.json``,
 ``summary.md``), since a ``--limit`` that leaves localhost out skips the report play.
+
+With ``cuda13_notify`` (:mod:`cuda13_upgrade.notify`) the gates tell webhooks what happened:
+``start`` the run's start (or the breaker's refusal); ``batch`` the end of the batches before
+this one (their hosts' outcomes, and each host that rolled back, failed or was lost with its
+reason, from its ``result.json``), then, when this batch does not start, why (failure budget
+spent, window closed, alerts held, Prometheus unreachable); :func:`end` (the report play) the
+last batch's end and the run's end, once per run. Each send waits at most the option's
+``timeout_s``; what was sent, and what could not be, is kept in ``notifications.json`` in the
+run's report directory. The gates read the option itself (its URLs are secrets) from the
+inventory, not from the plan, whose record holds it masked.
 """
 
 from __future__ import annotations
@@ -37,7 +47,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from cuda13_upgrade import alerts, batches, breaker, budget, summary, window
+from cuda13_upgrade import alerts, batches, breaker, budget, hostresult, notify, summary, window
+from cuda13_upgrade.redact import redact
 
 #: The play-wide options: one value for every host of the rollout.
 FLEET_OPTIONS = (
@@ -50,6 +61,7 @@ FLEET_OPTIONS = (
     "cuda13_breaker_days",
     "cuda13_breaker_ack",
     "cuda13_block_on_alerts",
+    "cuda13_notify",
 )
 
 _STAMP = "%Y-%m-%dT%H:%M:%SZ"
@@ -86,7 +98,8 @@ def fleet_options(hosts: Sequence[str], given: Mapping[str, Mapping[str, Any]]) 
                 distinct.append(value)
         if len(distinct) > 1 or len(seen) < len(hosts):
             by_value = "; ".join(
-                f"{value!r} on {', '.join(h for h, v in seen if v == value)}" for value in distinct
+                f"{redact({name: value})[name]!r} on {', '.join(h for h, v in seen if v == value)}"
+                for value in distinct
             )
             unset = [h for h in hosts if h not in {h for h, _ in seen}]
             if unset:
@@ -104,9 +117,12 @@ def plan(hosts: Sequence[str], options: Mapping[str, Any], started: Any = None) 
     """The plan of ``hosts``: batches, window, until, failure budget and alert gate, checked (bad
     values are ``failures``, not errors). Returns ``{"sizes", "batches", "source", "lines", "ok",
     "failures", "options", "started", "window", "window_text", "until_at", "gated",
-    "max_failed_hosts", "alerts", "alerts_text"}``: ``alerts`` is ``cuda13_block_on_alerts`` with
-    its defaults (credentials masked; ``{}`` without the gate), ``alerts_text`` the plan's line
-    for it (:func:`cuda13_upgrade.alerts.describe`, ``""`` without)."""
+    "max_failed_hosts", "alerts", "alerts_text", "notify", "notify_text"}``: ``alerts`` is
+    ``cuda13_block_on_alerts`` with its defaults (credentials masked; ``{}`` without the gate),
+    ``alerts_text`` the plan's line for it (:func:`cuda13_upgrade.alerts.describe`, ``""``
+    without); ``notify`` is ``cuda13_notify`` with its default, the URLs masked (``{}`` without),
+    ``notify_text`` its line (:func:`cuda13_upgrade.notify.describe`). ``options`` holds the
+    options given, ``cuda13_notify``'s URLs masked."""
     hosts = list(hosts)
     started_at = _instant(started, "the run's start")
     failures: list[str] = []
@@ -138,11 +154,19 @@ def plan(hosts: Sequence[str], options: Mapping[str, Any], started: Any = None) 
         alert_gate = alerts.parse(options.get(alerts.OPTION))
     except ValueError as exc:
         failures.append(str(exc))
+    told = None
+    try:
+        told = notify.parse(options.get(notify.OPTION))
+    except ValueError as exc:
+        failures.append(str(exc))
+    shown = dict(options)
+    if notify.OPTION in shown:
+        shown[notify.OPTION] = redact({notify.OPTION: shown[notify.OPTION]})[notify.OPTION]
     return {
         **result,
         "ok": not failures,
         "failures": failures,
-        "options": dict(options),
+        "options": shown,
         "started": started_at.astimezone(UTC).strftime(_STAMP),
         "window": options.get("cuda13_window") or {},
         "window_text": window_text,
@@ -151,6 +175,8 @@ def plan(hosts: Sequence[str], options: Mapping[str, Any], started: Any = None) 
         "max_failed_hosts": max_failed,
         "alerts": alert_gate.as_record() if alert_gate else {},
         "alerts_text": alerts.describe(alert_gate, bool(window_text or until_at)) if alert_gate else "",
+        "notify": told.as_record() if told else {},
+        "notify_text": notify.describe(told) if told else "",
     }
 
 
@@ -195,6 +221,33 @@ def breaker_verdict(
     return {**breaker.decide(history, threshold, options.get("cuda13_breaker_ack")), "failures": []}
 
 
+def _told(value: Any) -> notify.Notify | None:
+    """``cuda13_notify`` parsed, or None (unset; a bad value is refused by ``start`` before any
+    change, so a gate after it sees none)."""
+    try:
+        return notify.parse(value)
+    except ValueError:
+        return None
+
+
+def _tell(
+    run_dir: Path,
+    setting: notify.Notify | None,
+    events: Sequence[Mapping[str, Any]],
+    state: Mapping[str, Any],
+    post: notify.Post | None,
+) -> list[dict[str, Any]]:
+    """Send ``events`` (:func:`cuda13_upgrade.notify.send_all`, at most ``timeout_s``) and write
+    ``state`` with them recorded into ``notifications.json``. Never raises: a record that cannot be
+    written is lost, not the rollout. Returns send_all's records."""
+    records = notify.send_all(setting.targets, events, setting.timeout_s, post) if setting and events else []
+    try:
+        notify.save_state(run_dir, notify.record_sends(state, events, records) if records else state)
+    except OSError:
+        pass  # the report directory could not be written: the gate says so when it writes its own
+    return records
+
+
 def start(
     hosts: Sequence[str],
     given: Mapping[str, Mapping[str, Any]],
@@ -203,9 +256,14 @@ def start(
     reports_dir: str | Path,
     use_breaker: bool,
     started: Any = None,
+    tell: bool = False,
+    post: notify.Post | None = None,
 ) -> dict[str, Any]:
-    """The ``start`` gate (see the module docstring). Returns ``{"fleet": plan, "breaker": verdict or
-    None, "failures": [message], "not_started": record or None, "lines": [line to print]}``."""
+    """The ``start`` gate (see the module docstring). ``tell``: send the run's start (or the
+    breaker's refusal) to ``cuda13_notify``'s webhooks (the rollout; not the plan); ``post``:
+    :func:`cuda13_upgrade.notify.send_all`'s. Returns ``{"fleet": plan, "breaker": verdict or
+    None, "failures": [message], "not_started": record or None, "lines": [line to print],
+    "notified": [send_all's record]}``."""
     options = fleet_options(hosts, given)
     the_plan = plan(hosts, options["values"], started)
     the_breaker = breaker_verdict(the_plan["options"], reports_dir, run_id) if use_breaker else None
@@ -218,6 +276,28 @@ def start(
             "hosts": list(hosts),
             "before_any_change": True,
         }
+    notified: list[dict[str, Any]] = []
+    setting = _told(options["values"].get(notify.OPTION)) if tell and not failures else None
+    if setting is not None:
+        run_dir = Path(reports_dir) / run_id
+        old = notify.load_state(run_dir)
+        state = {
+            "run_id": run_id,
+            **setting.as_record(),
+            "started": True,
+            "ended": not_started is not None,
+            "planned": [],
+            "announced": [],
+            "batches_announced": 0,
+            "sent": list(old.get("sent") or []),
+        }
+        event = (
+            notify.breaker_event(run_id, not_started, at=the_plan["started"])
+            if not_started is not None
+            else notify.start_event(run_id, the_plan, at=the_plan["started"])
+        )
+        notified = _tell(run_dir, setting, [event], state, post)
+    if not_started is not None:
         summary.fleet_summary(Path(reports_dir) / run_id, list(hosts), not_started)
     lines = list(the_plan["lines"])
     if the_plan["window_text"]:
@@ -230,6 +310,8 @@ def start(
     )
     if the_plan["alerts_text"]:
         lines.append(the_plan["alerts_text"])
+    if the_plan["notify_text"]:
+        lines.append(the_plan["notify_text"])
     if the_breaker is not None:
         lines.append(the_breaker["message"])
     return {
@@ -238,7 +320,77 @@ def start(
         "failures": failures,
         "not_started": not_started,
         "lines": lines,
+        "notified": notified,
     }
+
+
+def _result_file(run_dir: Path, host: str) -> dict[str, Any]:
+    """``<run dir>/<host>/result.json``, or ``{}`` when missing or unreadable."""
+    try:
+        return hostresult.load_results(run_dir, [host])[0]
+    except ValueError:
+        return {}
+
+
+def _batch_events(
+    run_id: str,
+    state: Mapping[str, Any],
+    done: Mapping[str, Mapping[str, Any]],
+    statuses: Mapping[str, Any],
+    at: str,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The end of the batch whose hosts' results are ``done`` (``{host: result}``, in play order),
+    then one ``rollback`` per host of it that did not keep the upgrade; and ``state`` with them
+    announced. No hosts: no events, ``state`` as it is."""
+    if not done:
+        return [], dict(state)
+    number = int(state.get("batches_announced") or 0) + 1
+    outcomes = {h: str(r.get("status") or "unknown") for h, r in done.items()}
+    events = [notify.batch_end_event(run_id, number, state.get("batches") or None, outcomes, statuses, at=at)]
+    events += [
+        notify.rollback_event(run_id, {**r, "host": h}, statuses, at=at)
+        for h, r in done.items()
+        if outcomes[h] in notify.NOT_KEPT
+    ]
+    changed = {
+        **state,
+        "announced": [*(state.get("announced") or []), *done],
+        "batches_announced": number,
+    }
+    return events, changed
+
+
+def end(
+    run_dir: str | Path,
+    *,
+    run_id: str,
+    statuses: Mapping[str, Any],
+    report: str,
+    notify_value: Any,
+    now: Any = None,
+    post: notify.Post | None = None,
+) -> list[dict[str, Any]]:
+    """The run's end (the report play), told once per run whose start was told: the last batch's
+    end (its hosts' results, none of them told by a gate), each of its hosts that did not keep the
+    upgrade, then ``end`` with ``statuses`` (every host of the run's, the summary's rows) and
+    ``report`` (the summary's path). ``notify_value``: ``cuda13_notify`` as the inventory gives it.
+    Returns :func:`cuda13_upgrade.notify.send_all`'s records (``[]`` when nothing was told)."""
+    run_dir = Path(run_dir)
+    setting = _told(notify_value)
+    state = notify.load_state(run_dir)
+    if setting is None or not state.get("started") or state.get("ended"):
+        return []
+    at = _iso(_clock(now)())
+    announced = set(state.get("announced") or [])
+    left = [h for h in state.get("planned") or [] if h not in announced]
+    done = {
+        r["host"]: r
+        for r in hostresult.load_results(run_dir, left)
+        if r.get("status") != hostresult.NOT_REACHED and not r.get("already_kept")
+    }
+    events, state = _batch_events(run_id, state, done, statuses, at)
+    events.append(notify.end_event(run_id, statuses, report, at=at))
+    return _tell(run_dir, setting, events, {**state, "ended": True}, post)
 
 
 def _clock(now: Any) -> Callable[[], datetime]:
@@ -349,23 +501,49 @@ def batch_gate(
     sleep: Callable[[float], Any] = time.sleep,
     fetch: alerts.Fetch | None = None,
     say: Callable[[str], Any] | None = None,
+    notify_value: Any = None,
+    post: notify.Post | None = None,
 ) -> dict[str, Any]:
     """The ``batch`` gate (see the module docstring). ``hosts``: the play's hosts; ``batch``: this
     batch's; ``active``: those Ansible has not removed; ``statuses``: each host's result status (None
     without one). ``now``: the time (None: the control node's clock; a value: that time; a callable:
     a clock); ``sleep``, ``fetch`` (:func:`cuda13_upgrade.alerts.ask`'s) and ``say`` (a line for
-    the operator, each time a batch waits for alerts) are for the alert gate. Returns ``{"start":
-    bool, "not_started": record or None}``; a record is ``{"said", "reason", "hosts"}`` and, from
-    the window, ``opens_at``, from the budget ``failed``, from the alert gate ``alerts`` (each
-    :func:`cuda13_upgrade.alerts.active_alerts` record that held the batch) and, when Prometheus
-    did not answer, ``error``."""
+    the operator, each time a batch waits for alerts) are for the alert gate. ``notify_value``:
+    ``cuda13_notify`` as the inventory gives it (its URLs; None: nothing is told), ``post``:
+    :func:`cuda13_upgrade.notify.send_all`'s. Returns ``{"start": bool, "not_started": record or
+    None}`` and, when the run's start was told, ``"notified": [send_all's record]``; a record is
+    ``{"said", "reason", "hosts"}`` and, from the window, ``opens_at``, from the budget ``failed``,
+    from the alert gate ``alerts`` (each :func:`cuda13_upgrade.alerts.active_alerts` record that
+    held the batch) and, when Prometheus did not answer, ``error``."""
     spent = budget.decide(
         hosts, batch, active, statuses, (fleet.get("options") or {}).get("cuda13_max_failed_hosts")
     )
     clock = _clock(now)
     first = list(hosts).index(batch[0]) if batch and batch[0] in hosts else 0
+    run_dir = Path(reports_dir) / run_id
+    setting = _told(notify_value)
+    state = notify.load_state(run_dir) if setting is not None else {}
+    events: list[dict[str, Any]] = []
+    notified: list[dict[str, Any]] = []
+    if setting is not None and state.get("started") and not state.get("ended"):
+        if not state.get("planned"):
+            state = {**state, "planned": list(hosts), "batches": len(fleet.get("batches") or [])}
+        done = {}
+        for host in list(hosts)[:first]:
+            if host in (state.get("announced") or []):
+                continue
+            result = _result_file(run_dir, host)
+            status = statuses.get(host) or (
+                result.get("status") if result.get("status") != hostresult.NOT_REACHED else None
+            )
+            done[host] = {**result, "status": status or ("failed" if host not in active else "unknown")}
+        events, state = _batch_events(run_id, state, done, statuses, _iso(clock()))
+    else:
+        setting = None
     not_started = None
+    kind = ""
     if spent["spent"]:
+        kind = "budget_spent"
         not_started = {
             "said": "not reached",
             "reason": spent["reason"],
@@ -377,6 +555,7 @@ def batch_gate(
         until = _instant(fleet["until_at"], "until_at") if fleet.get("until_at") else None
         gate = window.decide(parsed, until, clock())
         if not gate["open"]:
+            kind = "window_closed"
             not_started = {
                 "said": "not started",
                 "reason": gate["reason"],
@@ -384,9 +563,22 @@ def batch_gate(
                 "hosts": list(hosts)[first:],
             }
     if not_started is None and not spent["spent"]:
+        if events:  # the batches before it are told before a wait for alerts
+            notified += _tell(run_dir, setting, events, state, post)
+            state, events = notify.load_state(run_dir) or state, []
         held = _hold_for_alerts(fleet, batch, clock, sleep, fetch, say or (lambda line: None))
         if held is not None:
+            kind = "prometheus_unreachable" if held.get("error") else "alerts_held"
             not_started = {"said": "not started", **held, "hosts": list(hosts)[first:]}
+    if not_started is not None and setting is not None:
+        events.append(notify.stop_event(run_id, kind, not_started, statuses, at=_iso(clock())))
+    if events:
+        notified += _tell(run_dir, setting, events, state, post)
+    elif setting is not None and state != notify.load_state(run_dir):
+        _tell(run_dir, setting, [], state, post)  # the planned hosts, kept for the run's end
     if not_started is not None:
-        summary.fleet_summary(Path(reports_dir) / run_id, list(run_hosts), not_started)
-    return {"start": not_started is None, "not_started": not_started}
+        summary.fleet_summary(run_dir, list(run_hosts), not_started)
+    decided: dict[str, Any] = {"start": not_started is None, "not_started": not_started}
+    if setting is not None:
+        decided["notified"] = notified
+    return decided
