@@ -75,7 +75,10 @@ class ActionModule(StepAction):
             upgrade = [h for h in play_hosts if h not in kept]
             facts = {"cuda13_run_hosts": play_hosts, "cuda13_upgrade_hosts": upgrade}
             if the_fleet and len(upgrade) < len(play_hosts):
+                estimate = the_fleet.get("estimate")  # the start's (cuda13_upgrade.estimate)
                 the_fleet = fleet.plan(upgrade, the_fleet.get("options") or {}, the_fleet.get("started"))
+                if estimate:
+                    the_fleet["estimate"] = estimate
                 display.display("\n".join(the_fleet["lines"]))
                 facts["cuda13_fleet"] = the_fleet
             return {"kept": kept, "upgrade": upgrade, "changed": False, "ansible_facts": facts}

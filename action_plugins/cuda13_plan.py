@@ -49,7 +49,9 @@ class ActionModule(StepAction):
         # Where each must-set value came from (cuda13_inventory, playbooks/start.yml).
         sources = hostvars["localhost"].get("cuda13_must_set_sources") or {}
         records = [{**r, "must_set_from": dict(sources.get(r["host"]) or {})} for r in records]
-        the_plan = planning.rollout(records, fleet, args["run_id"], args["allow_partial"])
+        the_plan = planning.rollout(
+            records, fleet, args["run_id"], args["allow_partial"], reports_dir=args["reports_dir"]
+        )
         path = (
             reportfiles.run_dir({"cuda13_reports_dir": args["reports_dir"]}, the_plan["run_id"]) / "plan.json"
         )

@@ -69,6 +69,9 @@ def unreachable_plan(host: str, reason: str) -> dict[str, Any]:
         "warnings": [],
         "out_of_service_s": None,
         "estimate_from": "",
+        "gpu_model": "",
+        "profile_count": None,
+        "soak_s": None,
     }
 
 
@@ -108,6 +111,8 @@ def host_plan(
     undrain_tasks: str = "",
     allow_undrained: bool = False,
     service: str = "the service",
+    gpu_model: str = "",
+    soak_s: int | None = None,
 ) -> dict[str, Any]:
     """One host's plan.
 
@@ -133,6 +138,9 @@ def host_plan(
             that would change with no drain hook is refused unless ``allow_undrained``, and
             warned about with it (:func:`cuda13_upgrade.ondemand.drain_plan`, the rule the
             rollout's preflight applies).
+        gpu_model: the host's GPU model(s) as the preflight's nvidia-smi names them ("" unknown);
+            soak_s: ``cuda13_soak_seconds`` (None unknown). With ``profiles`` they are what the
+            estimate of the night reads (:mod:`cuda13_upgrade.estimate`).
 
     Returns:
         ``{"host", "path", "why", "refusals": [str], "notice": str,
@@ -140,8 +148,8 @@ def host_plan(
         "wheels": {"count", "bytes", "record", "distributions": [str]} | None,
         "space": [str], "restarts": {"upgrade", "rollback", "lines": [str]} | None,
         "drain": {"drain", "undrain"}, "warnings": [str],
-        "out_of_service_s": float | None, "estimate_from": str}``; ``batch`` is
-        added by :func:`rollout_plan`.
+        "out_of_service_s": float | None, "estimate_from": str, "gpu_model": str,
+        "profile_count": int, "soak_s": int | None}``; ``batch`` is added by :func:`rollout_plan`.
     """
     verdict = verdict or {}
     previous = verdict.get("previous") if isinstance(verdict.get("previous"), Mapping) else {}
@@ -165,6 +173,9 @@ def host_plan(
         "warnings": [],
         "out_of_service_s": measured_out,
         "estimate_from": f"{host}'s run {previous.get('run_id')}" if measured_out else "",
+        "gpu_model": str(gpu_model or ""),
+        "profile_count": len(profiles),
+        "soak_s": soak_s,
     }
     for failure in (preflight or {}).get("failures") or []:
         message = str(failure.get("message") or "") if isinstance(failure, Mapping) else str(failure)

@@ -471,6 +471,9 @@ class RunProgress(Progress):
         self.started: float | None = None
         self.batch = 0
         self.batches_total: int | None = None
+        # The rollout's estimated end (ISO 8601), as the last batch gate updated it (cuda13_fleet's
+        # "estimate", cuda13_upgrade.estimate), or None.
+        self.estimated_end: str | None = None
         self.finished = False
         self._play: str | None = None
         self._at: float | None = None  # the time of the event being handled
@@ -647,6 +650,12 @@ class RunProgress(Progress):
                 self._play_starts[self._play or ""] = self.batch
             elif held is not None:
                 self._line(held[0], held[1])
+        guess = res.get("estimate") if action == "cuda13_fleet" else None
+        if kind == "runner_on_ok" and isinstance(guess, Mapping) and guess.get("line"):
+            # The batch gate's estimate of the run's end, from what the batches before really took.
+            self.estimated_end = str(guess.get("estimated_end") or "") or None
+            if not self.live:
+                self._line(at, str(guess["line"]))
         if kind == "runner_on_ok" and isinstance(gate, Mapping):
             # The batch gate (failure budget, window) starts neither this batch nor any later one.
             for name in gate.get("hosts") or []:
@@ -811,7 +820,8 @@ class RunProgress(Progress):
         return rows
 
     def header(self, now: float | None = None) -> str:
-        """The rollout line above the rows: title, batch k of n, counts, elapsed."""
+        """The rollout line above the rows: title, batch k of n, counts, elapsed, and the
+        estimated end the last batch gate gave (:mod:`cuda13_upgrade.estimate`)."""
         at = self.clock() if now is None else now
         parts = [self.title]
         if self.batch:
@@ -819,6 +829,8 @@ class RunProgress(Progress):
         parts.append(self.counts_text())
         if self.started is not None:
             parts.append(f"elapsed {format_duration(max(0.0, at - self.started))}")
+        if self.estimated_end and not self.finished:
+            parts.append(f"estimated end {self.estimated_end[11:16]} UTC")
         return " · ".join(parts)
 
     def renderable(self) -> Any:

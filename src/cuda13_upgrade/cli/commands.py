@@ -389,6 +389,7 @@ def status_command(options: Options, stream: TextIO | None = None) -> int:
     os.environ["ANSIBLE_CONFIG"] = str(options.home / "ansible.cfg")
     hosts = fleetstate.inventory_hosts(options.inventory, group)
     states = fleetstate.host_states(options.reports_dir, hosts)
+    running = running_estimate(options.reports_dir)
     if options.json_output:
         document = {
             "inventory": options.inventory,
@@ -396,13 +397,47 @@ def status_command(options: Options, stream: TextIO | None = None) -> int:
             "reports_dir": str(options.reports_dir),
             "hosts": states,
         }
+        if running:
+            document["estimate"] = running
         print(json.dumps(document, indent=2), file=out)
     else:
         text = fleetstate.render_text(
             states, inventory=options.inventory, group=group, reports_dir=options.reports_dir
         )
         print(text, file=out, end="")
+        if running:
+            print(running["line"], file=out)
     return EXIT_OK
+
+
+def running_estimate(reports_dir: Path) -> dict[str, Any] | None:
+    """The estimate of the newest run still going (its ``estimate.json``, no ``run.json`` yet:
+    :mod:`cuda13_upgrade.estimate`, updated by each batch gate): ``{"run_id", "estimated_end",
+    "updated_at", "left_hosts", "line"}``, the line ``"run R: estimated end 03:20 UTC (updated
+    02:41 UTC, after 2 of 5 batches)"``; None when there is none."""
+    from cuda13_upgrade import estimate
+
+    found = [p.parent for p in reports_dir.glob("*/estimate.json")] if reports_dir.is_dir() else []
+    newest = max(found, key=lambda run: ((run / "estimate.json").stat().st_mtime, run.name), default=None)
+    if newest is None or (newest / "run.json").exists():
+        return None
+    record = estimate.load(newest)
+    if not record.get("estimated_end"):
+        return None
+    end, updated = str(record["estimated_end"]), str(record.get("updated_at") or "")
+    done, total = len(record.get("done") or []), len(record.get("batches") or [])
+    line = f"run {newest.name}: estimated end {end[11:16]} UTC"
+    line += f" (updated {updated[11:16]} UTC, after {done} of {total} batches)" if updated else ""
+    left = list(record.get("left_hosts") or [])
+    if left:
+        line += f"; expected to be left for the next window: {', '.join(left)}"
+    return {
+        "run_id": newest.name,
+        "estimated_end": end,
+        "updated_at": updated,
+        "left_hosts": left,
+        "line": line,
+    }
 
 
 def run_plan(options: Options, out: TextIO) -> tuple[int, dict[str, Any] | None]:

@@ -37,17 +37,27 @@ last batch's end and the run's end, once per run. Each send waits at most the op
 ``timeout_s``; what was sent, and what could not be, is kept in ``notifications.json`` in the
 run's report directory. The gates read the option itself (its URLs are secrets) from the
 inventory, not from the plan, whose record holds it masked.
+
+The estimate of the night (:mod:`cuda13_upgrade.estimate`): a rollout's ``start`` (the one that
+reads the breaker, ``playbooks/upgrade.yml``) takes the per-host times of the plan this run made
+before it asked (``plan.json`` in the run's report directory; without one, from the earlier runs
+and the rough default), schedules the batches from the run's start, prints the lines, tells the
+estimated end with the run's start and writes ``estimate.json`` in the run's report directory.
+Each ``batch`` gate then counts the batch before it as it really took (from its gate to this one)
+and estimates the rest from now: ``estimate.json`` and the gate's ``"estimate"`` (read by the
+progress line and ``cuda13-upgrade status``).
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from cuda13_upgrade import alerts, batches, breaker, budget, hostresult, notify, summary, window
+from cuda13_upgrade import alerts, batches, breaker, budget, estimate, hostresult, notify, summary, window
 from cuda13_upgrade.redact import redact
 
 #: The play-wide options: one value for every host of the rollout.
@@ -263,7 +273,8 @@ def start(
     breaker's refusal) to ``cuda13_notify``'s webhooks (the rollout; not the plan); ``post``:
     :func:`cuda13_upgrade.notify.send_all`'s. Returns ``{"fleet": plan, "breaker": verdict or
     None, "failures": [message], "not_started": record or None, "lines": [line to print],
-    "notified": [send_all's record]}``."""
+    "notified": [send_all's record], "estimate": :func:`_start_estimate`'s record or None (not
+    a rollout's start, or refused)}``."""
     options = fleet_options(hosts, given)
     the_plan = plan(hosts, options["values"], started)
     the_breaker = breaker_verdict(the_plan["options"], reports_dir, run_id) if use_breaker else None
@@ -276,6 +287,11 @@ def start(
             "hosts": list(hosts),
             "before_any_change": True,
         }
+    the_estimate = (
+        _start_estimate(the_plan, Path(reports_dir) / run_id, run_id)
+        if use_breaker and not failures and not_started is None
+        else None
+    )
     notified: list[dict[str, Any]] = []
     setting = _told(options["values"].get(notify.OPTION)) if tell and not failures else None
     if setting is not None:
@@ -294,7 +310,12 @@ def start(
         event = (
             notify.breaker_event(run_id, not_started, at=the_plan["started"])
             if not_started is not None
-            else notify.start_event(run_id, the_plan, at=the_plan["started"])
+            else notify.start_event(
+                run_id,
+                the_plan,
+                at=the_plan["started"],
+                estimated_end=(the_estimate or {}).get("estimated_end") or None,
+            )
         )
         notified = _tell(run_dir, setting, [event], state, post)
     if not_started is not None:
@@ -312,15 +333,136 @@ def start(
         lines.append(the_plan["alerts_text"])
     if the_plan["notify_text"]:
         lines.append(the_plan["notify_text"])
+    if the_estimate is not None:
+        lines += the_estimate["lines"]
+        the_plan = {**the_plan, "estimate": the_estimate}  # the batch gates' start (cuda13_fleet)
     if the_breaker is not None:
         lines.append(the_breaker["message"])
     return {
+        "estimate": the_estimate,
         "fleet": the_plan,
         "breaker": the_breaker,
         "failures": failures,
         "not_started": not_started,
         "lines": lines,
         "notified": notified,
+    }
+
+
+def _until(fleet: Mapping[str, Any]) -> datetime | None:
+    return _instant(fleet["until_at"], "until_at") if fleet.get("until_at") else None
+
+
+def _start_estimate(fleet: Mapping[str, Any], run_dir: Path, run_id: str) -> dict[str, Any] | None:
+    """The rollout's estimate at its start (the module's docstring), written to ``estimate.json``
+    when the run's report directory exists (else the first batch gate writes it):
+    :func:`cuda13_upgrade.estimate.schedule`'s record with ``"hosts"`` (the per-host times),
+    ``"window"``, ``"until_at"``, ``"done": []``, ``"current": None`` and ``"updated_at"``. None
+    when it cannot be made; an estimate never stops a rollout."""
+    try:
+        planned = json.loads((run_dir / "plan.json").read_text(encoding="utf-8"))
+        made = planned.get("estimate") if isinstance(planned, dict) else None
+    except (OSError, ValueError):
+        made = None
+    try:
+        if isinstance(made, dict) and isinstance(made.get("hosts"), dict):
+            per_host = made["hosts"]
+            soak_s = made.get("soak_s", estimate.SOAK_S)
+        else:
+            hosts = [{"host": h, "gpu_model": "", "profiles": None} for b in fleet["batches"] for h in b]
+            per_host = estimate.host_estimates(hosts, estimate.history(run_dir.parent, run_id))
+            soak_s = estimate.SOAK_S
+        started = _instant(fleet.get("started"), "the run's start")
+        scheduled = estimate.schedule(
+            fleet["batches"],
+            per_host,
+            now=started,
+            soak_s=soak_s,
+            window_value=fleet.get("window") or None,
+            until=_until(fleet),
+        )
+        record = {
+            **scheduled,
+            "hosts": per_host,
+            "window": fleet.get("window") or {},
+            "until_at": fleet.get("until_at") or "",
+            "done": [],
+            "current": None,
+            "updated_at": _iso(started),
+        }
+    except (ValueError, KeyError, TypeError):
+        return None
+    if run_dir.is_dir():  # the rollout's plan made it; a start gate creates no report directory
+        try:
+            estimate.save(run_dir, record)
+        except OSError:
+            pass
+    return record
+
+
+def _batch_estimate(
+    run_dir: Path, fleet: Mapping[str, Any], batch: Sequence[str], starts: bool, at: datetime
+) -> dict[str, Any] | None:
+    """The estimate after a batch gate at ``at``: the batch that was running ends now (its
+    measured time replaces its estimate), ``batch`` starts (``starts``) or none does; the rest
+    from now. Reads ``estimate.json``, else the start's estimate in ``fleet`` (``"estimate"``), and
+    writes ``estimate.json``; returns ``{"estimated_end", "line", "batch", "of"}``, or
+    None without an estimate of this run (or when it cannot be read or written)."""
+    record = estimate.load(run_dir) or dict(fleet.get("estimate") or {})
+    if not record or not isinstance(record.get("hosts"), dict):
+        return None
+    try:
+        the_batches = [list(b) for b in fleet.get("batches") or []]
+        done = list(record.get("done") or [])
+        current = record.get("current")
+        if isinstance(current, dict) and current.get("hosts") != list(batch):
+            done.append({**current, "ended_at": _iso(at)})
+        number = next((k for k, b in enumerate(the_batches) if batch and batch[0] in b), len(done))
+        done = done[-number:] if number else []
+        planned = the_batches if starts else the_batches[:number]
+        scheduled = estimate.schedule(
+            planned,
+            record["hosts"],
+            now=at,
+            soak_s=record.get("soak_s", estimate.SOAK_S),
+            window_value=record.get("window") or None,
+            until=_until(record),
+            done=done,
+        )
+        if not starts:
+            left = [h for b in the_batches[number:] for h in b]
+            scheduled["left_hosts"] = left
+            scheduled["fits"] = not left
+            scheduled["lines"] = [
+                *scheduled["lines"][:-1],
+                f"no batch starts from batch {number + 1} on: the run ends"
+                + (f" {scheduled['estimated_end']}" if scheduled["estimated_end"] else "")
+                + f" (hosts {', '.join(left)} left)",
+            ]
+        updated = {
+            **record,
+            **scheduled,
+            "done": done,
+            "current": {"hosts": list(batch), "started_at": _iso(at)} if starts else None,
+            "updated_at": _iso(at),
+        }
+        estimate.save(run_dir, updated)
+    except (OSError, ValueError, TypeError):
+        return None
+    took = [r for r in scheduled["batches"] if r["measured_s"] is not None]
+    after = ""
+    if took:
+        last = took[-1]
+        after = (
+            f" after batch {last['number']} took {estimate.minutes(last['measured_s'])}"
+            f" (estimated ~{estimate.minutes(last['estimated_s'])})"
+        )
+    line = scheduled["lines"][-1] + after
+    return {
+        "estimated_end": scheduled["estimated_end"],
+        "line": line,
+        "batch": number + 1,
+        "of": len(the_batches),
     }
 
 
@@ -579,6 +721,9 @@ def batch_gate(
     if not_started is not None:
         summary.fleet_summary(run_dir, list(run_hosts), not_started)
     decided: dict[str, Any] = {"start": not_started is None, "not_started": not_started}
+    the_estimate = _batch_estimate(run_dir, fleet, list(batch), not_started is None, clock())
+    if the_estimate is not None:
+        decided["estimate"] = the_estimate
     if setting is not None:
         decided["notified"] = notified
     return decided

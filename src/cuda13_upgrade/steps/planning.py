@@ -5,15 +5,20 @@ each host's state, the preflight with its refusals recorded instead of failing);
 :func:`host` reads their records into one host's plan
 (:func:`cuda13_upgrade.plan.host_plan`), and :func:`rollout` puts the hosts'
 plans together with the batch plan (:func:`cuda13_upgrade.plan.rollout_plan`),
-written to ``<run dir>/plan.json`` and printed.
+written to ``<run dir>/plan.json`` and printed, with the estimate of how long the
+night takes (:mod:`cuda13_upgrade.estimate`: each host's time from earlier runs under the
+reports directory, else its stage run, else a rough default; each batch's start and end;
+whether the window holds them all).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
-from cuda13_upgrade import plan, space
+from cuda13_upgrade import estimate, plan, space
 
 
 def _failed(record: Any) -> str:
@@ -69,14 +74,76 @@ def host(
         undrain_tasks=str(options.get("cuda13_undrain_tasks") or ""),
         allow_undrained=bool(options.get("cuda13_allow_undrained")),
         service=str(options.get("cuda13_service_name") or "the service"),
+        gpu_model=", ".join(
+            sorted({str(g.get("name")) for g in preflight.get("gpus") or [] if isinstance(g, Mapping)})
+        ),
+        soak_s=_soak(options.get("cuda13_soak_seconds")),
     )
 
 
+def _soak(value: Any) -> int | None:
+    try:
+        return None if value is None or isinstance(value, bool) else int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def night(
+    the_plan: Mapping[str, Any],
+    fleet: Mapping[str, Any],
+    reports_dir: str | Path | None,
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    """The estimate of the plan's batches (:func:`cuda13_upgrade.estimate.schedule`) from the
+    runs under ``reports_dir`` (this run's left out), starting ``now`` (None: the control
+    node's clock), in the window and before ``cuda13_until`` of ``fleet``. Returns the schedule
+    with ``"hosts"``: :func:`cuda13_upgrade.estimate.host_estimates`' record."""
+    now = now or datetime.now(UTC)
+    by_host = {r["host"]: r for r in the_plan.get("hosts") or []}
+    infos = []
+    for batch in the_plan.get("batches") or []:
+        for name in batch:
+            r = by_host.get(name) or {}
+            infos.append(
+                {
+                    "host": name,
+                    "gpu_model": r.get("gpu_model") or "",
+                    "profiles": r.get("profile_count"),
+                    "restarts": (r.get("restarts") or {}).get("upgrade"),
+                    "staged": r.get("path") == plan.STAGED,
+                }
+            )
+    records = estimate.history(reports_dir, str(the_plan.get("run_id") or "")) if reports_dir else []
+    per_host = estimate.host_estimates(infos, records)
+    soaks = [r.get("soak_s") for r in by_host.values() if r.get("soak_s") is not None]
+    until_at = fleet.get("until_at")
+    until = datetime.fromisoformat(str(until_at).replace("Z", "+00:00")) if until_at else None
+    try:
+        scheduled = estimate.schedule(
+            the_plan.get("batches") or [],
+            per_host,
+            now=now,
+            soak_s=max(soaks) if soaks else estimate.SOAK_S,
+            window_value=fleet.get("window") or None,
+            until=until,
+        )
+    except ValueError:  # a bad window: the start gate refused the run already
+        scheduled = estimate.schedule(the_plan.get("batches") or [], per_host, now=now, until=until)
+    return {**scheduled, "hosts": per_host, "window": fleet.get("window") or {}, "until_at": until_at or ""}
+
+
 def rollout(
-    hosts: Sequence[Mapping[str, Any]], fleet: Mapping[str, Any], run_id: str, allow_partial: bool = False
+    hosts: Sequence[Mapping[str, Any]],
+    fleet: Mapping[str, Any],
+    run_id: str,
+    allow_partial: bool = False,
+    reports_dir: str | Path | None = None,
+    now: datetime | None = None,
 ) -> dict[str, Any]:
     """The whole plan: :func:`cuda13_upgrade.plan.rollout_plan` over the hosts' plans, with the
-    window and the failure budget of the run's batch plan (``cuda13_fleet``)."""
+    window and the failure budget of the run's batch plan (``cuda13_fleet``) and, for a plan
+    that changes hosts, ``"estimate"``: :func:`night` over ``reports_dir`` at ``now``, its lines
+    at the end of the summary's."""
     options = fleet.get("options") or {}
     lines = []
     if fleet.get("window_text"):
@@ -90,7 +157,7 @@ def rollout(
         )
     if fleet.get("alerts_text"):  # cuda13_block_on_alerts (cuda13_upgrade.alerts.describe)
         lines.append(str(fleet["alerts_text"]))
-    return plan.rollout_plan(
+    the_plan = plan.rollout_plan(
         list(hosts),
         serial=options.get("cuda13_serial"),
         max_parallel=options.get("cuda13_max_parallel"),
@@ -98,3 +165,7 @@ def rollout(
         allow_partial=bool(allow_partial),
         fleet_lines=lines,
     )
+    if the_plan["batches"] and not the_plan["summary"]["stops"]:
+        the_plan["estimate"] = night(the_plan, fleet, reports_dir, now)
+        the_plan["summary"]["lines"] += the_plan["estimate"]["lines"]
+    return the_plan

@@ -1,0 +1,245 @@
+"""How long the night takes (cuda13_upgrade.estimate): each host's time from its own earlier run,
+a host of the same GPU model and profiles, its stage run or the rough default; batches of hosts
+in parallel with the soak between them; the window's fit and the hosts left; the re-estimate
+after a measured batch; the plan (steps.planning) and the gates (steps.fleet) that use it. The
+result files are built by cuda13_upgrade.hostresult.host_result, the shape a run writes."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from cuda13_upgrade import estimate, hostresult
+from cuda13_upgrade.cli.commands import running_estimate
+from cuda13_upgrade.steps import fleet, planning
+from tests.test_planning_step import PREFLIGHT, _host
+
+NOW = datetime(2026, 12, 6, 0, 52, tzinfo=UTC)
+GPU = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
+OTHER_GPU = "NVIDIA B200"
+STEPS = ("artifact_cache", "snapshot", "toolkit", "wheels", "drain", "baseline", "switch", "verify")
+
+
+def _write_result(reports: Path, run_id: str, host: str, minutes: dict[str, float], status: str = "kept"):
+    """``<reports>/<run_id>/<host>/result.json`` as host_result writes it, each step lasting its minutes."""
+    at = datetime(2026, 12, 1, 1, 0, tzinfo=UTC)
+    steps = []
+    for step, length in minutes.items():
+        steps.append({"step": step, "started_at": at.isoformat()})
+        at += timedelta(minutes=length)
+    result = hostresult.host_result(
+        {
+            "host": host,
+            "run_id": run_id,
+            "status": status,
+            "measure": status == "kept",
+            "steps": steps,
+            "finished_at": at.isoformat(),
+            "started_at": steps[0]["started_at"],
+        }
+    )
+    path = reports / run_id / host / "result.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=4))
+    return result
+
+
+def _info(host, gpu=GPU, profiles=1, restarts=None, staged=False):
+    return {"host": host, "gpu_model": gpu, "profiles": profiles, "restarts": restarts, "staged": staged}
+
+
+def test_the_default_formula_and_its_constants():
+    # 900 preparation + 2 restarts * 120 + 1 profile * 2 phases * 7 trials * 3 + 1 * 60 (seconds)
+    assert estimate.default_seconds(profiles=1) == 900 + 240 + 42 + 60 == 1242
+    assert estimate.default_seconds(profiles=2, restarts=3) == 900 + 360 + 84 + 120
+    assert estimate.default_seconds(profiles=1, staged=True) == 342
+    assert estimate.minutes(1242) == "21 min" and estimate.minutes(4500) == "1 h 15 min"
+
+
+def test_each_source_in_its_order(tmp_path):
+    _write_result(tmp_path, "20261201T010000Z", "gpu-node-01", {"toolkit": 5, "wheels": 8, "verify": 8})
+    _write_result(tmp_path, "20261201T010000Z", "gpu-node-02", {"toolkit": 5, "verify": 20, "batch_soak": 5})
+    _write_result(tmp_path, "20261202T010000Z", "gpu-node-05", {"toolkit": 4, "wheels": 5}, status="staged")
+    records = estimate.history(tmp_path)
+    assert {(r["host"], r["status"], r["seconds"]) for r in records} == {
+        ("gpu-node-01", "kept", 1260.0),
+        ("gpu-node-02", "kept", 1500.0),  # batch_soak left out: the soak is added per batch
+        ("gpu-node-05", "staged", 540.0),
+    }
+    hosts = [
+        _info("gpu-node-01"),
+        _info("gpu-node-03"),  # same GPU and profiles as gpu-node-01 and -02: the longer
+        _info("gpu-node-04", gpu=OTHER_GPU),
+        _info("gpu-node-05", gpu=OTHER_GPU),
+        _info("gpu-node-06", gpu=OTHER_GPU, profiles=2, restarts=5),
+        _info("gpu-node-02", profiles=2),
+    ]
+    got = estimate.host_estimates(hosts, records)
+    assert got["gpu-node-01"] == {
+        "seconds": 1260.0,
+        "source": "history",
+        "run_id": "20261201T010000Z",
+        "text": "gpu-node-01 run 20261201T010000Z 21 min",
+    }
+    # gpu-node-02 has 2 profiles now: not alike; gpu-node-01 is
+    assert got["gpu-node-03"]["source"] == "similar" and got["gpu-node-03"]["seconds"] == 1260.0
+    assert got["gpu-node-03"]["text"] == (
+        "gpu-node-03: same GPU model and profiles as gpu-node-01 (run 20261201T010000Z)"
+    )
+    assert got["gpu-node-04"]["source"] == "default" and got["gpu-node-04"]["seconds"] == 1242
+    assert got["gpu-node-04"]["text"] == "gpu-node-04 21 min (1 profile, 2 restarts, 7 trials)"
+    assert got["gpu-node-05"]["source"] == "stage" and got["gpu-node-05"]["seconds"] == 540 + 342
+    assert got["gpu-node-05"]["text"] == (
+        "gpu-node-05: its stage run 20261202T010000Z (preparation 9 min), the rough default for the rest"
+    )
+    assert got["gpu-node-06"]["seconds"] == 900 + 600 + 84 + 120
+    staged = estimate.host_estimates([_info("gpu-node-05", gpu="", staged=True)], records)["gpu-node-05"]
+    assert staged["seconds"] == 342 and "staged: no preparation" in staged["text"]
+
+
+def test_batches_take_their_slowest_host_plus_the_soak_and_fit_the_window():
+    per_host = {
+        "gpu-node-01": {"seconds": 1260.0, "source": "history", "text": "gpu-node-01 run R 21 min"},
+        "gpu-node-02": {"seconds": 1260.0, "source": "history", "text": "gpu-node-02 run R 21 min"},
+        "gpu-node-03": {"seconds": 600.0, "source": "similar", "text": "gpu-node-03: same GPU model and ..."},
+        "gpu-node-04": {"seconds": 1242.0, "source": "default", "text": "gpu-node-04 21 min (...)"},
+    }
+    win = {"start": "00:00", "end": "04:00", "timezone": "UTC"}
+    got = estimate.schedule(
+        [["gpu-node-01"], ["gpu-node-02", "gpu-node-03"], ["gpu-node-04"]],
+        per_host,
+        now=NOW,
+        soak_s=60,
+        window_value=win,
+    )
+    assert [(b["start"], b["end"], b["seconds"]) for b in got["batches"]] == [
+        ("2026-12-06T00:52:00Z", "2026-12-06T01:14:00Z", 1320.0),
+        ("2026-12-06T01:14:00Z", "2026-12-06T01:36:00Z", 1320.0),  # the slower host, plus the soak
+        ("2026-12-06T01:36:00Z", "2026-12-06T01:56:42Z", 1242.0),  # the last batch: no soak
+    ]
+    assert got["fits"] and got["closes_at"] == "2026-12-06T04:00:00Z" and got["left_hosts"] == []
+    assert got["lines"] == [
+        "batch 1 (gpu-node-01): ~22 min with the 1 min soak, 00:52-01:14 UTC "
+        "(from earlier runs: gpu-node-01 run R 21 min)",
+        "batch 2 (gpu-node-02, gpu-node-03): ~22 min with the 1 min soak, 01:14-01:36 UTC "
+        "(from earlier runs: gpu-node-02 run R 21 min; gpu-node-03: same GPU model and ...)",
+        "batch 3 (gpu-node-04): ~21 min, 01:36-01:56 UTC (rough default: gpu-node-04 21 min (...))",
+        "estimated end 01:56 UTC; fits the window (closes 04:00 UTC)",
+    ]
+
+
+def test_the_hosts_left_for_the_next_window_and_a_closed_window_waits_for_its_opening():
+    per_host = {f"h{k}": {"seconds": 1800.0, "source": "default", "text": f"h{k}"} for k in range(1, 6)}
+    batches = [["h1"], ["h2"], ["h3"], ["h4", "h5"]]
+    got = estimate.schedule(
+        batches,
+        per_host,
+        now=NOW,
+        soak_s=0,
+        window_value={"start": "00:00", "end": "02:00", "timezone": "UTC"},
+    )
+    assert got["estimated_end"] == "2026-12-06T02:22:00Z" and not got["fits"]
+    assert got["left_batches"] == [4] and got["left_hosts"] == ["h4", "h5"]
+    assert got["lines"][-1] == (
+        "estimated end 02:22 UTC; the window closes 02:00 UTC: batch 4 (hosts h4, h5) is expected to be"
+        " left for the next window"
+    )
+    assert got["lines"][3] == "batch 4 (h4, h5): ~30 min, left for the next window (rough default: h4; h5)"
+    later = estimate.schedule(
+        batches[:1],
+        per_host,
+        now=NOW,
+        soak_s=0,
+        window_value={"start": "03:00", "end": "05:00", "timezone": "UTC"},
+    )
+    assert later["batches"][0]["start"] == "2026-12-06T03:00:00Z" and later["fits"]
+    until = estimate.schedule(batches, per_host, now=NOW, soak_s=0, until=NOW + timedelta(minutes=45))
+    assert until["left_batches"] == [3, 4] and until["closes_at"] == "2026-12-06T01:37:00Z"
+
+
+def test_a_measured_batch_replaces_its_estimate():
+    per_host = {h: {"seconds": 600.0, "source": "default", "text": h} for h in ("a", "b", "c")}
+    done = [{"hosts": ["a"], "started_at": "2026-12-06T00:00:00Z", "ended_at": "2026-12-06T00:25:00Z"}]
+    got = estimate.schedule([["a"], ["b"], ["c"]], per_host, now=NOW, soak_s=0, done=done)
+    assert got["batches"][0]["measured_s"] == 1500.0 and got["batches"][0]["estimated_s"] == 600.0
+    assert got["batches"][1]["start"] == "2026-12-06T00:52:00Z"
+    assert got["estimated_end"] == "2026-12-06T01:12:00Z"
+    assert got["lines"][0] == "batch 1 (a): took 25 min, 00:00-00:25 UTC (measured; estimated ~10 min)"
+
+
+def test_a_second_plan_uses_the_first_runs_durations(tmp_path):
+    reports = tmp_path / "reports"
+    fleet_record = fleet.plan(
+        ["gpu-node-01", "gpu-node-02"], {"cuda13_serial": [1, 1]}, "2026-12-06T00:52:00Z"
+    )
+    gpus = {"gpus": [{"index": 0, "name": GPU}]}
+    hosts = [_host(h, preflight={**PREFLIGHT, **gpus}) for h in ("gpu-node-01", "gpu-node-02")]
+    first = planning.rollout(hosts, fleet_record, "20261205T220000Z", reports_dir=reports, now=NOW)
+    assert [b["sources"][0]["source"] for b in first["estimate"]["batches"]] == ["default", "default"]
+    assert (
+        "rough default: gpu-node-01 21 min (1 profile, 2 restarts, 7 trials)" in first["summary"]["lines"][-3]
+    )
+    (reports / "20261205T220000Z").mkdir(parents=True)
+    (reports / "20261205T220000Z" / "plan.json").write_text(json.dumps(first))
+    _write_result(reports, "20261205T220000Z", "gpu-node-01", {s: 3 for s in STEPS})  # 24 min
+    second = planning.rollout(hosts, fleet_record, "20261206T220000Z", reports_dir=reports, now=NOW)
+    est = second["estimate"]
+    assert (
+        est["hosts"]["gpu-node-01"]["source"] == "history" and est["hosts"]["gpu-node-01"]["seconds"] == 1440
+    )
+    assert est["hosts"]["gpu-node-02"]["source"] == "similar"
+    assert second["summary"]["lines"][-3:] == [
+        "batch 1 (gpu-node-01): ~29 min with the 5 min soak, 00:52-01:21 UTC "
+        "(from earlier runs: gpu-node-01 run 20261205T220000Z 24 min)",
+        "batch 2 (gpu-node-02): ~24 min, 01:21-01:45 UTC (from earlier runs: gpu-node-02: same GPU model and"
+        " profiles as gpu-node-01 (run 20261205T220000Z))",
+        "estimated end 01:45 UTC (no cuda13_window or cuda13_until)",
+    ]
+
+
+def test_the_rollout_tells_and_updates_the_estimated_end(tmp_path):
+    run_id = "20261206T005200Z"
+    run_dir = tmp_path / run_id
+    run_dir.mkdir()
+    hosts = ["gpu-node-01", "gpu-node-02", "gpu-node-03"]
+    given = {h: {"cuda13_serial": [1, 2]} for h in hosts}
+    gate = fleet.start(
+        hosts, given, run_id=run_id, reports_dir=tmp_path, use_breaker=True, started="2026-12-06T00:52:00Z"
+    )
+    assert gate["estimate"]["estimated_end"] == "2026-12-06T01:38:24Z"  # 1242 + 300 + 1242 s
+    assert gate["lines"][-2] == "estimated end 01:38 UTC (no cuda13_window or cuda13_until)"
+    assert json.loads((run_dir / "estimate.json").read_text())["estimated_end"] == "2026-12-06T01:38:24Z"
+
+    def batch_gate(batch, now):
+        return fleet.batch_gate(
+            gate["fleet"],
+            hosts=hosts,
+            batch=batch,
+            active=hosts,
+            statuses={},
+            run_id=run_id,
+            reports_dir=tmp_path,
+            run_hosts=hosts,
+            now=now,
+        )
+
+    first = batch_gate(["gpu-node-01"], "2026-12-06T00:52:30Z")
+    assert first["start"] and first["estimate"]["estimated_end"] == "2026-12-06T01:38:54Z"
+    second = batch_gate(["gpu-node-02", "gpu-node-03"], "2026-12-06T01:32:30Z")  # batch 1 took 40 min
+    assert second["estimate"] == {
+        "estimated_end": "2026-12-06T01:53:12Z",
+        "line": "estimated end 01:53 UTC (no cuda13_window or cuda13_until) after batch 1 took 40 min"
+        " (estimated ~26 min)",
+        "batch": 2,
+        "of": 2,
+    }
+    saved = json.loads((run_dir / "estimate.json").read_text())
+    assert saved["done"] == [
+        {"hosts": ["gpu-node-01"], "started_at": "2026-12-06T00:52:30Z", "ended_at": "2026-12-06T01:32:30Z"}
+    ]
+    assert running_estimate(tmp_path)["line"] == (
+        f"run {run_id}: estimated end 01:53 UTC (updated 01:32 UTC, after 1 of 2 batches)"
+    )
+    (run_dir / "run.json").write_text("{}")
+    assert running_estimate(tmp_path) is None  # the run ended
