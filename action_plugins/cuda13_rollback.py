@@ -37,7 +37,7 @@ class ActionModule(StepAction):
         if args["state"] != "after_failure":
             return None
         # The rescue of a host Ansible lost: nothing is rolled back (steps/lost.py).
-        return rescue_record(host.name, lost)
+        return rescue_record(host.name, lost, args["failed"])
 
     def run_step(self, host, args, task_vars):
         options = self.step_options(args["options"], task_vars)

@@ -15,6 +15,9 @@ class ActionModule(StepAction):
         "interrupted_run": {"type": "str", "default": ""},
     }
 
+    def lost_step(self, args):
+        return args["step"]
+
     def when_lost(self, host, lost, args, task_vars):
         # No hook for a lost host: it stays as it is, drained or serving (steps/lost.py).
         return {"hook": "", "lost": True}

@@ -52,3 +52,37 @@ def test_a_lost_host_counts_against_the_budget_like_a_rolled_back_one():
         ["a", "b", "c"], ["c"], ["a", "b", "c"], {"a": "unreachable", "b": "kept", "c": None}
     )
     assert counted == [("a", "unreachable")]
+
+
+def test_a_loss_recorded_by_another_run_is_not_this_run_s():
+    # A fact cache that keeps facts across runs must not make tonight's run skip the host.
+    record = lost.lost_record(
+        "verify", "Measure the new stack and decide", REFUSED, run_id="20261205T010000Z"
+    )
+    assert lost.found({lost.LOST_FACT: record}, {}, "20261206T010000Z") is None
+    assert lost.found({lost.LOST_FACT: record}, {}, "20261205T010000Z") == record
+
+
+def test_a_host_lost_during_its_rollback_says_the_rollback_may_be_partial_and_keeps_its_reason():
+    record = lost.lost_record("rollback", "Roll the host back", REFUSED)
+    regressed = {"failed": True, "msg": "plain: median 80.0 tok/s on the new stack vs 89.5 tok/s: regressed"}
+    rescue = lost.rescue_record("gpu-node-05", record, regressed)
+    assert "The rollback was interrupted and may be partial" in rescue["error"]
+    assert "no rollback" not in rescue["error"]
+    assert rescue["error"].endswith(f"The rollback was for: {regressed['msg']}")
+    done = result.record_lost(
+        "gpu-node-05", {}, {"drained": True}, {"rollback": rescue}, record, check_mode=False
+    )
+    assert done["failed_step"] == "rollback"
+    assert f"The rollback was for: {regressed['msg']}" in done["error"]
+    assert done["error"].endswith("It stays drained: the undrain hook did not run.")
+    # Lost earlier: the rescue's own input is the loss, no other reason.
+    earlier = lost.rescue_record("gpu-node-05", record, {"failed": True, lost.LOST_FACT: record, "msg": "x"})
+    assert "The rollback was for" not in earlier["error"]
+
+
+def test_a_host_lost_while_its_result_is_written_is_not_said_to_have_skipped_rollback_or_undrain():
+    record = lost.lost_record("result", "Record the host's result", REFUSED)
+    text = lost.message("gpu-node-05", record)
+    assert "Its result could not be written on the host" in text
+    assert "no rollback" not in text and "no undrain" not in text

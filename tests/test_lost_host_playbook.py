@@ -76,6 +76,17 @@ def _stand_in(state_dir: Path, reports: Path) -> list[dict]:
                     },
                     "when": f"inventory_hostname == '{LOST}'",
                 },
+                # run_once: on the batch's first host, the lost canary itself; a task that needs no
+                # connection runs as usual (a failed run_once task would fail every host of the play).
+                {
+                    "name": "Write the run's summary",
+                    "cuda13_report": {
+                        "reports_dir": str(reports),
+                        "run_id": "{{ cuda13_run_id }}",
+                        "hosts": "{{ ansible_play_hosts_all }}",
+                    },
+                    "run_once": True,
+                },
                 {
                     "name": "Release the lock",
                     "cuda13_lock": {
@@ -176,14 +187,14 @@ def test_a_lost_canary_is_recorded_and_the_budget_lets_the_next_batches_start(tm
     assert played[0] == [LOST], out
     assert sorted(h for batch in played[1:] for h in batch) == ["gpu-node-02", "gpu-node-03", "gpu-node-04"]
     assert not_started == {}
+    assert (tmp_path / "reports" / "20261206T010000Z" / "summary.md").exists()
     assert result["status"] == "unreachable" and result["failed_step"] == "lock"
     assert result["failed_task"] == "Take the host's upgrade lock"
     assert "ssh: connect to host 127.0.0.1 port 1: Connection refused" in result["error"]
     assert result["error"].startswith(
         f"{LOST}: Ansible lost the host at step lock (Take the host's upgrade lock): Data could not be sent "
         'to remote host "127.0.0.1". Make sure this host can be reached over ssh: ssh: connect to host '
-        "127.0.0.1 port 1: Connection refused. Nothing more is done on it in this run: no rollback, "
-        "no undrain, no lock was taken."
+        "127.0.0.1 port 1: Connection refused. Nothing was done on it in this run; no lock was taken."
     )
     # The last play fails it, with the result's message.
     assert f"{LOST}: unreachable at step 'lock': {LOST}: Ansible lost the host at step lock" in out

@@ -30,7 +30,7 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from cuda13_upgrade.steps import lost as lost_host
-from cuda13_upgrade.steps.host import RUN_FACT, ModuleFailed, StepFailed, begin_step
+from cuda13_upgrade.steps.host import RUN_FACT, STEPS, ModuleFailed, StepFailed, begin_step
 
 display = Display()
 
@@ -128,9 +128,6 @@ class StepAction(ActionBase):
         """The step itself: returns its record (raise StepFailed to fail the task)."""
         raise NotImplementedError
 
-    #: Whether the step needs the host: a step that does not runs as usual once Ansible lost it.
-    NEEDS_HOST = True
-
     def when_lost(
         self, host: HostSession, lost: dict[str, Any], args: dict[str, Any], task_vars: dict[str, Any]
     ) -> dict[str, Any] | None:
@@ -138,6 +135,13 @@ class StepAction(ActionBase):
         without touching it; None (the default) fails the task with the loss, so that the
         block's ``rescue`` takes over."""
         return None
+
+    def lost_step(self, args: dict[str, Any]) -> str:
+        """The step a host lost during this task was in: the action's own (:attr:`STEP`, else
+        :data:`~cuda13_upgrade.steps.host.STEPS`), else the action's name without its prefix
+        (``lock``)."""
+        action = self._task.action.split(".")[-1]
+        return self.STEP or STEPS.get(action) or action.removeprefix("cuda13_")
 
     def _lost(
         self, result: dict[str, Any], host: HostSession, lost: dict[str, Any], args: dict[str, Any], task_vars
@@ -166,8 +170,10 @@ class StepAction(ActionBase):
         #: The host's run record (the fact cuda13_host_run), with this step begun (STEP).
         self.run_state = run_record(task_vars)
         recording = bool(task_vars.get(lost_host.RECORD_VAR))
-        lost = lost_host.found(task_vars, args) if recording else None
-        if lost is not None and self.NEEDS_HOST:
+        run_id = str(task_vars.get("cuda13_run_id") or "")
+        lost = lost_host.found(task_vars, args, run_id) if recording else None
+        # An action that needs no connection (the report, the fleet's gates) runs as usual.
+        if lost is not None and self._requires_connection:
             return self._lost(result, host, lost, args, task_vars)
         try:
             if self.STEP and self.run_state:
@@ -180,15 +186,8 @@ class StepAction(ActionBase):
         except AnsibleConnectionFailure as exc:
             if not recording:
                 raise
-            steps = self.run_state.get("steps") or []
-            step = (
-                (steps[-1]["step"] if steps else None)
-                or self.STEP
-                or self._task.action.split(".")[-1].removeprefix("cuda13_")
-            )
-            return self._lost(
-                result, host, lost_host.lost_record(step, self._task.get_name(), str(exc)), args, task_vars
-            )
+            lost = lost_host.lost_record(self.lost_step(args), self._task.get_name(), str(exc), run_id)
+            return self._lost(result, host, lost, args, task_vars)
         except StepFailed as exc:
             result.update(exc.record)
             result.update(failed=True, msg=exc.msg, changed=bool(exc.record.get("changed", host.changed)))

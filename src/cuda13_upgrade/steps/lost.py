@@ -34,52 +34,87 @@ LOST_FACT = "cuda13_host_lost"
 RECORD_VAR = "__cuda13_record_lost"
 
 
-def lost_record(step: str, task: str, error: str) -> dict[str, Any]:
-    """The loss as recorded: ``{"step", "task", "error", "at"}``; ``error`` is the
+def lost_record(step: str, task: str, error: str, run_id: str = "") -> dict[str, Any]:
+    """The loss as recorded: ``{"step", "task", "error", "at", "run_id"}``; ``error`` is the
     connection's own message (e.g. ssh's ``Connection refused`` or ``Timeout, server not
-    responding``), ``at`` ISO 8601 UTC."""
-    return {"step": step, "task": task, "error": " ".join(str(error).split()), "at": now_iso()}
+    responding``), ``at`` ISO 8601 UTC, ``run_id`` the run that lost the host."""
+    return {
+        "step": step,
+        "task": task,
+        "error": " ".join(str(error).split()),
+        "at": now_iso(),
+        "run_id": run_id,
+    }
 
 
-def found(task_vars: Mapping[str, Any], args: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The loss recorded earlier in the play: the fact, else the one a ``rescue`` passes in
-    the failed step's result (``args["failed"]``: a failed task's facts are not applied)."""
+def found(task_vars: Mapping[str, Any], args: Mapping[str, Any], run_id: str = "") -> dict[str, Any] | None:
+    """The loss recorded earlier in this run: the fact, else the one a ``rescue`` passes in
+    the failed step's result (``args["failed"]``: a failed task's facts are not applied). A
+    record of another run (a fact cache that keeps facts across runs) is not this run's loss."""
     for candidate in (task_vars.get(LOST_FACT), (args.get("failed") or {}).get(LOST_FACT)):
-        if isinstance(candidate, Mapping) and candidate.get("step"):
+        if isinstance(candidate, Mapping) and candidate.get("step") and candidate.get("run_id", "") == run_id:
             return dict(candidate)
     return None
 
 
+#: What was left undone on a host lost at a step, by the step (:func:`message`).
+_LEFT = {
+    "lock": "Nothing was done on it in this run; no lock was taken",
+    "rollback": "The rollback was interrupted and may be partial; nothing more is done on it in this run, "
+    "its lock stays for the next run to take over",
+    "undrain": "Nothing more is done on it in this run; its lock stays for the next run to take over",
+    "result": "Its result could not be written on the host; its lock stays for the next run to take over",
+}
+
+
 def message(host: str, lost: Mapping[str, Any]) -> str:
-    """What the step that found the host gone says (the failed task's ``msg``)."""
-    lock = "no lock was taken" if lost["step"] == "lock" else "its lock stays for the next run to take over"
+    """What the step that found the host gone says (the failed task's ``msg``): the step, the
+    task and the connection's error, what this run leaves undone there, and what to do."""
     error = str(lost["error"]).rstrip(".")
+    left = _LEFT.get(
+        str(lost["step"]),
+        "Nothing more is done on it in this run: no rollback, no undrain, its lock stays for the next run "
+        "to take over",
+    )
     return (
-        f"{host}: Ansible lost the host at step {lost['step']} ({lost['task']}): {error}. "
-        f"Nothing more is done on it in this run: no rollback, no undrain, {lock}. "
+        f"{host}: Ansible lost the host at step {lost['step']} ({lost['task']}): {error}. {left}. "
         "Check that it is up and answers ssh (ansible HOST -m ping), then run the same command again: "
         "the next run finishes or rolls back the step it stopped at."
     )
 
 
-def rescue_record(host: str, lost: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``rescue``'s record for a lost host (the step ``rollback`` without touching it)."""
+def rescue_record(
+    host: str, lost: Mapping[str, Any], failed: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The ``rescue``'s record for a lost host (the step ``rollback`` without touching it).
+    ``failed``: the failed task's result the rescue was given; when the host was lost during
+    the rollback itself, that failure (the reason for the rollback) is kept as ``reason``."""
+    reason = failed.get("msg") if failed and not failed.get(LOST_FACT) else None
     return {
         "status": "unreachable",
         "failed_step": lost["step"],
         "failed_task": lost["task"],
-        "error": message(host, lost),
+        "error": message(host, lost) + (f" The rollback was for: {reason}" if reason else ""),
+        "rollback_for": reason,
         "lost": dict(lost),
         "changed": False,
     }
 
 
-def result_facts(facts: Mapping[str, Any], lost: Mapping[str, Any], run: Mapping[str, Any]) -> dict[str, Any]:
+def result_facts(
+    facts: Mapping[str, Any],
+    lost: Mapping[str, Any],
+    run: Mapping[str, Any],
+    rescue: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """:func:`cuda13_upgrade.hostresult.host_result`'s facts for a lost host: status
-    ``unreachable`` at the step it was lost in, whatever the steps' records say, and a note
-    when it was drained (the undrain hook did not run)."""
+    ``unreachable`` at the step it was lost in, whatever the steps' records say, the reason of
+    the rollback it was lost in (``rescue``: :func:`rescue_record`), and a note when it was
+    drained and the undrain hook did not run."""
     error = message(str(facts.get("host")), lost)
-    if run.get("drained"):
+    if (rescue or {}).get("rollback_for"):
+        error += f" The rollback was for: {rescue['rollback_for']}"
+    if run.get("drained") and lost["step"] not in ("undrain", "result"):
         error += " It stays drained: the undrain hook did not run."
     return {
         **facts,

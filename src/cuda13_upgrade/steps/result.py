@@ -165,7 +165,7 @@ def record_lost(
         kept_digest=None,
         after_probe=None,
     )
-    result = hostresult.host_result(lost_host.result_facts(built, lost, run))
+    result = hostresult.host_result(lost_host.result_facts(built, lost, run, _ok(records, "rollback")))
     if write_report is not None:
         write_report(result)
     return result
