@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
-from cuda13_upgrade import notify
+from cuda13_upgrade import alerts, notify
 from cuda13_upgrade.actionbase import StepAction, display
 from cuda13_upgrade.steps import fleet
 from cuda13_upgrade.steps.host import StepFailed
 
 
-def notify_value(hostvars, hosts):
-    """``cuda13_notify`` as the inventory or -e gives it to the first of ``hosts`` that has it (the
-    start gate checked that every host of the rollout has the same), or None. Read here, not from
-    the plan, which holds its URLs masked."""
+def inventory_value(hostvars, hosts, option):
+    """``option`` as the inventory or -e gives it to the first of ``hosts`` that has it (the start
+    gate checked that every host of the rollout has the same), or None. Read here, not from the
+    plan, which holds it masked: ``cuda13_notify``'s URLs, ``cuda13_block_on_alerts``'s
+    ``user:password@``."""
     for h in hosts:
-        if h in hostvars and notify.OPTION in hostvars[h]:
-            return hostvars[h][notify.OPTION]
+        if h in hostvars and option in hostvars[h]:
+            return hostvars[h][option]
     return None
+
+
+def notify_value(hostvars, hosts):
+    """``cuda13_notify`` as the inventory gives it (:func:`inventory_value`), or None."""
+    return inventory_value(hostvars, hosts, notify.OPTION)
 
 
 def say_unsent(records):
@@ -104,6 +110,8 @@ class ActionModule(StepAction):
             run_hosts=list(localhost.get("cuda13_run_hosts") or play_hosts),
             say=say,
             notify_value=None if self._task.check_mode else notify_value(hostvars, play_hosts),
+            # The Prometheus URL with its credentials: the plan (the fact cuda13_fleet) holds it masked.
+            alerts_value=inventory_value(hostvars, play_hosts, alerts.OPTION),
         )
         say_unsent(gate.get("notified") or [])
         facts = {}

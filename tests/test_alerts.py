@@ -193,7 +193,7 @@ def test_credentials_go_into_a_header_and_are_masked_everywhere_else():
         (
             {"url": "http://ops:p@ss@prom:9090"},
             "cuda13_block_on_alerts url has an @ in its user or password: {'url': 'http://***@prom:9090'}. "
-            "Option: cuda13_block_on_alerts. Fix: write it as %40 (percent-encoded).",
+            "Option: cuda13_block_on_alerts. Fix: give each @ of the user or password as %40 (percent-encoded).",
         ),
         (
             {"url": URL, "ignore": "Reboot("},
@@ -502,3 +502,234 @@ def test_the_plan_command_says_the_gate_too():
     ]
     assert the_fleet["alerts_text"] in lines
     assert the_fleet["alerts_text"].startswith(f"batches wait while Prometheus at {URL} has firing alerts")
+
+
+# --- secrets, odd answers, bounds ----------------------------------------------------------------
+
+
+def test_the_prometheus_password_is_in_no_fact_and_the_gate_still_authenticates(tmp_path):
+    """The facts cuda13_options (options.validate's values) and cuda13_fleet (the start gate's
+    plan) are printed by ``ansible-playbook -v`` and AWX: the URL's user:password@ is masked in
+    both; the batch gate takes the option from the inventory (action cuda13_fleet's
+    ``alerts_value``) and sends the password as basic authentication."""
+    given = {"cuda13_block_on_alerts": {"url": "http://u:s3cret@prom:9090"}}
+    values = options.validate(given, {})["values"]
+    assert values["cuda13_block_on_alerts"] == {"url": "http://***@prom:9090"}
+    assert "s3cret" not in json.dumps(values)
+    gate = fleet.start(
+        HOSTS,
+        {h: {"cuda13_serial": 1, **given} for h in HOSTS},
+        run_id="r1",
+        reports_dir=tmp_path,
+        use_breaker=False,
+        started="2026-12-01T00:00:00Z",
+    )
+    assert gate["failures"] == []
+    assert gate["fleet"]["options"]["cuda13_block_on_alerts"] == {"url": "http://***@prom:9090"}
+    assert "s3cret" not in json.dumps(gate, default=str)
+    fetch = _fetch_of(QUIET)
+    result = fleet.batch_gate(
+        gate["fleet"],
+        hosts=HOSTS,
+        batch=["gpu-node-01"],
+        active=HOSTS,
+        statuses={},
+        run_id="r1",
+        reports_dir=tmp_path,
+        run_hosts=HOSTS,
+        now="2026-12-01T01:00:00Z",
+        fetch=fetch,
+        alerts_value=given["cuda13_block_on_alerts"],
+    )
+    assert result["start"] is True
+    assert fetch.calls == [
+        (
+            "http://prom:9090/api/v1/rules?type=alert",
+            {"Accept": "application/json", "Authorization": "Basic dTpzM2NyZXQ="},  # u:s3cret
+            10.0,
+        )
+    ]
+    assert "s3cret" not in json.dumps(result)
+
+
+def test_the_action_reads_the_gate_from_the_inventory():
+    """action_plugins/cuda13_fleet.py: the first host of the play that has the option gives it."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "cuda13_fleet_action", Path(__file__).parents[1] / "action_plugins" / "cuda13_fleet.py"
+    )
+    action = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(action)
+    hostvars = {
+        "localhost": {},
+        "gpu-node-01": {"cuda13_block_on_alerts": {"url": "http://u:s3cret@prom:9090"}},
+    }
+    assert action.inventory_value(hostvars, ["gpu-node-01"], "cuda13_block_on_alerts") == {
+        "url": "http://u:s3cret@prom:9090"
+    }
+    assert action.inventory_value(hostvars, ["gpu-node-02"], "cuda13_block_on_alerts") is None
+
+
+def _serve_once(payload: bytes) -> int:
+    """A TCP port on 127.0.0.1 that answers one connection with ``payload`` and closes."""
+    import socket
+    import threading
+
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def answer():
+        with server:
+            connection, _ = server.accept()
+            with connection:
+                connection.recv(65536)
+                connection.sendall(payload)
+
+    threading.Thread(target=answer, daemon=True).start()
+    return server.getsockname()[1]
+
+
+def test_an_answer_that_is_not_http_refuses_the_batch(tmp_path, monkeypatch):
+    """A URL that points at an ssh port: sshd greets with its identification string
+    ("SSH-protoversion-softwareversion" CR LF, RFC 4253 section 4.2), which urllib's
+    http.client reads as a BadStatusLine; too many header lines is another HTTPException."""
+    monkeypatch.setenv("no_proxy", "*")
+    monkeypatch.setenv("NO_PROXY", "*")
+    port = _serve_once(b"SSH-2.0-OpenSSH_9.2\r\n")
+    asked = alerts.ask(alerts.parse(f"http://u:s3cret@127.0.0.1:{port}"))
+    assert asked["reachable"] is False
+    assert asked["error"] == "the answer is not HTTP (it begins 'SSH-2.0-OpenSSH_9.2\\r\\n')"
+    port = _serve_once(b"HTTP/1.1 200 OK\r\n" + b"X: y\r\n" * 101 + b"\r\n")
+    asked = alerts.ask(alerts.parse(f"http://127.0.0.1:{port}"))
+    assert asked["error"] == "the answer is not valid HTTP (HTTPException: got more than 100 headers)"
+    port = _serve_once(b"SSH-2.0-OpenSSH_9.2\r\n")
+    result, said = _gate(
+        tmp_path, _plan(f"http://127.0.0.1:{port}"), Clock("2026-12-01T01:00:00Z"), alerts.http_get
+    )
+    assert result["start"] is False and said == []
+    assert result["not_started"]["reason"] == (
+        f"Prometheus cannot be asked for its alerts (GET http://127.0.0.1:{port}/api/v1/rules?type=alert: "
+        "the answer is not HTTP (it begins 'SSH-2.0-OpenSSH_9.2\\r\\n')); cuda13_block_on_alerts "
+        "on_unreachable is refuse"
+    )
+
+
+def _odd(**alert_or_rule) -> dict:
+    """The recorded answer with GpuNodeHot's rule (``rule=``) or its alert's keys changed."""
+    answer = json.loads(json.dumps(FIRING))
+    for group in answer["data"]["groups"]:
+        for rule in group["rules"]:
+            if rule["name"] == "GpuNodeHot":
+                rule.update(alert_or_rule.pop("rule", {}))
+                if isinstance(rule.get("alerts"), list):
+                    for alert in rule["alerts"]:
+                        alert.update(alert_or_rule)
+                        for key in [k for k, v in alert_or_rule.items() if v is _GONE]:
+                            del alert[key]
+    return answer
+
+
+_GONE = object()
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        (
+            _odd(labels=["x"]),
+            "the answer's rule GpuNodeHot has an alert whose labels are not an object but list",
+        ),
+        (
+            _odd(labels="sev=page"),
+            "the answer's rule GpuNodeHot has an alert whose labels are not an object but str",
+        ),
+        (b"[" * 100000, "the answer is nested too deeply to be the rules API's"),
+        (
+            _odd(rule={"alerts": {"state": "firing"}}),
+            "the answer's rule GpuNodeHot has alerts that are not a list but dict",
+        ),
+        (
+            {"status": "success", "data": {"groups": [{"name": "fleet", "rules": "abc"}]}},
+            "the answer's group fleet has rules that are not a list but str",
+        ),
+        (
+            _odd(state="FIRING"),
+            "the answer's rule GpuNodeHot has an alert whose state is 'FIRING', not pending, firing or inactive",
+        ),
+        (
+            _odd(state=_GONE),
+            "the answer's rule GpuNodeHot has an alert whose state is None, not pending, firing or inactive",
+        ),
+        (
+            {"status": "success", "data": {"groups": ["fleet"]}},
+            "the answer's group 1 is not an object but str",
+        ),
+    ],
+)
+def test_a_malformed_answer_is_an_error_never_no_alert(tmp_path, body, error):
+    asked = alerts.ask(alerts.parse(URL), _fetch_of(body))
+    assert (asked["reachable"], asked["error"], asked["blocking"]) == (False, error, [])
+    result, _ = _gate(tmp_path, _plan(URL), Clock("2026-12-01T01:00:00Z"), _fetch_of(body))
+    assert result["start"] is False
+    assert result["not_started"]["reason"] == (
+        f"Prometheus cannot be asked for its alerts (GET {URL}/api/v1/rules?type=alert: {error}); "
+        "cuda13_block_on_alerts on_unreachable is refuse"
+    )
+    proceed = _plan({"url": URL, "on_unreachable": "proceed"})
+    assert _gate(tmp_path, proceed, Clock("2026-12-01T01:00:00Z"), _fetch_of(body))[0]["start"] is True
+
+
+def test_an_inactive_alert_and_a_null_alerts_list_hold_nothing():
+    """Prometheus's alert states are pending, firing and inactive (rules/alerting.go)."""
+    asked = alerts.ask(alerts.parse(URL), _fetch_of(_odd(state="inactive")))
+    assert asked["reachable"] is True and asked["blocking"] == []
+    asked = alerts.ask(alerts.parse(URL), _fetch_of(_odd(rule={"alerts": None})))
+    assert asked["reachable"] is True and asked["blocking"] == []
+
+
+@pytest.mark.parametrize("max_wait", [float("inf"), 1e12, ".inf", "1e12", 604801])
+def test_max_wait_s_is_at_most_7_days(max_wait):
+    with pytest.raises(ValueError) as error:
+        alerts.parse({"url": URL, "max_wait_s": max_wait})
+    assert str(error.value).startswith(
+        "cuda13_block_on_alerts max_wait_s is not a number of seconds >= 0 and <= 604800: "
+    )
+    assert str(error.value).endswith("Fix: give max_wait_s: a number >= 0 and <= 604800.")
+    checked = options.validate({"cuda13_block_on_alerts": {"url": URL, "max_wait_s": max_wait}}, {})
+    assert checked["ok"] is False
+    assert alerts.parse({"url": URL, "max_wait_s": 604800}).max_wait_s == 604800
+
+
+def test_an_unclosed_ipv6_bracket_is_refused_naming_the_key_with_the_url_masked():
+    value = {"url": "http://u:s3cret@[::1"}
+    with pytest.raises(ValueError) as error:
+        alerts.parse(value)
+    assert str(error.value) == (
+        "cuda13_block_on_alerts url is not a URL (Invalid IPv6 URL): {'url': 'http://***@[::1'}. "
+        "Option: cuda13_block_on_alerts. Fix: give the Prometheus server's URL, e.g. "
+        "http://prometheus.example:9090 or http://[::1]:9090."
+    )
+    checked = options.validate({"cuda13_block_on_alerts": value}, {})
+    assert checked["ok"] is False
+    assert checked["failures"][0]["message"] == (
+        "cuda13_block_on_alerts is not an alert gate (url is not a URL (Invalid IPv6 URL)): "
+        "{'url': 'http://***@[::1'}. Option: cuda13_block_on_alerts. Fix: give the Prometheus server's "
+        "URL, e.g. http://prometheus.example:9090 or http://[::1]:9090."
+    )
+    assert "s3cret" not in json.dumps(checked)
+
+
+@pytest.mark.parametrize(
+    ("value", "fix"),
+    [
+        (
+            {"url": "http://ops:p@ss@prom:9090"},
+            "Fix: give each @ of the user or password as %40 (percent-encoded).",
+        ),
+        ({"url": URL, "match": {"severity": 1}}, 'Fix: give match severity quoted: severity: "...".'),
+    ],
+)
+def test_the_option_checks_remedies_read_as_sentences(value, fix):
+    message = options.validate({"cuda13_block_on_alerts": value}, {})["failures"][0]["message"]
+    assert message.endswith(fix), message
+    assert "give give" not in message and "give write" not in message and "give quote" not in message

@@ -146,3 +146,132 @@ def test_a_host_removed_without_a_result_spends_the_budget(tmp_path):
     )
     assert gated["start"] is False and gated["not_started"]["said"] == "not reached"
     assert gated["not_started"]["failed"] == [{"host": "gpu-node-01", "why": "failed without a result"}]
+
+
+def _quiet_or_firing(*firing: bool):
+    """A fetch of Prometheus's rules API answering, in turn, one firing alert or none."""
+    answers = list(firing)
+
+    def fetch(url, headers, timeout_s):
+        fires = answers.pop(0) if len(answers) > 1 else answers[0]
+        alert = {"labels": {"alertname": "GpuNodeHot"}, "state": "firing", "activeAt": "2026-12-06T01:00:00Z"}
+        rule = {
+            "name": "GpuNodeHot",
+            "query": "x > 1",
+            "type": "alerting",
+            "alerts": [alert] if fires else [],
+        }
+        return json.dumps(
+            {"status": "success", "data": {"groups": [{"name": "g", "rules": [rule]}]}}
+        ).encode()
+
+    return fetch
+
+
+def _estimated_rollout(tmp_path, gate_option):
+    run_id = "20261206T005200Z"
+    (tmp_path / run_id).mkdir()
+    given = {h: {"cuda13_serial": [1, 2], "cuda13_block_on_alerts": gate_option} for h in HOSTS}
+    gate = fleet.start(
+        HOSTS, given, run_id=run_id, reports_dir=tmp_path, use_breaker=True, started="2026-12-06T00:52:00Z"
+    )
+    assert gate["failures"] == [] and gate["estimate"] is not None
+    return run_id, gate["fleet"]
+
+
+class _Clock:
+    def __init__(self, at: str) -> None:
+        self.at = datetime.fromisoformat(at.replace("Z", "+00:00"))
+
+    def __call__(self) -> datetime:
+        return self.at
+
+    def sleep(self, seconds: float) -> None:
+        self.at += timedelta(seconds=seconds)
+
+
+def _batch(tmp_path, run_id, the_fleet, batch, clock, fetch):
+    return fleet.batch_gate(
+        the_fleet,
+        hosts=HOSTS,
+        batch=batch,
+        active=HOSTS,
+        statuses={},
+        run_id=run_id,
+        reports_dir=tmp_path,
+        run_hosts=HOSTS,
+        now=clock,
+        sleep=clock.sleep,
+        fetch=fetch,
+    )
+
+
+def test_a_wait_for_alerts_is_not_counted_as_the_batch_before_it(tmp_path):
+    """Batch 1 took 40 min (00:52:30-01:32:30); batch 2 then waited 2 min for an alert: batch 1
+    ended at 01:32:30, batch 2 started at 01:34:30."""
+    run_id, the_fleet = _estimated_rollout(
+        tmp_path, {"url": "http://prometheus.example:9090", "interval_s": 60}
+    )
+    clock = _Clock("2026-12-06T00:52:30Z")
+    assert _batch(tmp_path, run_id, the_fleet, ["gpu-node-01"], clock, _quiet_or_firing(False))["start"]
+    clock.at = datetime(2026, 12, 6, 1, 32, 30, tzinfo=UTC)
+    second = _batch(
+        tmp_path,
+        run_id,
+        the_fleet,
+        ["gpu-node-02", "gpu-node-03"],
+        clock,
+        _quiet_or_firing(True, True, False),
+    )
+    assert second["start"] is True
+    assert second["estimate"]["line"].endswith("after batch 1 took 40 min (estimated ~26 min)")
+    saved = json.loads((tmp_path / run_id / "estimate.json").read_text())
+    assert saved["done"] == [
+        {"hosts": ["gpu-node-01"], "started_at": "2026-12-06T00:52:30Z", "ended_at": "2026-12-06T01:32:30Z"}
+    ]
+    assert saved["current"] == {"hosts": ["gpu-node-02", "gpu-node-03"], "started_at": "2026-12-06T01:34:30Z"}
+
+
+def test_a_batch_held_by_alerts_says_the_runs_end_as_hh_mm_utc(tmp_path):
+    run_id, the_fleet = _estimated_rollout(
+        tmp_path, {"url": "http://prometheus.example:9090", "max_wait_s": 0}
+    )
+    clock = _Clock("2026-12-06T00:52:30Z")
+    assert _batch(tmp_path, run_id, the_fleet, ["gpu-node-01"], clock, _quiet_or_firing(False))["start"]
+    clock.at = datetime(2026, 12, 6, 1, 32, 30, tzinfo=UTC)
+    held = _batch(tmp_path, run_id, the_fleet, ["gpu-node-02", "gpu-node-03"], clock, _quiet_or_firing(True))
+    assert held["start"] is False
+    assert held["estimate"]["line"] == (
+        "no batch starts from batch 2 on: the run ends 01:32 UTC (hosts gpu-node-02, gpu-node-03 left)"
+        " after batch 1 took 40 min (estimated ~21 min)"
+    )
+
+
+def test_a_corrupt_earlier_result_never_stops_the_rollouts_start(tmp_path, monkeypatch):
+    """An earlier run's result.json with a step's duration_s of 1e999 (JSON's number too large for
+    a float: Python reads it as inf) once raised OverflowError out of the start gate."""
+    earlier = tmp_path / "20261205T220000Z" / "gpu-node-01" / "result.json"
+    earlier.parent.mkdir(parents=True)
+    earlier.write_text(
+        '{"host": "gpu-node-01", "run_id": "20261205T220000Z", "status": "kept", "measure": true,'
+        ' "started_at": "2026-12-05T22:00:00+00:00", "finished_at": "2026-12-05T22:30:00+00:00",'
+        ' "steps": [{"step": "toolkit", "started_at": "2026-12-05T22:00:00+00:00", "duration_s": 1e999}]}'
+    )
+    given = {h: {"cuda13_serial": 1} for h in HOSTS}
+    gate = fleet.start(
+        HOSTS, given, run_id="r1", reports_dir=tmp_path, use_breaker=True, started="2026-12-06T00:52:00Z"
+    )
+    assert gate["failures"] == [] and gate["not_started"] is None
+
+    def overflowing(*args, **kwargs):
+        return timedelta(seconds=float("inf"))  # what a duration of 1e999 made of the schedule
+
+    monkeypatch.setattr(fleet.estimate, "schedule", overflowing)
+    gate = fleet.start(
+        HOSTS, given, run_id="r1", reports_dir=tmp_path, use_breaker=True, started="2026-12-06T00:52:00Z"
+    )
+    assert gate["failures"] == [] and gate["not_started"] is None and gate["estimate"] is None
+    assert (
+        "the run's end cannot be estimated (OverflowError: cannot convert float infinity to integer); the "
+        "rollout starts without an estimate"
+    ) in gate["lines"]

@@ -23,17 +23,24 @@ The option ``cuda13_block_on_alerts`` (one value for the whole rollout): ``{}`` 
   false counts them too (kured's default).
 - ``interval_s`` (default 60, 1 to 3600): seconds between two questions while a batch waits.
 - ``timeout_s`` (default 10, 1 to 120): seconds one question may take.
-- ``max_wait_s`` (default null): the longest one batch waits, in seconds (0: never wait). Null:
-  until the window closes or ``cuda13_until`` passes; a rollout with neither waits at most
+- ``max_wait_s`` (default null): the longest one batch waits, in seconds (0: never wait; at most
+  :data:`MAX_WAIT_S`, 7 days: a run held longer than a week is better stopped and started again,
+  and a larger number, ``.inf`` or ``1e12``, is not a time the control node's clock can add).
+  Null: until the window closes or ``cuda13_until`` passes; a rollout with neither waits at most
   :data:`UNBOUNDED_WAIT_S`, so that no run waits for ever.
 - ``on_unreachable`` (default ``refuse``): when Prometheus does not answer (or answers with an
-  error, or with something that is not the rules API), ``refuse`` starts no batch, naming the URL
-  and the error; ``proceed`` starts the batch without the check and says so.
+  error, with something that is not HTTP, or with something that is not the rules API: a group,
+  rule or alert that is not an object, ``rules`` or ``alerts`` not a list, ``labels`` not an
+  object, an alert's ``state`` other than pending, firing or inactive), ``refuse`` starts no
+  batch, naming the URL and what was wrong; ``proceed`` starts the batch without the check and
+  says so.
 
 What is asked: ``GET <url>/api/v1/rules?type=alert``, Prometheus's HTTP API "Rules" endpoint
 (prometheus/prometheus ``docs/querying/api.md``): ``{"status": "success", "data": {"groups":
 [{"name", "file", "rules": [{"name", "query", "labels", "annotations", "type": "alerting",
-"alerts": [{"labels", "annotations", "state": "pending" | "firing", "activeAt", "value"}]}]}]}}``.
+"alerts": [{"labels", "annotations", "state": "pending" | "firing", "activeAt", "value"}]}]}]}}``
+(the states an alert has: ``pending``, ``firing``, ``inactive``; prometheus/prometheus
+``rules/alerting.go``, ``AlertState``).
 The rules API, not ``/api/v1/alerts``, because it gives each active alert its rule's ``query``.
 
 The project's own alerts never count, whatever the filter: an alert whose rule's query reads a
@@ -52,6 +59,7 @@ option, the key and the value (the URL masked).
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import re
 import socket
@@ -70,6 +78,7 @@ from cuda13_upgrade.redact import redact, redact_text
 __all__ = [
     "API_PATH",
     "DEFAULTS",
+    "MAX_WAIT_S",
     "OPTION",
     "OWN_PREFIX",
     "UNBOUNDED_WAIT_S",
@@ -108,6 +117,12 @@ DEFAULTS: dict[str, Any] = {
 #: Seconds a batch waits at most when neither ``max_wait_s``, the window nor ``cuda13_until``
 #: ends the wait: an hour, then the run stops and a later run continues.
 UNBOUNDED_WAIT_S = 3600
+
+#: The longest ``max_wait_s``, in seconds: 7 days (see the module's docstring).
+MAX_WAIT_S = 7 * 24 * 3600
+
+#: The alert states of the rules API (Prometheus ``rules/alerting.go``, ``AlertState.String``).
+STATES = ("pending", "firing", "inactive")
 
 #: The most bytes of an answer read (a rules API answer of a large Prometheus is some MB).
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
@@ -206,7 +221,7 @@ def _filter(value: Any, key: str, whole: Any, option: str) -> tuple[dict[str, re
                 raise _error(
                     f"{key} {label} is not a string",
                     whole,
-                    f'quote it: {label}: "..."',
+                    f'give {key} {label} quoted: {label}: "..."',
                     option,
                 )
             try:
@@ -284,13 +299,21 @@ def parse(value: Any, option: str = OPTION) -> AlertGate | None:
             option,
         )
     url = url.strip()
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # "Invalid IPv6 URL": an unclosed [ of an IPv6 address
+        raise _error(
+            f"url is not a URL ({exc})",
+            value,
+            "give the Prometheus server's URL, e.g. http://prometheus.example:9090 or http://[::1]:9090",
+            option,
+        ) from exc
     if parts.netloc.count("@") > 1:  # RFC 3986: userinfo holds no "@"; the mask would stop at the first
         masked = f"{parts.scheme}://***@{parts.netloc.rpartition('@')[2]}{parts.path}"
         raise _error(
             "url has an @ in its user or password",
             {**value, "url": masked},
-            "write it as %40 (percent-encoded)",
+            "give each @ of the user or password as %40 (percent-encoded)",
             option,
         )
     if parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() for c in url):
@@ -338,7 +361,7 @@ def parse(value: Any, option: str = OPTION) -> AlertGate | None:
         ),
         max_wait_s=None
         if max_wait in (None, "")
-        else _number(max_wait, "max_wait_s", value, option, 0, None),
+        else _number(max_wait, "max_wait_s", value, option, 0, MAX_WAIT_S),
         on_unreachable=on_unreachable,
         given=dict(value),
     )
@@ -374,6 +397,16 @@ def _stamp(text: Any) -> str:
     return stamp.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _listed(value: Any, what: str) -> list[Any]:
+    """``value`` when a list; ``[]`` when null or missing (the rules API writes an empty list);
+    else ValueError naming ``what``."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ValueError(f"the answer's {what} not a list but {type(value).__name__}")
+    return value
+
+
 def active_alerts(answer: Any) -> list[dict[str, Any]]:
     """The active alerts of a rules API answer (``data.groups[].rules[].alerts[]``), each
     ``{"alertname", "labels", "state", "active_at", "rule", "query", "group"}`` (``active_at``
@@ -381,7 +414,11 @@ def active_alerts(answer: Any) -> list[dict[str, Any]]:
 
     Raises ValueError when ``answer`` is not a successful rules API answer (``status`` not
     ``success``, or no ``data.groups`` list), with Prometheus's ``errorType``/``error`` when it
-    gave them.
+    gave them, and when any part of it is not of the API's shape, naming the part: a group,
+    rule or alert that is not an object, ``rules`` or ``alerts`` that is not a list (``null``
+    reads as none), ``labels`` that is not an object of strings, a ``state`` other than
+    :data:`STATES` (e.g. ``the answer's rule GpuNodeHot has alerts that are not a list but
+    dict``). A malformed answer never reads as "no alert".
     """
     if not isinstance(answer, Mapping):
         raise ValueError(f"the answer is not a JSON object but {type(answer).__name__}")
@@ -394,21 +431,45 @@ def active_alerts(answer: Any) -> list[dict[str, Any]]:
     if not isinstance(groups, list):
         raise ValueError("the answer has no data.groups list (is the URL Prometheus's?)")
     found: list[dict[str, Any]] = []
-    for group in groups:
+    for g, group in enumerate(groups, 1):
         if not isinstance(group, Mapping):
-            continue
-        for rule in group.get("rules") or []:
-            if not isinstance(rule, Mapping) or rule.get("type", "alerting") != "alerting":
-                continue
-            for alert in rule.get("alerts") or []:
+            raise ValueError(f"the answer's group {g} is not an object but {type(group).__name__}")
+        group_name = str(group.get("name") or g)
+        for r, rule in enumerate(_listed(group.get("rules"), f"group {group_name} has rules that are"), 1):
+            if not isinstance(rule, Mapping):
+                raise ValueError(
+                    f"the answer's group {group_name} has a rule ({r}) that is not an object "
+                    f"but {type(rule).__name__}"
+                )
+            rule_name = str(rule.get("name") or f"{r} of group {group_name}")
+            if rule.get("type", "alerting") != "alerting":
+                continue  # a recording rule (asked with type=alert, Prometheus leaves them out)
+            for alert in _listed(rule.get("alerts"), f"rule {rule_name} has alerts that are"):
                 if not isinstance(alert, Mapping):
-                    continue
-                labels = {str(k): str(v) for k, v in (alert.get("labels") or {}).items()}
+                    raise ValueError(
+                        f"the answer's rule {rule_name} has an alert that is not an object "
+                        f"but {type(alert).__name__}"
+                    )
+                given = alert.get("labels")
+                if given is None:
+                    given = {}
+                if not isinstance(given, Mapping):
+                    raise ValueError(
+                        f"the answer's rule {rule_name} has an alert whose labels are not an object "
+                        f"but {type(given).__name__}"
+                    )
+                state = alert.get("state")
+                if state not in STATES:
+                    raise ValueError(
+                        f"the answer's rule {rule_name} has an alert whose state is {state!r}, "
+                        f"not {', '.join(STATES[:-1])} or {STATES[-1]}"
+                    )
+                labels = {str(k): str(v) for k, v in given.items()}
                 found.append(
                     {
                         "alertname": labels.get("alertname") or str(rule.get("name") or ""),
                         "labels": labels,
-                        "state": str(alert.get("state") or ""),
+                        "state": state,
                         "active_at": _stamp(alert.get("activeAt")),
                         "rule": str(rule.get("name") or ""),
                         "query": str(rule.get("query") or ""),
@@ -455,7 +516,8 @@ def http_get(url: str, headers: Mapping[str, str], timeout_s: float) -> bytes:
     """GET ``url`` (urllib, the environment's proxy settings) and return the body.
 
     Raises OSError (``urllib.error.URLError``, ``HTTPError`` for a status other than 2xx,
-    ``TimeoutError``) when there is no answer.
+    ``TimeoutError``) when there is no answer, ``http.client.HTTPException`` (``BadStatusLine``)
+    when the answer is not HTTP.
     """
     request = urllib.request.Request(url, headers=dict(headers), method="GET")
     with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310 - http(s) only (parse)
@@ -477,6 +539,11 @@ def _http_error_text(exc: urllib.error.HTTPError) -> str:
 def _error_text(exc: BaseException, timeout_s: float) -> str:
     if isinstance(exc, urllib.error.HTTPError):
         return _http_error_text(exc)
+    if isinstance(exc, http.client.BadStatusLine) and not isinstance(exc, ConnectionError):
+        # Not HTTP at all, e.g. an ssh port's greeting "SSH-2.0-OpenSSH_9.2\r\n" (RFC 4253, 4.2).
+        return redact_text(f"the answer is not HTTP (it begins {str(exc.line)[:80]!r})")
+    if isinstance(exc, http.client.HTTPException) and not isinstance(exc, OSError):
+        return redact_text(f"the answer is not valid HTTP ({type(exc).__name__}: {exc})")
     reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
     if isinstance(reason, (TimeoutError, socket.timeout)):
         return f"no answer within {timeout_s:g} s (timeout_s)"
@@ -492,23 +559,27 @@ def ask(gate: AlertGate, fetch: Fetch | None = None) -> dict[str, Any]:
     Args:
         gate: the parsed option.
         fetch: ``fetch(url, headers, timeout_s) -> body bytes``, raising OSError when there
-            is no answer; default :func:`http_get`.
+            is no answer (``http.client.HTTPException`` when the answer is not HTTP); default
+            :func:`http_get`.
 
     Returns:
         ``{"reachable": bool, "error": str, "url": the masked URL asked, "own", "pending",
         "left_out", "blocking": [alert]}``; ``error`` (``""`` when reachable) names what
         failed: the connection's error, ``HTTP <code> <reason>`` (with Prometheus's error), no
-        answer within ``timeout_s``, an answer that is not JSON or not the rules API's.
+        answer within ``timeout_s``, an answer that is not HTTP, not JSON or not the rules
+        API's (:func:`active_alerts`). Never raises for what the server answers.
     """
     fetch = fetch or http_get
     empty: dict[str, list[dict[str, Any]]] = {"own": [], "pending": [], "left_out": [], "blocking": []}
     base = {"url": gate.display_rules_url, **empty}
     try:
         body = fetch(gate.rules_url, gate.headers(), gate.timeout_s)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, http.client.HTTPException) as exc:
         return {**base, "reachable": False, "error": _error_text(exc, gate.timeout_s)}
     try:
         answer = json.loads(body)
+    except RecursionError:
+        return {**base, "reachable": False, "error": "the answer is nested too deeply to be the rules API's"}
     except ValueError:
         return {**base, "reachable": False, "error": "the answer is not JSON (is the URL Prometheus's?)"}
     try:

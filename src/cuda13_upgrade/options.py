@@ -457,6 +457,7 @@ def _block_on_alerts(value: Any) -> tuple[str, str] | None:
         parse(value)
     except Cuda13Error as exc:
         reason = exc.problem.removeprefix(f"{OPTION} ")
+        # Every remedy of cuda13_upgrade.alerts begins with "give", which _failure puts back.
         return f"is not an alert gate ({reason})", (exc.remedy or "").removeprefix("give ")
     return None
 
@@ -991,12 +992,19 @@ def pip_environment_failures(values: Mapping[str, Any]) -> list[dict[str, Any]]:
     return failures
 
 
+#: Options whose values hold secrets: ``cuda13_notify``'s webhook URLs, the ``user:password@``
+#: of ``cuda13_block_on_alerts``'s Prometheus URL.
+_SECRET_OPTIONS = ("cuda13_notify", "cuda13_block_on_alerts")
+
+
 def _masked(values: dict[str, Any]) -> dict[str, Any]:
-    """``values`` with ``cuda13_notify``'s webhook URLs masked: they are secrets, and the record
-    every step reads (the fact ``cuda13_options``, which ``-v`` prints) needs none of them; the
-    gates that send read the option from the inventory (:mod:`cuda13_upgrade.steps.fleet`)."""
-    if values.get("cuda13_notify"):
-        values["cuda13_notify"] = redact({"cuda13_notify": values["cuda13_notify"]})["cuda13_notify"]
+    """``values`` with the secrets of :data:`_SECRET_OPTIONS` masked: the record every step reads
+    (the fact ``cuda13_options``, which ``-v`` and AWX print) needs none of them; the gates that
+    send or ask read the option from the inventory (:mod:`cuda13_upgrade.steps.fleet`,
+    action ``cuda13_fleet``)."""
+    for option in _SECRET_OPTIONS:
+        if values.get(option):
+            values[option] = redact({option: values[option]})[option]
     return values
 
 

@@ -36,7 +36,8 @@ spent, window closed, alerts held, Prometheus unreachable); :func:`end` (the rep
 last batch's end and the run's end, once per run. Each send waits at most the option's
 ``timeout_s``; what was sent, and what could not be, is kept in ``notifications.json`` in the
 run's report directory. The gates read the option itself (its URLs are secrets) from the
-inventory, not from the plan, whose record holds it masked.
+inventory, not from the plan, whose record holds it masked; so does the batch gate
+``cuda13_block_on_alerts`` (a ``user:password@`` in its URL).
 
 The estimate of the night (:mod:`cuda13_upgrade.estimate`): a rollout's ``start`` (the one that
 reads the breaker, ``playbooks/upgrade.yml``) takes the per-host times of the plan this run made
@@ -132,7 +133,8 @@ def plan(hosts: Sequence[str], options: Mapping[str, Any], started: Any = None) 
     ``alerts_text`` the plan's line for it (:func:`cuda13_upgrade.alerts.describe`, ``""``
     without); ``notify`` is ``cuda13_notify`` with its default, the URLs masked (``{}`` without),
     ``notify_text`` its line (:func:`cuda13_upgrade.notify.describe`). ``options`` holds the
-    options given, ``cuda13_notify``'s URLs masked."""
+    options given, ``cuda13_notify``'s URLs and ``cuda13_block_on_alerts``'s credentials masked
+    (the batch gate takes the option itself from the inventory: ``alerts_value``)."""
     hosts = list(hosts)
     started_at = _instant(started, "the run's start")
     failures: list[str] = []
@@ -170,8 +172,9 @@ def plan(hosts: Sequence[str], options: Mapping[str, Any], started: Any = None) 
     except ValueError as exc:
         failures.append(str(exc))
     shown = dict(options)
-    if notify.OPTION in shown:
-        shown[notify.OPTION] = redact({notify.OPTION: shown[notify.OPTION]})[notify.OPTION]
+    for secret in (notify.OPTION, alerts.OPTION):  # webhook URLs; Prometheus's user:password@
+        if secret in shown:
+            shown[secret] = redact({secret: shown[secret]})[secret]
     return {
         **result,
         "ok": not failures,
@@ -274,7 +277,7 @@ def start(
     :func:`cuda13_upgrade.notify.send_all`'s. Returns ``{"fleet": plan, "breaker": verdict or
     None, "failures": [message], "not_started": record or None, "lines": [line to print],
     "notified": [send_all's record], "estimate": :func:`_start_estimate`'s record or None (not
-    a rollout's start, or refused)}``."""
+    a rollout's start, refused, or no estimate could be made: a line says why)}``."""
     options = fleet_options(hosts, given)
     the_plan = plan(hosts, options["values"], started)
     the_breaker = breaker_verdict(the_plan["options"], reports_dir, run_id) if use_breaker else None
@@ -287,10 +290,10 @@ def start(
             "hosts": list(hosts),
             "before_any_change": True,
         }
-    the_estimate = (
+    the_estimate, no_estimate = (
         _start_estimate(the_plan, Path(reports_dir) / run_id, run_id)
         if use_breaker and not failures and not_started is None
-        else None
+        else (None, "")
     )
     notified: list[dict[str, Any]] = []
     setting = _told(options["values"].get(notify.OPTION)) if tell and not failures else None
@@ -333,6 +336,8 @@ def start(
         lines.append(the_plan["alerts_text"])
     if the_plan["notify_text"]:
         lines.append(the_plan["notify_text"])
+    if no_estimate:
+        lines.append(no_estimate)
     if the_estimate is not None:
         lines += the_estimate["lines"]
         the_plan = {**the_plan, "estimate": the_estimate}  # the batch gates' start (cuda13_fleet)
@@ -353,12 +358,15 @@ def _until(fleet: Mapping[str, Any]) -> datetime | None:
     return _instant(fleet["until_at"], "until_at") if fleet.get("until_at") else None
 
 
-def _start_estimate(fleet: Mapping[str, Any], run_dir: Path, run_id: str) -> dict[str, Any] | None:
+def _start_estimate(
+    fleet: Mapping[str, Any], run_dir: Path, run_id: str
+) -> tuple[dict[str, Any] | None, str]:
     """The rollout's estimate at its start (the module's docstring), written to ``estimate.json``
-    when the run's report directory exists (else the first batch gate writes it):
+    when the run's report directory exists (else the first batch gate writes it), and ``""``:
     :func:`cuda13_upgrade.estimate.schedule`'s record with ``"hosts"`` (the per-host times),
-    ``"window"``, ``"until_at"``, ``"done": []``, ``"current": None`` and ``"updated_at"``. None
-    when it cannot be made; an estimate never stops a rollout."""
+    ``"window"``, ``"until_at"``, ``"done": []``, ``"current": None`` and ``"updated_at"``. When
+    it cannot be made (e.g. an earlier run's ``result.json`` with a duration of ``1e999``):
+    None and the line that says why; an estimate never stops a rollout."""
     try:
         planned = json.loads((run_dir / "plan.json").read_text(encoding="utf-8"))
         made = planned.get("estimate") if isinstance(planned, dict) else None
@@ -390,22 +398,29 @@ def _start_estimate(fleet: Mapping[str, Any], run_dir: Path, run_id: str) -> dic
             "current": None,
             "updated_at": _iso(started),
         }
-    except (ValueError, KeyError, TypeError):
-        return None
+    except (ValueError, KeyError, TypeError, OverflowError, ArithmeticError) as exc:
+        why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        return None, f"the run's end cannot be estimated ({why}); the rollout starts without an estimate"
     if run_dir.is_dir():  # the rollout's plan made it; a start gate creates no report directory
         try:
             estimate.save(run_dir, record)
         except OSError:
             pass
-    return record
+    return record, ""
 
 
 def _batch_estimate(
-    run_dir: Path, fleet: Mapping[str, Any], batch: Sequence[str], starts: bool, at: datetime
+    run_dir: Path,
+    fleet: Mapping[str, Any],
+    batch: Sequence[str],
+    starts: bool,
+    at: datetime,
+    ended: datetime | None = None,
 ) -> dict[str, Any] | None:
-    """The estimate after a batch gate at ``at``: the batch that was running ends now (its
-    measured time replaces its estimate), ``batch`` starts (``starts``) or none does; the rest
-    from now. Reads ``estimate.json``, else the start's estimate in ``fleet`` (``"estimate"``), and
+    """The estimate after a batch gate at ``at``: the batch that was running ended at ``ended``
+    (the gate's start, before any wait for alerts; None: ``at``; its measured time replaces its
+    estimate), ``batch`` starts at ``at`` (``starts``) or none does; the rest from ``at``. Reads
+    ``estimate.json``, else the start's estimate in ``fleet`` (``"estimate"``), and
     writes ``estimate.json``; returns ``{"estimated_end", "line", "batch", "of"}``, or
     None without an estimate of this run (or when it cannot be read or written)."""
     record = estimate.load(run_dir) or dict(fleet.get("estimate") or {})
@@ -416,7 +431,7 @@ def _batch_estimate(
         done = list(record.get("done") or [])
         current = record.get("current")
         if isinstance(current, dict) and current.get("hosts") != list(batch):
-            done.append({**current, "ended_at": _iso(at)})
+            done.append({**current, "ended_at": _iso(ended or at)})
         number = next((k for k, b in enumerate(the_batches) if batch and batch[0] in b), len(done))
         done = done[-number:] if number else []
         planned = the_batches if starts else the_batches[:number]
@@ -436,7 +451,7 @@ def _batch_estimate(
             scheduled["lines"] = [
                 *scheduled["lines"][:-1],
                 f"no batch starts from batch {number + 1} on: the run ends"
-                + (f" {scheduled['estimated_end']}" if scheduled["estimated_end"] else "")
+                + (f" {_hhmm(scheduled['estimated_end'], at)}" if scheduled["estimated_end"] else "")
                 + f" (hosts {', '.join(left)} left)",
             ]
         updated = {
@@ -464,6 +479,14 @@ def _batch_estimate(
         "batch": number + 1,
         "of": len(the_batches),
     }
+
+
+def _hhmm(stamp: str, now: datetime) -> str:
+    """An ISO 8601 time as the estimate's lines say it: ``HH:MM UTC``, with the weekday when not
+    ``now``'s day (``Tue 01:36 UTC``; :func:`cuda13_upgrade.estimate.lines`)."""
+    at = _instant(stamp, "the estimated end").astimezone(UTC)
+    day = "" if at.date() == now.astimezone(UTC).date() else at.strftime("%a ")
+    return f"{day}{at:%H:%M} UTC"
 
 
 def _result_file(run_dir: Path, host: str) -> dict[str, Any]:
@@ -556,10 +579,16 @@ def _hold_for_alerts(
     sleep: Callable[[float], Any],
     fetch: alerts.Fetch | None,
     say: Callable[[str], Any],
+    alerts_value: Any = None,
 ) -> dict[str, Any] | None:
     """The alert gate of one batch (the module's docstring): None when the batch may start, else
-    ``{"reason", "alerts"}`` (the alerts that held it, :func:`cuda13_upgrade.alerts.ask`'s)."""
-    gate = alerts.parse((fleet.get("options") or {}).get(alerts.OPTION))
+    ``{"reason", "alerts"}`` (the alerts that held it, :func:`cuda13_upgrade.alerts.ask`'s).
+    The gate is on when the plan has ``cuda13_block_on_alerts``; ``alerts_value`` is the option
+    as the inventory gives it (with the URL's credentials; None: the plan's, masked)."""
+    planned = (fleet.get("options") or {}).get(alerts.OPTION)
+    if planned in (None, "", {}):
+        return None
+    gate = alerts.parse(planned if alerts_value in (None, "", {}) else alerts_value)
     if gate is None:
         return None
     parsed = window.parse_window(fleet.get("window") or None) if fleet.get("gated") else None
@@ -645,6 +674,7 @@ def batch_gate(
     say: Callable[[str], Any] | None = None,
     notify_value: Any = None,
     post: notify.Post | None = None,
+    alerts_value: Any = None,
 ) -> dict[str, Any]:
     """The ``batch`` gate (see the module docstring). ``hosts``: the play's hosts; ``batch``: this
     batch's; ``active``: those Ansible has not removed; ``statuses``: each host's result status (None
@@ -652,7 +682,10 @@ def batch_gate(
     a clock); ``sleep``, ``fetch`` (:func:`cuda13_upgrade.alerts.ask`'s) and ``say`` (a line for
     the operator, each time a batch waits for alerts) are for the alert gate. ``notify_value``:
     ``cuda13_notify`` as the inventory gives it (its URLs; None: nothing is told), ``post``:
-    :func:`cuda13_upgrade.notify.send_all`'s. Returns ``{"start": bool, "not_started": record or
+    :func:`cuda13_upgrade.notify.send_all`'s. ``alerts_value``: ``cuda13_block_on_alerts`` as the
+    inventory gives it (the plan holds its URL's credentials masked; None: the plan's). The
+    batch before this one ended when this gate began: a wait for alerts counts as this batch's
+    (the estimate). Returns ``{"start": bool, "not_started": record or
     None}`` and, when the run's start was told, ``"notified": [send_all's record]``; a record is
     ``{"said", "reason", "hosts"}`` and, from the window, ``opens_at``, from the budget ``failed``,
     from the alert gate ``alerts`` (each :func:`cuda13_upgrade.alerts.active_alerts` record that
@@ -661,6 +694,7 @@ def batch_gate(
         hosts, batch, active, statuses, (fleet.get("options") or {}).get("cuda13_max_failed_hosts")
     )
     clock = _clock(now)
+    ended = clock()  # the batch before this one ended here, before any wait for alerts
     first = list(hosts).index(batch[0]) if batch and batch[0] in hosts else 0
     run_dir = Path(reports_dir) / run_id
     setting = _told(notify_value)
@@ -708,7 +742,7 @@ def batch_gate(
         if events:  # the batches before it are told before a wait for alerts
             notified += _tell(run_dir, setting, events, state, post)
             state, events = notify.load_state(run_dir) or state, []
-        held = _hold_for_alerts(fleet, batch, clock, sleep, fetch, say or (lambda line: None))
+        held = _hold_for_alerts(fleet, batch, clock, sleep, fetch, say or (lambda line: None), alerts_value)
         if held is not None:
             kind = "prometheus_unreachable" if held.get("error") else "alerts_held"
             not_started = {"said": "not started", **held, "hosts": list(hosts)[first:]}
@@ -721,7 +755,7 @@ def batch_gate(
     if not_started is not None:
         summary.fleet_summary(run_dir, list(run_hosts), not_started)
     decided: dict[str, Any] = {"start": not_started is None, "not_started": not_started}
-    the_estimate = _batch_estimate(run_dir, fleet, list(batch), not_started is None, clock())
+    the_estimate = _batch_estimate(run_dir, fleet, list(batch), not_started is None, clock(), ended)
     if the_estimate is not None:
         decided["estimate"] = the_estimate
     if setting is not None:
