@@ -243,3 +243,112 @@ def test_the_rollout_tells_and_updates_the_estimated_end(tmp_path):
     )
     (run_dir / "run.json").write_text("{}")
     assert running_estimate(tmp_path) is None  # the run ended
+
+
+def _corrupt(reports: Path, run_id: str, host: str, **changes):
+    """A good result of ``host`` in ``run_id`` with ``changes`` applied (``steps_0``: the first
+    step's ``duration_s``)."""
+    result = _write_result(reports, run_id, host, {"toolkit": 10, "verify": 10})
+    if "steps_0" in changes:
+        result["steps"][0]["duration_s"] = changes.pop("steps_0")
+    result.update(changes)
+    path = reports / run_id / host / "result.json"
+    path.write_text(json.dumps(result))
+    return path
+
+
+def test_a_corrupt_earlier_result_is_skipped_and_counted_never_raised(tmp_path):
+    reports = tmp_path / "reports"
+    good = _write_result(reports, "20261201T010000Z", "gpu-node-01", {"toolkit": 5, "verify": 5})
+    bad = {
+        "gpu-node-02": {"steps_0": "abc"},  # ValueError before
+        "gpu-node-03": {"steps_0": [1]},  # TypeError
+        "gpu-node-04": {"steps_0": 1e15},  # OverflowError in minutes()
+        "gpu-node-05": {"steps_0": -1000},  # with a 1200 s step: 200 s
+        "gpu-node-06": {"finished_at": "yesterday"},  # sorted as the newest
+    }
+    paths = [_corrupt(reports, "20261202T010000Z", host, **change) for host, change in bad.items()]
+    huge = reports / "20261202T010000Z" / "gpu-node-07" / "result.json"
+    huge.parent.mkdir()
+    text = paths[0].read_text().replace('"abc"', "1e999")  # json.loads: inf
+    huge.write_text(text.replace("gpu-node-02", "gpu-node-07"))
+    # gpu-node-01's own newer record, its finished_at not ISO 8601: the older good one counts
+    _corrupt(reports, "20261203T010000Z", "gpu-node-01", finished_at="yesterday")
+    skipped = []
+    records = estimate.history(reports, skipped=skipped)
+    assert [(r["host"], r["seconds"], r["finished_at"]) for r in records] == [
+        ("gpu-node-01", 600.0, good["finished_at"])
+    ]
+    assert len(skipped) == 7
+    assert skipped[0] == {
+        "path": str(paths[0]),
+        "why": "step 'toolkit' has duration_s 'abc', not a number of seconds from 0 to 604800",
+    }
+    assert {s["why"] for s in skipped} >= {
+        "step 'toolkit' has duration_s [1], not a number of seconds from 0 to 604800",
+        "step 'toolkit' has duration_s 1000000000000000.0, not a number of seconds from 0 to 604800",
+        "step 'toolkit' has duration_s -1000, not a number of seconds from 0 to 604800",
+        "step 'toolkit' has duration_s inf, not a number of seconds from 0 to 604800",
+        "finished_at 'yesterday' is not an ISO 8601 time",
+    }
+    fleet_record = fleet.plan(
+        ["gpu-node-01", "gpu-node-02"], {"cuda13_serial": [1, 1]}, "2026-12-06T00:52:00Z"
+    )
+    hosts = [_host(h, preflight=PREFLIGHT) for h in ("gpu-node-01", "gpu-node-02")]
+    planned = planning.rollout(hosts, fleet_record, "20261206T220000Z", reports_dir=reports, now=NOW)
+    lines = planned["estimate"]["lines"]
+    assert lines[0] == (
+        f"estimate: skipped 7 earlier results that cannot be used ({paths[0]}: step 'toolkit' has duration_s"
+        " 'abc', not a number of seconds from 0 to 604800; 6 more)"
+    )
+    assert planned["estimate"]["hosts"]["gpu-node-01"]["seconds"] == 600.0
+    # 00:52 + 600 s (gpu-node-01's good record) + the 300 s soak + 1242 s (gpu-node-02: the rough default)
+    assert planned["summary"]["lines"][-1] == "estimated end 01:27 UTC (no cuda13_window or cuda13_until)"
+
+
+def test_an_unexpected_error_in_the_estimate_does_not_stop_the_plan(tmp_path, monkeypatch):
+    def broken(hosts, records):
+        raise OverflowError("cannot convert float infinity to integer")
+
+    monkeypatch.setattr(estimate, "host_estimates", broken)
+    fleet_record = fleet.plan(["gpu-node-01"], {"cuda13_serial": [1]}, "2026-12-06T00:52:00Z")
+    planned = planning.rollout(
+        [_host("gpu-node-01", preflight=PREFLIGHT)], fleet_record, "R", reports_dir=tmp_path, now=NOW
+    )
+    assert planned["estimate"] == {
+        "error": "OverflowError: cannot convert float infinity to integer",
+        "lines": ["no estimate: OverflowError: cannot convert float infinity to integer"],
+    }
+    assert (
+        planned["summary"]["lines"][-1]
+        == "no estimate: OverflowError: cannot convert float infinity to integer"
+    )
+
+
+def test_a_past_cuda13_until_says_no_batch_starts_not_the_next_window():
+    per_host = {h: {"seconds": 600.0, "source": "default", "text": h} for h in ("h1", "h2")}
+    got = estimate.schedule([["h1"], ["h2"]], per_host, now=NOW, soak_s=0, until=NOW - timedelta(hours=1))
+    assert got["left_batches"] == [1, 2] and got["left_why"] == "until" and got["estimated_end"] is None
+    assert got["lines"] == [
+        "batch 1 (h1): ~10 min, not expected to start (no batch starts after cuda13_until) (rough default: h1)",
+        "batch 2 (h2): ~10 min, not expected to start (no batch starts after cuda13_until) (rough default: h2)",
+        "cuda13_until (2026-12-05T23:52:00Z) has passed: no batch is expected to start; batches 1-2 (hosts"
+        " h1, h2) are not upgraded in this run",
+    ]
+    later = estimate.schedule([["h1"], ["h2"]], per_host, now=NOW, soak_s=0, until=NOW + timedelta(minutes=5))
+    assert later["lines"][-1] == (
+        "estimated end 01:02 UTC; no batch starts after cuda13_until (00:57 UTC): batch 2 (hosts h2) is not"
+        " expected to start in this run"
+    )
+    before_window = estimate.schedule(
+        [["h1"]],
+        per_host,
+        now=NOW,
+        soak_s=0,
+        window_value={"start": "03:00", "end": "05:00", "timezone": "UTC"},
+        until=NOW + timedelta(hours=1),
+    )
+    assert before_window["lines"][-1] == (
+        "cuda13_until (2026-12-06T01:52:00Z) comes before the window opens: no batch is expected to start;"
+        " batch 1 (hosts h1) is not upgraded in this run"
+    )

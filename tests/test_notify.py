@@ -84,8 +84,9 @@ def test_the_option_takes_targets_with_a_format_and_a_timeout():
         ),
         (
             [{"url": "ftp://hooks.example/x", "format": "json"}],
-            "cuda13_notify targets[0] url 'ftp://hooks.example/x' is not an http:// or https:// URL: {'targets': "
-            "[{'url': 'ftp://hooks.example/x', 'format': 'json'}]}. Option: cuda13_notify. Fix: give the "
+            "cuda13_notify targets[0] url 'ftp://hooks.example/***' is not an http:// or https:// URL: "
+            "{'targets': [{'url': 'ftp://hooks.example/***', 'format': 'json'}]}. Option: cuda13_notify. Fix: "
+            "give the "
             "webhook's http:// or https:// URL.",
         ),
         (
@@ -700,3 +701,83 @@ def test_webhook_urls_are_masked_wherever_the_project_redacts():
     assert redact_url("https://user:pw@ops.example/") == "https://ops.example/***"
     assert redact_url("http://127.0.0.1:8080") == "http://127.0.0.1:8080"
     assert redact_url(redact_url(HOOK)) == redact_url(HOOK) == "https://ops.example:8443/***"
+
+
+# A webhook URL with a user and password (sent as HTTP basic authentication by http_post).
+WITH_USER = "https://ops:PLANTEDsecret42@ops.example:8443/hooks/cuda13?token=PLANTEDsecret42"
+
+
+def test_a_text_is_redacted_before_it_is_cut_so_a_cut_url_leaks_nothing():
+    url = "https://ops:PLANTEDsecret42@ops.example/hook"
+    head = f"cuda13-upgrade run {RUN} refused, no host was changed: "
+    # the cut (MAX_TEXT - 1 characters) falls inside the password: "https://ops:PLANTEDsec"
+    reason = "x" * (notify.MAX_TEXT - 1 - len(head) - len("https://ops:PLANTEDsec")) + url
+    event = notify.breaker_event(RUN, {"reason": reason, "hosts": ["gpu-node-01"]}, at="x")
+    assert len(event["text"]) == notify.MAX_TEXT and event["text"].endswith("…")
+    assert "PLANTED" not in event["text"] and "ops:" not in event["text"]
+    assert "PLANTED" not in json.dumps(notify.json_body(event))
+    assert "PLANTED" not in json.dumps(notify.slack_body(event))
+
+
+def test_every_field_of_the_json_body_is_redacted():
+    leaked = "pip could not reach https://ops:PLANTEDsecret42@pypi.example/simple"
+    masked = "pip could not reach https://***@pypi.example/simple"
+    stop = notify.stop_event(
+        RUN,
+        "prometheus_unreachable",
+        {"said": "not started", "reason": leaked, "hosts": [leaked], "error": leaked},
+        {h: None for h in HOSTS},
+        at="x",
+    )
+    rollback = notify.rollback_event(
+        RUN, {"host": "gpu-node-01", "status": "failed", "reason": leaked}, {"gpu-node-01": "failed"}, at="x"
+    )
+    sent = json.loads(notify.body(stop, "json"))
+    assert (sent["reason"], sent["error"], sent["hosts_left"]) == (masked, masked, [masked])
+    assert json.loads(notify.body(rollback, "json"))["reason"] == masked
+    for event in (stop, rollback):
+        assert "PLANTED" not in json.dumps(notify.json_body(event))
+        assert "PLANTED" not in notify.body(event, "slack").decode()
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("https://hooks.example.com:99999/hook/SECRETPATH", "https://hooks.example.com/***"),
+        ("https://u:p/w@h.example/SECRETPATH", "https://***"),
+        ("htps://hooks.example.com/hook/SECRETPATH", "htps://hooks.example.com/***"),
+        ("hooks.example.com/hook/SECRETPATH", "hooks.example.com/***"),
+        ("https://hooks.example.com/hook/SECRET\x07PATH", "https://***"),
+        ("https://hooks.example.com/hook/SECRET PATH", "https://***"),
+        ("https://hooks.example.com/hook/SECRET\nPATH", "https://***"),
+    ],
+)
+def test_a_url_that_cannot_be_read_is_refused_and_never_shown_in_full(url, shown):
+    with pytest.raises(ValueError) as caught:
+        notify.parse([{"url": url, "format": "json"}])
+    message = str(caught.value)
+    assert "SECRET" not in message and "PATH" not in message
+    assert f"url {shown!r}" in message and f"'url': {shown!r}" in message
+    assert "u:p" not in message and "/w@" not in message
+
+
+def test_a_send_error_that_quotes_the_cleaned_url_is_masked():
+    # urllib.request.Request._parse: raise ValueError("unknown url type: %r" % self.full_url)
+    # (CPython Lib/urllib/request.py); full_url is the URL http_post requests, its user left out.
+    told = notify.parse(
+        {"targets": [{"url": WITH_USER, "format": "json"}, {"url": SLACK, "format": "slack"}]}
+    )
+    clean = "https://ops.example:8443/hooks/cuda13?token=PLANTEDsecret42"
+    selector = "/services/T1234567/AAAAAAAA/ZZZZZZ"
+
+    def post(url, data, headers, timeout_s):
+        if url == WITH_USER:
+            raise ValueError(f"unknown url type: {clean!r}")
+        raise OSError(f"proxy refused {selector} (first target {WITH_USER})")
+
+    records = notify.send_all(told.targets, notify.end_event(RUN, STATUSES, "/r", at="x"), 2, post)
+    assert [r["error"] for r in records] == [
+        "unknown url type: 'https://ops.example:8443/***'",
+        "proxy refused *** (first target https://ops.example:8443/***)",
+    ]
+    assert _secrets_in(json.dumps(records)) == [] and "PLANTED" not in json.dumps(records)

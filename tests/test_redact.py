@@ -135,3 +135,18 @@ def test_a_report_file_is_rewritten_private_when_an_older_run_left_it_world_read
     assert reportfiles.write_json(path, {}) is True
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert stat.S_IMODE(reportfiles.private_dir(tmp_path / "run").stat().st_mode) == 0o700
+
+
+def test_a_url_that_cannot_be_read_keeps_at_most_its_scheme_and_host():
+    from cuda13_upgrade.redact import redact_url
+
+    assert redact_url("https://hooks.example.com:99999/hook/SECRETPATH") == "https://hooks.example.com/***"
+    assert redact_url("https://u:p/w@h.example/SECRETPATH") == "https://***"
+    assert redact_url("htps://hooks.example.com/hook/SECRETPATH") == "htps://hooks.example.com/***"
+    assert redact_url("hooks.example.com/hook/SECRETPATH") == "hooks.example.com/***"
+    assert redact_url("https://hooks.example.com/hook/SECRET\x00PATH") == "https://***"
+    assert redact_url("slack") == "slack"  # a target's format under cuda13_notify is kept
+    told = redact({"cuda13_notify": [{"url": "https://u:p/w@h.example/SECRETPATH", "format": "json"}]})
+    assert told == {"cuda13_notify": [{"url": "https://***", "format": "json"}]}
+    for shown in ("https://***", "hooks.example.com/***", "https://hooks.example.com/***"):
+        assert redact_url(shown) == shown

@@ -27,8 +27,9 @@ A batch runs its hosts in parallel: it takes its slowest host, plus ``cuda13_soa
 after every batch but the last (:mod:`cuda13_upgrade.batch_soak`). Batches run one after
 another from ``now`` (or the window's next opening); a batch starts only while the window
 (:func:`cuda13_upgrade.window.decide`) is open, so the first batch whose estimated start is
-past the window's close (or ``cuda13_until``) and every later one are expected to be left for
-the next window (:func:`schedule`). During the rollout the batches that finished count with
+past the window's close and every later one are expected to be left for the next window
+(:func:`schedule`); past ``cuda13_until`` (or when it comes before the window's next opening)
+no later batch is expected to start in this run. During the rollout the batches that finished count with
 the time they really took (``done``).
 """
 
@@ -86,63 +87,131 @@ def _iso(stamp: datetime) -> str:
     return stamp.astimezone(UTC).strftime(_STAMP)
 
 
+#: The longest a recorded step may take (seconds; 7 days): a result with a longer one, or a
+#: negative, non-numeric or non-finite ``duration_s``, is corrupt and skipped (:func:`history`).
+MAX_STEP_S = 7 * 24 * 3600.0
+
+
+def _duration(value: Any) -> float | None:
+    """A step's ``duration_s`` in seconds (missing or null: 0), or None when it is not a finite
+    number from 0 to :data:`MAX_STEP_S` (a string, a list, a bool, ``1e999``, ``-1000``)."""
+    if value is None:
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        seconds = float(value)
+    except OverflowError:  # an int too large for a float
+        return None
+    return seconds if math.isfinite(seconds) and 0.0 <= seconds <= MAX_STEP_S else None
+
+
+def _corrupt(result: Mapping[str, Any]) -> str:
+    """Why a result cannot be used for an estimate (a bad step duration, a ``finished_at`` that
+    is not ISO 8601), or ``""``."""
+    for step in result.get("steps") or []:
+        if isinstance(step, Mapping) and _duration(step.get("duration_s")) is None:
+            value = step.get("duration_s")
+            return (
+                f"step {str(step.get('step') or '?')!r} has duration_s {value!r}, not a number of"
+                f" seconds from 0 to {MAX_STEP_S:.0f}"
+            )
+    if _time(result.get("finished_at")) is None:
+        return f"finished_at {result.get('finished_at')!r} is not an ISO 8601 time"
+    return ""
+
+
 def work_seconds(result: Mapping[str, Any]) -> float | None:
     """The seconds a result's ``steps`` took (``[{step, started_at, duration_s}]``, as
     :func:`cuda13_upgrade.hostresult.host_result` writes them), :data:`LEFT_OUT_STEPS` left out;
-    None without steps."""
+    None without steps, or when a step's ``duration_s`` is not a number of seconds from 0 to
+    :data:`MAX_STEP_S`."""
     steps = [s for s in result.get("steps") or [] if isinstance(s, Mapping)]
-    total = sum(float(s.get("duration_s") or 0.0) for s in steps if s.get("step") not in LEFT_OUT_STEPS)
+    durations = [_duration(s.get("duration_s")) for s in steps if s.get("step") not in LEFT_OUT_STEPS]
+    if any(d is None for d in durations):
+        return None
+    total = sum(d for d in durations if d is not None)
     return round(total, 1) if steps and total > 0 else None
 
 
-def history(reports_dir: str | Path, exclude_run: str = "") -> list[dict[str, Any]]:
-    """The upgrades and stage runs recorded under ``reports_dir``, newest first.
+def history(
+    reports_dir: str | Path, exclude_run: str = "", skipped: list[dict[str, str]] | None = None
+) -> list[dict[str, Any]]:
+    """The upgrades and stage runs recorded under ``reports_dir``, newest first (by
+    ``finished_at``).
 
     Reads ``<reports_dir>/<run id>/<host>/result.json`` (``exclude_run`` left out) and each run's
     ``plan.json`` for its hosts' GPU model and profile count. Returns ``[{"run_id", "host",
     "status": "kept" | "staged", "finished_at", "seconds", "gpu_model", "profiles"}]``
     (``gpu_model`` "" and ``profiles`` None where that run's plan did not record them). Results
-    that are not JSON, in check mode, already kept, or without steps are skipped: an estimate
-    never stops a plan."""
+    in check mode, already kept, or without steps are left out. A corrupt result (not a JSON
+    object, or a kept or staged one with a step's ``duration_s`` that is not a number of seconds
+    from 0 to :data:`MAX_STEP_S`, or a ``finished_at`` that is not ISO 8601) is skipped and, when
+    ``skipped`` is a list, appended to it as ``{"path", "why"}``. Raises nothing for what the
+    files hold: an estimate never stops a plan."""
     root = Path(reports_dir)
     records: list[dict[str, Any]] = []
     if not root.is_dir():
         return records
+    found: list[tuple[datetime, dict[str, Any]]] = []
     for run_dir in sorted(p for p in root.iterdir() if p.is_dir() and p.name != exclude_run):
         known: dict[str, Mapping[str, Any]] = {}
         try:
             planned = json.loads((run_dir / "plan.json").read_text(encoding="utf-8"))
             known = {str(h.get("host")): h for h in planned.get("hosts") or [] if isinstance(h, Mapping)}
-        except (OSError, ValueError, AttributeError):
+        except (OSError, ValueError, AttributeError, TypeError):
             pass
         for path in sorted(run_dir.glob("*/result.json")):
             try:
                 result = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
+            except OSError:
+                continue
+            except ValueError as exc:
+                if skipped is not None:
+                    skipped.append({"path": str(path), "why": f"not JSON ({exc})"})
                 continue
             if not isinstance(result, Mapping):
+                if skipped is not None:
+                    skipped.append({"path": str(path), "why": "not a JSON object"})
                 continue
             status = str(result.get("status") or "")
             if status not in ("kept", "staged") or result.get("already_kept") or result.get("check_mode"):
+                continue
+            why = _corrupt(result)
+            if why:
+                if skipped is not None:
+                    skipped.append({"path": str(path), "why": why})
                 continue
             seconds = work_seconds(result)
             if seconds is None:
                 continue
             host = str(result.get("host") or path.parent.name)
             mine = known.get(host) or {}
-            records.append(
-                {
-                    "run_id": str(result.get("run_id") or run_dir.name),
-                    "host": host,
-                    "status": status,
-                    "finished_at": str(result.get("finished_at") or ""),
-                    "seconds": seconds,
-                    "gpu_model": str(mine.get("gpu_model") or ""),
-                    "profiles": mine.get("profile_count"),
-                }
-            )
-    records.sort(key=lambda r: (r["finished_at"], r["run_id"]), reverse=True)
-    return records
+            finished = _time(result.get("finished_at")) or datetime.min.replace(tzinfo=UTC)
+            record = {
+                "run_id": str(result.get("run_id") or run_dir.name),
+                "host": host,
+                "status": status,
+                "finished_at": str(result.get("finished_at")),
+                "seconds": seconds,
+                "gpu_model": str(mine.get("gpu_model") or ""),
+                "profiles": mine.get("profile_count"),
+            }
+            found.append((finished, record))
+    found.sort(key=lambda item: (item[0], item[1]["run_id"]), reverse=True)
+    return [record for _, record in found]
+
+
+def skipped_line(skipped: Sequence[Mapping[str, str]]) -> str:
+    """The plan's line for :func:`history`'s corrupt results, ``""`` for none: ``"estimate:
+    skipped 2 earlier results that cannot be used (<path>: <why>)"``."""
+    if not skipped:
+        return ""
+    first = skipped[0]
+    count = len(skipped)
+    noun = "result that cannot be used" if count == 1 else "results that cannot be used"
+    more = "" if count == 1 else f"; {count - 1} more"
+    return f"estimate: skipped {count} earlier {noun} ({first['path']}: {first['why']}{more})"
 
 
 def default_seconds(
@@ -329,6 +398,7 @@ def schedule(
     closes_at: datetime | None = None
     first_open = True
     blocked = False
+    left_why: str | None = None
     for row in rows:
         if row["measured_s"] is not None:
             continue
@@ -344,6 +414,7 @@ def schedule(
         if not decision["open"]:
             blocked = True
             row.update(start=None, end=None, left=True)
+            left_why = _left_why(parsed, until, start)
             continue
         if first_open and decision["closes_at"]:
             closes_at = _time(decision["closes_at"])
@@ -362,9 +433,25 @@ def schedule(
         "fits": not left,
         "left_batches": [r["number"] for r in left],
         "left_hosts": [h for r in left for h in r["hosts"]],
+        "left_why": left_why,
+        "until": _iso(until) if until else None,
     }
     result["lines"] = lines(result, now)
     return result
+
+
+def _left_why(parsed: window.Window | None, until: datetime | None, start: datetime) -> str:
+    """Why no batch starts at ``start``: ``"until"`` when ``cuda13_until`` has passed by then or
+    comes before the window's next opening (no later window is used), else ``"window"``."""
+    if until is None:
+        return "window"
+    if start >= until:
+        return "until"
+    if parsed is not None and not window.is_open(parsed, start):
+        opened = window.opens_at(parsed, start)
+        if opened is None or opened >= until:
+            return "until"
+    return "window"
 
 
 def _span(numbers: Sequence[int]) -> str:
@@ -396,7 +483,12 @@ def lines(the_schedule: Mapping[str, Any], now: datetime) -> list[str]:
             [(s.get("source") or DEFAULT, s.get("text") or s["host"]) for s in row["sources"]]
         )
         if row["left"]:
-            out.append(f"{head}: ~{minutes(row['seconds'])}{with_soak}, left for the next window ({sources})")
+            where = (
+                "not expected to start (no batch starts after cuda13_until)"
+                if the_schedule.get("left_why") == "until"
+                else "left for the next window"
+            )
+            out.append(f"{head}: ~{minutes(row['seconds'])}{with_soak}, {where} ({sources})")
             continue
         out.append(
             f"{head}: ~{minutes(row['seconds'])}{with_soak}, "
@@ -404,18 +496,34 @@ def lines(the_schedule: Mapping[str, Any], now: datetime) -> list[str]:
         )
     end = _time(the_schedule.get("estimated_end"))
     closes = _time(the_schedule.get("closes_at"))
+    until = _time(the_schedule.get("until")) if the_schedule.get("until") else None
     end_text = f"estimated end {_clock(end, now)}" if end else "no batch is expected to start"
     if the_schedule["left_hosts"]:
-        why = (
-            f"the window closes {_clock(closes, now)}"
-            if closes
-            else "the window or cuda13_until closes first"
-        )
+        left = f"{_span(the_schedule['left_batches'])} (hosts {', '.join(the_schedule['left_hosts'])})"
         verb = "is" if len(the_schedule["left_batches"]) == 1 else "are"
-        out.append(
-            f"{end_text}; {why}: {_span(the_schedule['left_batches'])} (hosts "
-            f"{', '.join(the_schedule['left_hosts'])}) {verb} expected to be left for the next window"
-        )
+        if the_schedule.get("left_why") == "until" and until is not None:
+            if not end and until <= now:
+                out.append(
+                    f"cuda13_until ({_iso(until)}) has passed: no batch is expected to start; {left}"
+                    f" {verb} not upgraded in this run"
+                )
+            elif not end:
+                out.append(
+                    f"cuda13_until ({_iso(until)}) comes before the window opens: no batch is expected"
+                    f" to start; {left} {verb} not upgraded in this run"
+                )
+            else:
+                out.append(
+                    f"{end_text}; no batch starts after cuda13_until ({_clock(until, now)}): {left}"
+                    f" {verb} not expected to start in this run"
+                )
+        else:
+            why = (
+                f"the window closes {_clock(closes, now)}"
+                if closes
+                else "the window or cuda13_until closes first"
+            )
+            out.append(f"{end_text}; {why}: {left} {verb} expected to be left for the next window")
     elif closes:
         out.append(f"{end_text}; fits the window (closes {_clock(closes, now)})")
     else:

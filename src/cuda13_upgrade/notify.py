@@ -57,7 +57,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 from cuda13_upgrade import reportfiles
 from cuda13_upgrade.errors import Cuda13Error
 from cuda13_upgrade.hostresult import STATUS_TEXT, failure_message
-from cuda13_upgrade.redact import redact_text, redact_url, redact_urls
+from cuda13_upgrade.redact import MASK, redact, redact_text, redact_url, redact_urls
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -188,11 +188,27 @@ def _target(item: Any, where: str, whole: Any, option: str) -> Target:
     if not isinstance(url, str) or not url.strip():
         raise _error(f"{where} has no url", whole, f"give {where} url: the webhook's URL", option)
     url = url.strip()
+    if any(c.isspace() or ord(c) < 32 or 127 <= ord(c) < 160 for c in url):
+        raise _error(
+            f"{where} url {redact_url(url)!r} has whitespace or a control character",
+            whole,
+            "give the webhook's URL on one line, without spaces (write a space in it as %20)",
+            option,
+        )
     try:
         parts = urlsplit(url)
         _ = parts.port  # a port out of range raises here
     except ValueError as exc:
-        raise _error(f"{where} url has a bad port", whole, "give a port 1-65535", option) from exc
+        raise _error(
+            # the error's own text may quote a part of the password (urllib.parse: "Port could not be
+            # cast to integer value as ..."): left out
+            f"{where} url {redact_url(url)!r} cannot be read (its port, or an @ or / in its user or"
+            " password)",
+            whole,
+            "give the webhook's http:// or https:// URL with a port 1-65535 and any @ or / in its"
+            " user or password written as %40 or %2F",
+            option,
+        ) from exc
     if parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() for c in url):
         raise _error(
             f"{where} url {redact_url(url)!r} is not an http:// or https:// URL",
@@ -309,16 +325,12 @@ def _hosts_text(hosts: Sequence[str]) -> str:
 
 
 def _event(name: str, run_id: str, at: str, text: str, summary: Mapping[str, int], **fields: Any) -> dict:
+    text = redact_text(text)  # before the cut: a URL cut in two would not be recognised
     if len(text) > MAX_TEXT:
         text = text[: MAX_TEXT - 1] + "…"
-    return {
-        "event": name,
-        "run_id": run_id,
-        "at": at,
-        "text": redact_text(text),
-        **fields,
-        "summary": dict(summary),
-    }
+    return redact(
+        {"event": name, "run_id": run_id, "at": at, "text": text, **fields, "summary": dict(summary)}
+    )
 
 
 def start_event(
@@ -476,13 +488,14 @@ def slack_body(event: Mapping[str, Any]) -> dict[str, str]:
     example: ``curl -X POST -H 'Content-type: application/json' -d '{"text":"Hello, World!"}'
     https://hooks.slack.com/services/T1234567/AAAAAAAA/ZZZZZZ`` (docs.slack.dev, "Incoming
     webhooks")."""
-    return {"text": slack_escape(str(event.get("text") or ""))}
+    return {"text": slack_escape(redact_text(str(event.get("text") or "")))}
 
 
 def json_body(event: Mapping[str, Any]) -> dict[str, Any]:
     """The generic body: the event's record as it is, ``{"event", "run_id", "at", "text", ...its
-    fields..., "summary": {...counts}}``."""
-    return dict(event)
+    fields..., "summary": {...counts}}``, every string in it redacted
+    (:func:`cuda13_upgrade.redact.redact`)."""
+    return redact(dict(event))
 
 
 def body(event: Mapping[str, Any], fmt: str) -> bytes:
@@ -498,6 +511,12 @@ def body(event: Mapping[str, Any], fmt: str) -> bytes:
 Post = Callable[[str, bytes, Mapping[str, str], float], int]
 
 
+def _clean(url: str) -> str:
+    """The URL :func:`http_post` requests: its userinfo and fragment left out."""
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, parts.query, ""))
+
+
 def http_post(url: str, data: bytes, headers: Mapping[str, str], timeout_s: float) -> int:
     """POST ``data`` to ``url`` (urllib, the environment's proxy settings); a ``user:password@`` in
     the URL is sent as HTTP basic authentication. Returns the HTTP status (2xx). Raises OSError when
@@ -507,14 +526,45 @@ def http_post(url: str, data: bytes, headers: Mapping[str, str], timeout_s: floa
     if parts.username is not None:
         pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
         headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode("ascii")
-    clean = urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, parts.query, ""))
-    request = urllib.request.Request(clean, data=data, headers=headers, method="POST")
+    request = urllib.request.Request(_clean(url), data=data, headers=headers, method="POST")
     with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310 - http(s) only (parse)
         response.read(65536)
         return int(response.status)
 
 
-def _error_text(exc: BaseException, timeout_s: float, url: str) -> str:
+def _secrets(urls: Sequence[str]) -> list[tuple[str, str]]:
+    """Each URL's forms an error text may quote (as given, as requested by :func:`http_post`,
+    its path and query; each also as ``repr`` writes it) with what replaces them, longest
+    first."""
+    pairs: dict[str, str] = {}
+    for url in urls:
+        shown = redact_url(url)
+        forms = [url, url.strip()]
+        try:
+            parts = urlsplit(url.strip())
+            forms.append(_clean(url.strip()))
+            selector = parts.path + (f"?{parts.query}" if parts.query else "")
+            if parts.path not in ("", "/"):
+                pairs.setdefault(selector, MASK)
+                pairs.setdefault(repr(selector)[1:-1], MASK)
+        except ValueError:
+            pass
+        for form in forms:
+            if form:
+                pairs[form] = shown
+                pairs[repr(form)[1:-1]] = shown
+    return sorted(pairs.items(), key=lambda pair: len(pair[0]), reverse=True)
+
+
+def mask_urls(text: str, urls: Sequence[str]) -> str:
+    """``text`` (an error's) with every form of each of ``urls`` (:func:`_secrets`) masked, then
+    :func:`cuda13_upgrade.redact.redact_text`."""
+    for secret, shown in _secrets(urls):
+        text = text.replace(secret, shown)
+    return redact_text(text)
+
+
+def _error_text(exc: BaseException, timeout_s: float, urls: Sequence[str]) -> str:
     if isinstance(exc, urllib.error.HTTPError):
         try:
             said = exc.read(200).decode("utf-8", "replace").strip()
@@ -527,7 +577,7 @@ def _error_text(exc: BaseException, timeout_s: float, url: str) -> str:
             text = f"no answer within {timeout_s:g} s (timeout_s)"
         else:
             text = str(reason) or type(reason).__name__
-    return redact_text(text.replace(url, redact_url(url)))
+    return mask_urls(text, urls)
 
 
 def send_all(
@@ -552,6 +602,7 @@ def send_all(
         events = [events]
     events = list(events)
     post = post or http_post
+    urls = [t.url for t in targets]
     deadline = clock() + float(timeout_s)
     lock = threading.Lock()
     done: list[list[dict[str, Any]]] = [[] for _ in targets]
@@ -574,7 +625,7 @@ def send_all(
                 record.update(
                     status="failed",
                     code=code if isinstance(code, int) else None,
-                    error=_error_text(exc, timeout_s, target.url),
+                    error=_error_text(exc, timeout_s, urls),
                 )
             record["elapsed_s"] = round(clock() - start, 3)
             with lock:

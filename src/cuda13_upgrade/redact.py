@@ -23,7 +23,8 @@ A mapping under a key ``environment`` (a process's or unit's environment as a di
 keeps only the values of :data:`PLAIN_VARIABLES`. Under a key of :data:`SECRET_URL_KEYS`
 (``cuda13_notify``, the webhooks the rollout notifies, :mod:`cuda13_upgrade.notify`)
 every http(s) URL keeps only its scheme, host and port (:func:`redact_url`): any
-webhook's path may be its key. Nothing else is changed; a text
+webhook's path may be its key; a value that is not a clean http(s) URL keeps at most its
+scheme and host. Nothing else is changed; a text
 without secrets comes back equal, and :func:`redact` of a redacted value is the same
 value.
 """
@@ -129,19 +130,51 @@ def redact_environment(environment: Mapping[str, Any]) -> dict[str, Any]:
     return {k: (v if k in PLAIN_VARIABLES else MASK) for k, v in environment.items()}
 
 
+# The scheme of a value that looks like a URL (``https://``, a mistyped ``htps://``).
+_SCHEME = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://(?P<rest>.*)", re.DOTALL)
+# A host name, an IPv4 address or a bracketed IPv6 one, then anything (the port, the path...).
+_HOST = re.compile(
+    r"(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?)(?P<after>.*)", re.DOTALL
+)
+
+
+def _unsafe(text: str) -> bool:
+    """Whether ``text`` holds whitespace or a control character (C0, DEL, C1)."""
+    return any(c.isspace() or ord(c) < 32 or 127 <= ord(c) < 160 for c in text)
+
+
+def _masked_after_host(text: str) -> str:
+    """A value that is not a clean http(s) URL, as records show it: its scheme and host kept and
+    everything after the host masked (``htps://hooks.example.com/***``,
+    ``hooks.example.com/***``), or the whole value masked (``https://***``, ``***``) when no
+    host can be told apart: a userinfo (an ``@`` anywhere), whitespace or a control character.
+    A bare word (``slack``, ``5``) comes back as given."""
+    found = _SCHEME.fullmatch(text)
+    scheme, rest = (found.group("scheme"), found.group("rest")) if found else ("", text)
+    prefix = f"{scheme}://" if scheme and not _unsafe(scheme) else ""
+    host = _HOST.fullmatch(rest)
+    if "@" in rest or _unsafe(rest) or host is None:
+        return f"{prefix}{MASK}"
+    return f"{prefix}{host.group('host')}" + (f"/{MASK}" if host.group("after") else "")
+
+
 def redact_url(url: str) -> str:
     """A URL whose path is a secret, as records show it: ``scheme://host[:port]/***``
     (``https://hooks.slack.com/services/T0/B0/x`` -> ``https://hooks.slack.com/***``); its
     userinfo, path, query and fragment are left out. A URL with none of these comes back as
-    given; a text that is not an http(s) URL is left to :func:`redact_text`."""
+    given. A value that is not a clean http(s) URL (a bad port, a password with a ``/``, a
+    mistyped or missing scheme, whitespace or a control character) keeps at most its scheme and
+    host: ``https://hooks.example.com:99999/hook/x`` -> ``https://hooks.example.com/***``,
+    ``https://u:p/w@h.example/x`` -> ``https://***``, ``hooks.example.com/hook/x`` ->
+    ``hooks.example.com/***``; a bare word (``slack``) comes back as given."""
     text = str(url).strip()
     try:
         parts = urlsplit(text)
         port = parts.port
     except ValueError:
-        return redact_text(text)
-    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
-        return redact_text(text)
+        return _masked_after_host(text)
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname or _unsafe(text):
+        return _masked_after_host(text)
     host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
     base = f"{parts.scheme}://{host}" + (f":{port}" if port is not None else "")
     if parts.path in ("", "/") and not parts.query and not parts.fragment and parts.username is None:

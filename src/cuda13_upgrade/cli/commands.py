@@ -430,7 +430,7 @@ def running_estimate(reports_dir: Path) -> dict[str, Any] | None:
     line += f" (updated {updated[11:16]} UTC, after {done} of {total} batches)" if updated else ""
     left = list(record.get("left_hosts") or [])
     if left:
-        line += f"; expected to be left for the next window: {', '.join(left)}"
+        line += f"; expected not to start in this run: {', '.join(left)}"
     return {
         "run_id": newest.name,
         "estimated_end": end,

@@ -97,8 +97,22 @@ def night(
     """The estimate of the plan's batches (:func:`cuda13_upgrade.estimate.schedule`) from the
     runs under ``reports_dir`` (this run's left out), starting ``now`` (None: the control
     node's clock), in the window and before ``cuda13_until`` of ``fleet``. Returns the schedule
-    with ``"hosts"``: :func:`cuda13_upgrade.estimate.host_estimates`' record."""
+    with ``"hosts"``: :func:`cuda13_upgrade.estimate.host_estimates`' record, ``"skipped"``: the
+    corrupt earlier results left out (:func:`cuda13_upgrade.estimate.history`; the lines begin
+    with :func:`cuda13_upgrade.estimate.skipped_line` for them). Raises nothing: on an
+    unexpected error it returns ``{"error": why, "lines": ["no estimate: <why>"]}`` (no
+    ``"hosts"``, so the rollout's start makes its own): an estimate never stops a plan."""
     now = now or datetime.now(UTC)
+    try:
+        return _night(the_plan, fleet, reports_dir, now)
+    except Exception as exc:  # noqa: BLE001 - an estimate never stops a plan
+        why = f"{type(exc).__name__}: {exc}"
+        return {"error": why, "lines": [f"no estimate: {why}"]}
+
+
+def _night(
+    the_plan: Mapping[str, Any], fleet: Mapping[str, Any], reports_dir: str | Path | None, now: datetime
+) -> dict[str, Any]:
     by_host = {r["host"]: r for r in the_plan.get("hosts") or []}
     infos = []
     for batch in the_plan.get("batches") or []:
@@ -113,7 +127,12 @@ def night(
                     "staged": r.get("path") == plan.STAGED,
                 }
             )
-    records = estimate.history(reports_dir, str(the_plan.get("run_id") or "")) if reports_dir else []
+    skipped: list[dict[str, str]] = []
+    records = (
+        estimate.history(reports_dir, str(the_plan.get("run_id") or ""), skipped=skipped)
+        if reports_dir
+        else []
+    )
     per_host = estimate.host_estimates(infos, records)
     soaks = [r.get("soak_s") for r in by_host.values() if r.get("soak_s") is not None]
     until_at = fleet.get("until_at")
@@ -129,7 +148,15 @@ def night(
         )
     except ValueError:  # a bad window: the start gate refused the run already
         scheduled = estimate.schedule(the_plan.get("batches") or [], per_host, now=now, until=until)
-    return {**scheduled, "hosts": per_host, "window": fleet.get("window") or {}, "until_at": until_at or ""}
+    note = estimate.skipped_line(skipped)
+    return {
+        **scheduled,
+        "lines": ([note] if note else []) + scheduled["lines"],
+        "skipped": skipped,
+        "hosts": per_host,
+        "window": fleet.get("window") or {},
+        "until_at": until_at or "",
+    }
 
 
 def rollout(
