@@ -126,9 +126,12 @@ def faulty_server(venv_cu130, no_ld_conf, tmp_path_factory):
     scenario.write_text(
         json.dumps(
             {
-                "rates_tok_s": {"cu130": {"plain": 400.0}},
+                # The default scenario's request length (92.6 tok/s, 150 ms TTFT: about 0.3 s
+                # for 16 tokens), so the 8 requests released together overlap on a loaded
+                # machine too: the fault depends on how many run at once.
+                "rates_tok_s": {"cu130": {"plain": 92.6}},
                 "noise_pct": 1.0,
-                "ttft_ms": 5,
+                "ttft_ms": 150,
                 "startup_s": 0.1,
                 "tokens": {"cu130": {"zeros_from_batch": 4}},
             }
@@ -159,7 +162,9 @@ def test_the_probe_script_finds_the_simulated_batch_fault(faulty_server):
     (together,) = document["batched"]
     assert together["batch_size"] == 8
     assert [a["prompt_index"] for a in together["outputs"]] == list(range(8))
+    # Request k (1-based) of those running together gets zeros from the 4th on; 3 wrong
+    # answers of 8 are more than the probe's 75% rule allows.
     zeros = [a for a in together["outputs"] if a["output_ids"] == [0] * 16]
-    assert len(zeros) >= 5, together
+    assert len(zeros) >= 3, together
     record = probe.compare_batched(alone, document["batched"], old=alone, profile="plain")
     assert record["passed"] is False and "in a batch of 8" in record["reason"]
