@@ -24,6 +24,16 @@ def notify_value(hostvars, hosts):
     return inventory_value(hostvars, hosts, notify.OPTION)
 
 
+def _profile_count(host_vars):
+    """The number of ``cuda13_profiles`` a host's inventory gives, or None when it gives none or
+    not a list (the preflight refuses that; the estimate counts it unknown)."""
+    try:
+        value = host_vars.get("cuda13_profiles")
+    except Exception:  # noqa: BLE001 - a value that cannot be templated: unknown here
+        return None
+    return len(value) if isinstance(value, list) and value else None
+
+
 def say_unsent(records):
     """A line for each notification that could not be sent (the rollout goes on)."""
     for line in notify.failure_lines(records):
@@ -59,6 +69,8 @@ class ActionModule(StepAction):
                 started=args["started"] or None,
                 # Check mode tells no webhook: nothing happens to tell.
                 tell=args["notify"] and not self._task.check_mode,
+                # The estimate's default without a plan (rollout --yes) counts each host's profiles.
+                profiles={h: _profile_count(hostvars[h]) for h in play_hosts},
             )
             say_unsent(gate["notified"])
             if gate["failures"]:

@@ -22,6 +22,9 @@ class ActionModule(StepAction):
 
     def run_step(self, host, args, task_vars):
         directory = run_dir({"cuda13_reports_dir": args["reports_dir"]}, args["run_id"])
+        if not self._task.check_mode:
+            # The estimate of the night against what it took (estimate.json, the summary's section).
+            fleet.close_estimate(directory)
         summary = fleet_summary(directory, args["hosts"], args["not_started"] or None)
         if args["notify"] and not self._task.check_mode:
             # The run's end, once per run whose start was told (cuda13_notify; its URLs read from

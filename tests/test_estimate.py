@@ -244,6 +244,63 @@ def test_the_rollout_tells_and_updates_the_estimated_end(tmp_path):
     (run_dir / "run.json").write_text("{}")
     assert running_estimate(tmp_path) is None  # the run ended
 
+    # The report play closes the estimate: batch 2 ended at 01:54:30 (22 min; estimated 1242 s).
+    closed = fleet.close_estimate(run_dir, "2026-12-06T01:54:30Z")
+    assert closed["ended_at"] == "2026-12-06T01:54:30Z"
+    assert [(r["number"], r["estimated_s"], r["measured_s"], r["error_pct"]) for r in closed["measured"]] == [
+        (1, 1542.0, 2400.0, -35.8),  # 1242 s + the 300 s soak, against 40 min
+        (2, 1242.0, 1320.0, -5.9),
+    ]
+    assert closed["run"] == {
+        "estimated_s": 2784.0,  # 00:52:00 to 01:38:24
+        "measured_s": 3750.0,
+        "error_pct": -25.8,
+        "estimated_end": "2026-12-06T01:38:24Z",
+        "ended_at": "2026-12-06T01:54:30Z",
+    }
+    assert json.loads((run_dir / "estimate.json").read_text())["measured"] == closed["measured"]
+    assert fleet.close_estimate(run_dir, "2026-12-06T03:00:00Z") == closed  # closed once
+    assert estimate.measured_lines(closed) == [
+        "",
+        "## How long the run took",
+        "",
+        "- the run: estimated at its start ~47 min (end 01:38 UTC), took 1 h 03 min (ended 01:54 UTC;"
+        " estimate -26 %)",
+        "- batch 1 (gpu-node-01): estimated ~26 min (rough default), took 40 min 00 s (estimate -36 %)",
+        "- batch 2 (gpu-node-02, gpu-node-03): estimated ~21 min (rough default), took 22 min 00 s"
+        " (estimate -6 %)",
+    ]
+
+
+def test_the_summary_says_how_long_the_run_took_and_survives_a_damaged_estimate(tmp_path):
+    from cuda13_upgrade.summary import fleet_summary
+
+    run_dir = tmp_path / "20261206T005200Z"
+    _write_result(tmp_path, run_dir.name, "gpu-node-01", {"toolkit": 10, "verify": 10})
+    estimate.save(
+        run_dir,
+        {
+            "batches": [
+                {"number": 1, "hosts": ["gpu-node-01"], "estimated_s": 600.0, "sources": [{"host": "x"}]}
+            ],
+            "started_at": "2026-12-06T00:52:00Z",
+            "start_estimated_end": "2026-12-06T01:02:00Z",
+            "current": {"hosts": ["gpu-node-01"], "started_at": "2026-12-06T00:52:10Z"},
+        },
+    )
+    fleet.close_estimate(run_dir, "2026-12-06T01:12:10Z")
+    markdown = fleet_summary(run_dir, ["gpu-node-01"])["markdown"]
+    assert "## How long the run took" in markdown
+    assert (
+        "- batch 1 (gpu-node-01): estimated ~10 min (rough default), took 20 min 00 s (estimate -50 %)"
+        in (markdown)
+    )
+    # A record edited by hand or cut short: the summary is still written, without the section.
+    for damaged in ('{"measured": [{"number": 1}]}', '{"measured": "x"}', "[1, 2]", "{"):
+        (run_dir / "estimate.json").write_text(damaged)
+        assert "## How long the run took" not in fleet_summary(run_dir, ["gpu-node-01"])["markdown"]
+        fleet.close_estimate(run_dir, "2026-12-06T01:12:10Z")
+
 
 def _corrupt(reports: Path, run_id: str, host: str, **changes):
     """A good result of ``host`` in ``run_id`` with ``changes`` applied (``steps_0``: the first
@@ -352,3 +409,23 @@ def test_a_past_cuda13_until_says_no_batch_starts_not_the_next_window():
         "cuda13_until (2026-12-06T01:52:00Z) comes before the window opens: no batch is expected to start;"
         " batch 1 (hosts h1) is not upgraded in this run"
     )
+
+
+def test_a_rollout_without_a_plan_counts_each_host_s_profiles_from_the_inventory(tmp_path):
+    run_id = "20261206T005200Z"
+    (tmp_path / run_id).mkdir()
+    hosts = ["gpu-node-01", "gpu-node-02"]
+    gate = fleet.start(
+        hosts,
+        {h: {"cuda13_serial": [1, 1]} for h in hosts},
+        run_id=run_id,
+        reports_dir=tmp_path,
+        use_breaker=True,
+        started="2026-12-06T00:52:00Z",
+        profiles={"gpu-node-01": 2, "gpu-node-02": "two"},  # a value the preflight refuses: unknown
+    )
+    per_host = gate["estimate"]["hosts"]
+    assert per_host["gpu-node-01"]["seconds"] == estimate.default_seconds(profiles=2) == 1584.0
+    assert "2 profiles" in per_host["gpu-node-01"]["text"]
+    assert per_host["gpu-node-02"]["seconds"] == estimate.default_seconds(profiles=1)
+    assert "profiles unknown" in per_host["gpu-node-02"]["text"]

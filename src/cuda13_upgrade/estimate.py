@@ -547,3 +547,116 @@ def load(run_dir: str | Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return record if isinstance(record, dict) else {}
+
+
+def _error_pct(estimated_s: float, measured_s: float) -> float | None:
+    """The estimate's error in percent of the measured time (``+50.0``: estimated 1.5 times as
+    long), None when nothing was measured."""
+    if measured_s <= 0:
+        return None
+    return round((estimated_s - measured_s) / measured_s * 100.0, 1)
+
+
+def _seconds_text(seconds: float) -> str:
+    """``75`` -> ``"1 min 15 s"``, ``42`` -> ``"42 s"``, ``3900`` -> ``"1 h 05 min"``: a measured
+    time, to the second under an hour."""
+    whole = int(round(seconds))
+    if whole >= 3600:
+        return minutes(whole)
+    mins, secs = divmod(whole, 60)
+    return f"{mins} min {secs:02d} s" if mins else f"{secs} s"
+
+
+def close(record: Mapping[str, Any], ended_at: datetime) -> dict[str, Any]:
+    """``estimate.json``'s record at the run's end (the report play): the batch still running
+    (``current``) ended at ``ended_at`` (aware), and each batch that ran gets its estimate from
+    the run's start against what it took.
+
+    Adds ``"ended_at"`` (ISO 8601) and ``"measured"``: ``[{"number", "hosts", "estimated_s",
+    "measured_s", "error_pct", "sources"}]`` per batch that ran, in order (``error_pct``:
+    estimated minus measured, in percent of measured; ``estimated_s`` with the soak between
+    batches, as :func:`schedule` counts it), and ``"run"``: ``{"estimated_s", "measured_s",
+    "error_pct", "estimated_end", "ended_at"}`` from the start's estimated end (None without
+    one). A record already closed, or one whose times cannot be read, is returned as it is."""
+    out = dict(record)
+    if out.get("ended_at"):
+        return out
+    done = [d for d in out.get("done") or [] if isinstance(d, Mapping)]
+    current = out.get("current")
+    if isinstance(current, Mapping) and current.get("started_at"):
+        done.append({**current, "ended_at": _iso(ended_at)})
+    rows = [r for r in out.get("batches") or [] if isinstance(r, Mapping)]
+    measured: list[dict[str, Any]] = []
+    for took in done:
+        row = next((r for r in rows if list(r.get("hosts") or []) == list(took.get("hosts") or [])), None)
+        began, ended = _time(took.get("started_at")), _time(took.get("ended_at"))
+        if row is None or began is None or ended is None:
+            continue
+        seconds = max(0.0, (ended - began).total_seconds())
+        estimated = float(row.get("estimated_s") or 0.0)
+        measured.append(
+            {
+                "number": row.get("number"),
+                "hosts": list(row.get("hosts") or []),
+                "estimated_s": estimated,
+                "measured_s": round(seconds, 1),
+                "error_pct": _error_pct(estimated, seconds),
+                "sources": [dict(s) for s in row.get("sources") or [] if isinstance(s, Mapping)],
+            }
+        )
+    run: dict[str, Any] | None = None
+    started, planned_end = _time(out.get("started_at")), _time(out.get("start_estimated_end"))
+    first = _time(done[0].get("started_at")) if done else None
+    if started and planned_end and first:
+        estimated_s = (planned_end - started).total_seconds()
+        measured_s = max(0.0, (ended_at - started).total_seconds())
+        run = {
+            "estimated_s": round(estimated_s, 1),
+            "measured_s": round(measured_s, 1),
+            "error_pct": _error_pct(estimated_s, measured_s),
+            "estimated_end": _iso(planned_end),
+            "ended_at": _iso(ended_at),
+        }
+    out.update(done=done, current=None, ended_at=_iso(ended_at), measured=measured, run=run)
+    return out
+
+
+_MEASURED_LABELS = {
+    HISTORY: "from earlier runs",
+    SIMILAR: "from a like host's earlier run",
+    STAGE: "from the stage run",
+    DEFAULT: "rough default",
+}
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:+.0f} %"
+
+
+def measured_lines(record: Mapping[str, Any]) -> list[str]:
+    """The summary's section ``## How long the run took`` from a :func:`close`\\ d record: the
+    run's estimated against measured time, then one line per batch that ran (``batch 2
+    (gpu-node-02, gpu-node-03): estimated ~25 min (from earlier runs), took 21 min 40 s
+    (estimate +15 %)``, the sources of its hosts' figures named once each); ``[]`` when no
+    batch's time was measured."""
+    rows = [r for r in record.get("measured") or [] if isinstance(r, Mapping)]
+    if not rows:
+        return []
+    out = ["", "## How long the run took", ""]
+    run = record.get("run")
+    if isinstance(run, Mapping):
+        now = _time(run.get("ended_at")) or datetime.now(UTC)
+        planned, ended = _time(run.get("estimated_end")), _time(run.get("ended_at"))
+        out.append(
+            f"- the run: estimated at its start ~{minutes(run['estimated_s'])} (end"
+            f" {_clock(planned, now) if planned else '?'}), took {_seconds_text(run['measured_s'])}"
+            f" (ended {_clock(ended, now) if ended else '?'}; estimate {_pct(run.get('error_pct'))})"
+        )
+    for row in rows:
+        kinds = [s.get("source") if s.get("source") in SOURCES else DEFAULT for s in row["sources"]]
+        sources = ", ".join(_MEASURED_LABELS[k] for k in SOURCES if k in kinds) or _MEASURED_LABELS[DEFAULT]
+        out.append(
+            f"- batch {row['number']} ({', '.join(row['hosts'])}): estimated ~{minutes(row['estimated_s'])}"
+            f" ({sources}), took {_seconds_text(row['measured_s'])} (estimate {_pct(row['error_pct'])})"
+        )
+    return out

@@ -28,7 +28,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from cuda13_upgrade import notify, ondemand, reportfiles, timeline
+from cuda13_upgrade import estimate, notify, ondemand, reportfiles, timeline
 from cuda13_upgrade import soak as soak_module
 from cuda13_upgrade.chart import plain_median, render_chart
 from cuda13_upgrade.hostresult import NOT_REACHED, STATUS_TEXT, load_results, load_run_record
@@ -786,7 +786,9 @@ def fleet_summary(
     ``not_started.json`` in the run's directory; when None, that file is read,
     so a later summary (the command's, after ``run.json``) keeps the reason.
 
-    ``summary.md`` ends with the run's notifications (``## Notifications``, from
+    ``summary.md`` then says how long a rollout took against its estimate (``## How long the
+    run took``, from a closed ``estimate.json``: :func:`cuda13_upgrade.estimate.measured_lines`)
+    and ends with the run's notifications (``## Notifications``, from
     ``notifications.json``: :func:`cuda13_upgrade.notify.summary_lines`) when it sent any.
 
     Also writes the run's Prometheus metrics, ``cuda13_upgrade.prom``
@@ -830,9 +832,16 @@ def fleet_summary(
         results.append(result)
     results = apply_not_started(results, not_started)
     rows = summary_rows(results)
-    # The run's notifications (cuda13_notify): where they went, and each send that failed.
+    # The estimate of the night against what each batch took (a rollout's estimate.json, closed
+    # by the report play), then the run's notifications (cuda13_notify): where they went, and
+    # each send that failed.
+    try:
+        took = estimate.measured_lines(estimate.load(run))
+    except (TypeError, ValueError, KeyError, AttributeError):
+        took = []  # a damaged estimate.json: the summary goes on without the section
     told = notify.summary_lines(run)
-    markdown = redact(render_markdown(run.name, rows) + ("\n".join(told) + "\n" if told else ""))
+    tail = [*took, *told]
+    markdown = redact(render_markdown(run.name, rows) + ("\n".join(tail) + "\n" if tail else ""))
     md_path, json_path, png_path = run / "summary.md", run / "summary.json", run / "summary.png"
     summary_json = redact(json.dumps({"run_id": run.name, "rows": rows}, indent=2) + "\n")
     # The chart shows the rows and nothing else: drawn again only when they changed (the

@@ -271,8 +271,11 @@ def start(
     started: Any = None,
     tell: bool = False,
     post: notify.Post | None = None,
+    profiles: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The ``start`` gate (see the module docstring). ``tell``: send the run's start (or the
+    """The ``start`` gate (see the module docstring). ``profiles``: per host, its
+    ``cuda13_profiles`` count from the inventory, for the estimate when the run has no plan
+    (``rollout --yes``); a count that is not a positive int is unknown. ``tell``: send the run's start (or the
     breaker's refusal) to ``cuda13_notify``'s webhooks (the rollout; not the plan); ``post``:
     :func:`cuda13_upgrade.notify.send_all`'s. Returns ``{"fleet": plan, "breaker": verdict or
     None, "failures": [message], "not_started": record or None, "lines": [line to print],
@@ -291,7 +294,7 @@ def start(
             "before_any_change": True,
         }
     the_estimate, no_estimate = (
-        _start_estimate(the_plan, Path(reports_dir) / run_id, run_id)
+        _start_estimate(the_plan, Path(reports_dir) / run_id, run_id, profiles)
         if use_breaker and not failures and not_started is None
         else (None, "")
     )
@@ -359,7 +362,7 @@ def _until(fleet: Mapping[str, Any]) -> datetime | None:
 
 
 def _start_estimate(
-    fleet: Mapping[str, Any], run_dir: Path, run_id: str
+    fleet: Mapping[str, Any], run_dir: Path, run_id: str, profiles: Mapping[str, Any] | None = None
 ) -> tuple[dict[str, Any] | None, str]:
     """The rollout's estimate at its start (the module's docstring), written to ``estimate.json``
     when the run's report directory exists (else the first batch gate writes it), and ``""``:
@@ -377,7 +380,14 @@ def _start_estimate(
             per_host = made["hosts"]
             soak_s = made.get("soak_s", estimate.SOAK_S)
         else:
-            hosts = [{"host": h, "gpu_model": "", "profiles": None} for b in fleet["batches"] for h in b]
+            counts = {
+                h: n
+                for h, n in (profiles or {}).items()
+                if isinstance(n, int) and not isinstance(n, bool) and n > 0
+            }
+            hosts = [
+                {"host": h, "gpu_model": "", "profiles": counts.get(h)} for b in fleet["batches"] for h in b
+            ]
             per_host = estimate.host_estimates(hosts, estimate.history(run_dir.parent, run_id))
             soak_s = estimate.SOAK_S
         started = _instant(fleet.get("started"), "the run's start")
@@ -397,6 +407,9 @@ def _start_estimate(
             "done": [],
             "current": None,
             "updated_at": _iso(started),
+            # What the start said, kept for the run's end (estimate.close).
+            "started_at": _iso(started),
+            "start_estimated_end": scheduled["estimated_end"],
         }
     except (ValueError, KeyError, TypeError, OverflowError, ArithmeticError) as exc:
         why = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
@@ -556,6 +569,23 @@ def end(
     events, state = _batch_events(run_id, state, done, statuses, at)
     events.append(notify.end_event(run_id, statuses, report, at=at))
     return _tell(run_dir, setting, events, {**state, "ended": True}, post)
+
+
+def close_estimate(run_dir: str | Path, now: Any = None) -> dict[str, Any] | None:
+    """The run's end (the report play) in its ``estimate.json``: the batch still running ended
+    ``now`` (None: the control node's clock), each batch that ran measured against its estimate
+    (:func:`cuda13_upgrade.estimate.close`). Returns the closed record, or None when the run has
+    no estimate (not a rollout, or none could be made) or it cannot be written; never raises for
+    a damaged record."""
+    record = estimate.load(run_dir)
+    if not record or record.get("ended_at"):
+        return record or None
+    try:
+        closed = estimate.close(record, _clock(now)())
+        estimate.save(run_dir, closed)
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    return closed
 
 
 def _clock(now: Any) -> Callable[[], datetime]:
