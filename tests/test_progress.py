@@ -417,3 +417,54 @@ def test_a_batch_the_gate_never_started_prints_no_batch_line():
         "gpu-node-02: not reached (0 kept, 1 rolled back, 0 failed, 0 running, 0 waiting, 1 not reached)"
         in lines
     )
+
+
+def test_a_batch_held_for_alerts_is_said_while_it_waits():
+    """The batch gate's lines while Prometheus's alerts hold a batch (display lines: ansible-runner's
+    verbose events) are printed at once, and the live view's rollout line shows the last one until
+    the gate decides."""
+
+    def event(kind, second, **data):
+        return {"event": kind, "created": f"2026-12-02T10:00:{second:02d}.000000", "event_data": data}
+
+    def verbose(second, text):
+        return {"event": "verbose", "created": f"2026-12-02T10:00:{second:02d}.000000", "stdout": text}
+
+    upgrade = "Upgrade, verify, keep or roll back"
+    common = {
+        "host": "gpu-node-01",
+        "task": "Start the batch only within the failure budget and inside the window",
+        "play_pattern": "blackwell",
+        "task_action": "cuda13_fleet",
+    }
+    where = "Prometheus http://127.0.0.1:9090, cuda13_block_on_alerts"
+    waits = (
+        f"the batch gpu-node-01 waits: 1 active alert ({where}): NodeDiskPressure (firing since"
+        " 2026-12-02T09:58:00Z); asking again in 30 s"
+    )
+    cleared = f"the alerts cleared after 31 s: the batch gpu-node-01 starts ({where})"
+    events = [
+        event("playbook_on_play_start", 0, play=upgrade, play_pattern="blackwell"),
+        event("runner_on_start", 1, **common),
+        verbose(2, waits),
+        verbose(3, "an unrelated line: not said"),
+    ]
+    view, lines = _plain(events, serial=1)
+    assert lines == [f"== {upgrade}", waits]
+    live = progress.RunProgress(io.StringIO(), live=True, serial=1, clock=lambda: _at(events[-1]))
+    for e in events:
+        live(e)
+    assert live.header().endswith(f" · {waits}")
+    for e in [
+        verbose(33, cleared),
+        event("runner_on_ok", 33, **common, res={"start": True, "not_started": None}),
+    ]:
+        live(e)
+        view(e)
+    assert "waits" not in live.header() and "cleared" not in live.header()
+    _, lines = _plain([*events, verbose(33, cleared)], serial=1)
+    assert lines == [f"== {upgrade}", waits, cleared]
+    assert progress.alert_gate_line(
+        "Prometheus cannot be asked for its alerts (GET http://127.0.0.1:9/api/v1/alerts: connection refused);"
+        " cuda13_block_on_alerts on_unreachable is proceed: the batch gpu-node-01 starts"
+    )

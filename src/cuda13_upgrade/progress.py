@@ -64,6 +64,21 @@ _TRIAL_LINE = re.compile(
 )
 
 
+#: The batch gate's lines while it waits for Prometheus's alerts (cuda13_upgrade.steps.fleet,
+#: ``_hold_for_alerts``): said at once, before the batch's hosts begin.
+_ALERT_GATE_LINE = re.compile(
+    r"^(the batch .+ waits: \d+ active alerts? \("
+    r"|the alerts cleared after \d+ s: the batch "
+    r"|Prometheus cannot be asked for its alerts \(.*on_unreachable is proceed: the batch )"
+)
+
+
+def alert_gate_line(line: str) -> bool:
+    """Whether ``line`` is the batch gate's word on Prometheus's alerts (``"the batch gpu-node-02
+    waits: 1 active alert (Prometheus http://127.0.0.1:9090, cuda13_block_on_alerts): ..."``)."""
+    return bool(_ALERT_GATE_LINE.match(line.strip()))
+
+
 def trial_of_line(line: str) -> tuple[str, float] | None:
     """``(host, tok/s)`` of a measuring step's trial line (``"gpu-node-01: plain (candidate) trial 7:
     96.1 tok/s"``, cuda13_upgrade.actionbase.trial_line), else None."""
@@ -474,6 +489,8 @@ class RunProgress(Progress):
         # The rollout's estimated end (ISO 8601), as the last batch gate updated it (cuda13_fleet's
         # "estimate", cuda13_upgrade.estimate), or None.
         self.estimated_end: str | None = None
+        # The batch gate's last word on Prometheus's alerts while it holds a batch (live view).
+        self.gate_notice: str | None = None
         self.finished = False
         self._play: str | None = None
         self._at: float | None = None  # the time of the event being handled
@@ -563,6 +580,12 @@ class RunProgress(Progress):
                         self._line(at, text)
             if kind == "verbose":
                 for line in str(event.get("stdout") or "").splitlines():
+                    if alert_gate_line(line):
+                        # A batch held for alerts: said now, not once the batch starts.
+                        self.gate_notice = line.strip()
+                        if not self.live:
+                            self._line(at, line.strip())
+                        continue
                     found = trial_of_line(line)
                     if found and found[0] in self.views:
                         self._commit_pending(found[0])
@@ -644,6 +667,7 @@ class RunProgress(Progress):
             view.task = task or view.task
         gate = res.get("not_started") if action == "cuda13_fleet" else None
         if kind in ("runner_on_ok", "runner_on_failed") and action == "cuda13_fleet":
+            self.gate_notice = None  # the gate has decided
             held, self._gated_batch_line = self._gated_batch_line, None
             if isinstance(gate, Mapping) or kind == "runner_on_failed":
                 self.batch = max(0, self.batch - 1)  # this batch never started
@@ -831,6 +855,8 @@ class RunProgress(Progress):
             parts.append(f"elapsed {format_duration(max(0.0, at - self.started))}")
         if self.estimated_end and not self.finished:
             parts.append(f"estimated end {self.estimated_end[11:16]} UTC")
+        if self.gate_notice and not self.finished:
+            parts.append(self.gate_notice)
         return " · ".join(parts)
 
     def renderable(self) -> Any:
