@@ -24,14 +24,22 @@ def notify_value(hostvars, hosts):
     return inventory_value(hostvars, hosts, notify.OPTION)
 
 
-def _profile_count(host_vars):
-    """The number of ``cuda13_profiles`` a host's inventory gives, or None when it gives none or
-    not a list (the preflight refuses that; the estimate counts it unknown)."""
-    try:
-        value = host_vars.get("cuda13_profiles")
-    except Exception:  # noqa: BLE001 - a value that cannot be templated: unknown here
-        return None
-    return len(value) if isinstance(value, list) and value else None
+def _estimate_inputs(host_vars):
+    """``{"profiles": the number of cuda13_profiles, "soak_s": cuda13_soak_seconds}`` as a host's
+    inventory gives them, each None when it gives none or a value that cannot be read here (the
+    preflight refuses a bad one; the estimate counts it unknown)."""
+    out = {}
+    for key, name in (("profiles", "cuda13_profiles"), ("soak_s", "cuda13_soak_seconds")):
+        try:
+            value = host_vars.get(name)
+        except Exception:  # noqa: BLE001 - a value that cannot be templated: unknown here
+            value = None
+        if key == "profiles":
+            value = len(value) if isinstance(value, list) and value else None
+        elif isinstance(value, str) and value.strip().isdigit():
+            value = int(value)
+        out[key] = value
+    return out
 
 
 def say_unsent(records):
@@ -69,8 +77,8 @@ class ActionModule(StepAction):
                 started=args["started"] or None,
                 # Check mode tells no webhook: nothing happens to tell.
                 tell=args["notify"] and not self._task.check_mode,
-                # The estimate's default without a plan (rollout --yes) counts each host's profiles.
-                profiles={h: _profile_count(hostvars[h]) for h in play_hosts},
+                # What the estimate takes from the inventory without a plan (rollout --yes).
+                inventory={h: _estimate_inputs(hostvars[h]) for h in play_hosts},
             )
             say_unsent(gate["notified"])
             if gate["failures"]:

@@ -18,12 +18,14 @@ class ActionModule(StepAction):
         "not_started": {"type": "dict", "default": {}},
         "show": {"type": "bool", "default": False},
         "notify": {"type": "bool", "default": False},
+        "close_estimate": {"type": "bool", "default": False},
     }
 
     def run_step(self, host, args, task_vars):
         directory = run_dir({"cuda13_reports_dir": args["reports_dir"]}, args["run_id"])
-        if not self._task.check_mode:
-            # The estimate of the night against what it took (estimate.json, the summary's section).
+        if args["close_estimate"] and not self._task.check_mode:
+            # The run's end (the report play, not a host's summary after its batch): the estimate
+            # of the night against what it took (estimate.json, the summary's section).
             fleet.close_estimate(directory)
         summary = fleet_summary(directory, args["hosts"], args["not_started"] or None)
         if args["notify"] and not self._task.check_mode:

@@ -10,6 +10,8 @@ import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 from cuda13_upgrade import estimate, hostresult
 from cuda13_upgrade.cli.commands import running_estimate
 from cuda13_upgrade.steps import fleet, planning
@@ -411,7 +413,7 @@ def test_a_past_cuda13_until_says_no_batch_starts_not_the_next_window():
     )
 
 
-def test_a_rollout_without_a_plan_counts_each_host_s_profiles_from_the_inventory(tmp_path):
+def test_a_rollout_without_a_plan_takes_profiles_and_soak_from_the_inventory(tmp_path):
     run_id = "20261206T005200Z"
     (tmp_path / run_id).mkdir()
     hosts = ["gpu-node-01", "gpu-node-02"]
@@ -422,10 +424,144 @@ def test_a_rollout_without_a_plan_counts_each_host_s_profiles_from_the_inventory
         reports_dir=tmp_path,
         use_breaker=True,
         started="2026-12-06T00:52:00Z",
-        profiles={"gpu-node-01": 2, "gpu-node-02": "two"},  # a value the preflight refuses: unknown
+        # A value the preflight refuses is unknown here.
+        inventory={"gpu-node-01": {"profiles": 2, "soak_s": 10}, "gpu-node-02": {"profiles": "two"}},
     )
     per_host = gate["estimate"]["hosts"]
     assert per_host["gpu-node-01"]["seconds"] == estimate.default_seconds(profiles=2) == 1584.0
     assert "2 profiles" in per_host["gpu-node-01"]["text"]
     assert per_host["gpu-node-02"]["seconds"] == estimate.default_seconds(profiles=1)
     assert "profiles unknown" in per_host["gpu-node-02"]["text"]
+    # The soak between batches is the inventory's cuda13_soak_seconds, not the role's default.
+    assert gate["estimate"]["soak_s"] == 10
+    assert gate["estimate"]["batches"][0]["estimated_s"] == 1584.0 + 10
+
+
+# --- an estimate.json edited or damaged during the night -----------------------------------------
+
+# JSON numbers Python's json reads as inf or nan (json.loads accepts 1e999, Infinity and NaN).
+DAMAGED_NUMBERS = ["1e999", "-1e999", "Infinity", "NaN", '"abc"', "[1]", "-600"]
+
+
+def _started_run(tmp_path):
+    run_id = "20261206T005200Z"
+    (tmp_path / run_id).mkdir()
+    hosts = ["gpu-node-01", "gpu-node-02", "gpu-node-03"]
+    gate = fleet.start(
+        hosts,
+        {h: {"cuda13_serial": [1, 2]} for h in hosts},
+        run_id=run_id,
+        reports_dir=tmp_path,
+        use_breaker=True,
+        started="2026-12-06T00:52:00Z",
+    )
+    return tmp_path / run_id, hosts, gate
+
+
+def _damage(run_dir: Path, number: str, *keys) -> None:
+    """``estimate.json`` with the value at ``keys`` replaced by the JSON text ``number``."""
+    path = run_dir / "estimate.json"
+    record = json.loads(path.read_text())
+    inner = record
+    for key in keys[:-1]:
+        inner = inner[key]
+    inner[keys[-1]] = "DAMAGED"
+    path.write_text(json.dumps(record).replace('"DAMAGED"', number))
+
+
+@pytest.mark.parametrize("number", DAMAGED_NUMBERS)
+def test_a_damaged_host_time_in_estimate_json_never_stops_a_batch(tmp_path, number):
+    run_dir, hosts, gate = _started_run(tmp_path)
+    _damage(run_dir, number, "hosts", "gpu-node-01", "seconds")
+    decided = fleet.batch_gate(
+        gate["fleet"],
+        hosts=hosts,
+        batch=["gpu-node-01"],
+        active=hosts,
+        statuses={},
+        run_id=run_dir.name,
+        reports_dir=tmp_path,
+        run_hosts=hosts,
+        now="2026-12-06T00:52:30Z",
+    )
+    assert decided["start"] is True and "estimate" not in decided
+
+
+@pytest.mark.parametrize(
+    ("field", "number"),
+    [(f, n) for f in ("estimated_s", "measured_s", "error_pct") for n in DAMAGED_NUMBERS if n != "-600"],
+)
+def test_a_damaged_closed_estimate_leaves_the_summary_without_its_section(tmp_path, field, number):
+    from cuda13_upgrade.summary import fleet_summary
+
+    run_dir, hosts, gate = _started_run(tmp_path)
+    fleet.close_estimate(run_dir, "2026-12-06T01:54:30Z")
+    good = fleet_summary(run_dir, hosts)["markdown"]
+    assert "## How long the run took" not in good  # no batch ran: nothing measured
+    record = json.loads((run_dir / "estimate.json").read_text())
+    row = {
+        "number": 1,
+        "hosts": ["gpu-node-01"],
+        "estimated_s": 600.0,
+        "measured_s": 700.0,
+        "error_pct": -14.3,
+    }
+    record["measured"] = [{**row, "sources": [], field: "DAMAGED"}]
+    record["run"] = {**row, "estimated_end": record["estimated_end"], "ended_at": "2026-12-06T01:54:30Z"}
+    record["run"][field] = "DAMAGED"
+    (run_dir / "estimate.json").write_text(json.dumps(record).replace('"DAMAGED"', number))
+    markdown = fleet_summary(run_dir, hosts)["markdown"]
+    assert "took 11 min 40 s" not in markdown
+
+
+@pytest.mark.parametrize("number", DAMAGED_NUMBERS)
+def test_closing_a_damaged_estimate_never_raises(tmp_path, number):
+    run_dir, hosts, gate = _started_run(tmp_path)
+    fleet.batch_gate(
+        gate["fleet"],
+        hosts=hosts,
+        batch=["gpu-node-01"],
+        active=hosts,
+        statuses={},
+        run_id=run_dir.name,
+        reports_dir=tmp_path,
+        run_hosts=hosts,
+        now="2026-12-06T00:52:30Z",
+    )
+    _damage(run_dir, number, "batches", 0, "estimated_s")
+    closed = fleet.close_estimate(run_dir, "2026-12-06T01:54:30Z")
+    assert closed is not None and closed["measured"] == []
+    for broken in ('"done": 5', '"batches": 5', '"done": ["x"]'):
+        record = json.loads((run_dir / "estimate.json").read_text())
+        record.pop("ended_at")
+        key, value = broken.split(": ")
+        record[key.strip('"')] = json.loads(value)
+        assert estimate.close(record, NOW)["measured"] == []
+
+
+@pytest.mark.parametrize(
+    ("per_host", "soak_s", "message"),
+    [
+        ({"a": {"seconds": float("inf")}}, 0, "the estimate of host a is {'seconds': inf}, not a number of"),
+        ({"a": {"seconds": -600}}, 0, "the estimate of host a is {'seconds': -600}, not a number of seconds"),
+        ({"a": "1242"}, 0, "the estimate of host a is '1242', not a number of seconds from 0"),
+        ({"a": {"seconds": 1e15}}, 0, "the estimate runs past the calendar's end"),
+        ({"a": {"seconds": 600}}, "300", "soak_s '300' is not a number of seconds from 0"),
+    ],
+)
+def test_schedule_refuses_what_is_not_a_time_with_a_value_error(per_host, soak_s, message):
+    """schedule's one error is ValueError, which the gates catch: never OverflowError or
+    AttributeError from a damaged record."""
+    with pytest.raises(ValueError) as caught:
+        estimate.schedule([["a"], ["a"]], per_host, now=NOW, soak_s=soak_s)
+    assert str(caught.value).startswith(message)
+
+
+def test_a_measured_batch_that_ended_before_it_began_keeps_its_estimate_and_0_s_counts():
+    per_host = {h: {"seconds": 600.0, "source": "default", "text": h} for h in ("a", "b")}
+    backwards = [{"started_at": "2026-12-06T00:40:00Z", "ended_at": "2026-12-06T00:30:00Z"}]
+    got = estimate.schedule([["a"], ["b"]], per_host, now=NOW, soak_s=0, done=backwards)
+    assert got["batches"][0]["measured_s"] is None and got["batches"][0]["start"] == "2026-12-06T00:52:00Z"
+    zero = [{"started_at": "2026-12-06T00:40:00Z", "ended_at": "2026-12-06T00:40:00Z"}]
+    got = estimate.schedule([["a"], ["b"]], per_host, now=NOW, soak_s=0, done=zero)
+    assert got["batches"][0]["measured_s"] == 0.0 and got["estimated_end"] == "2026-12-06T01:02:00Z"

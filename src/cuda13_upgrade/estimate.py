@@ -225,8 +225,22 @@ def default_seconds(
     return prepare + restarts * RESTART_S + profiles * 2 * trials * TRIAL_S + profiles * GATE_SOAK_S
 
 
+def _seconds(value: Any) -> float | None:
+    """``value`` as a number of seconds (a finite int or float from 0, not a bool), else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        seconds = float(value)
+    except OverflowError:  # an int too large for a float
+        return None
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
 def minutes(seconds: float) -> str:
-    """``1290`` -> ``"22 min"``, ``4500`` -> ``"1 h 15 min"`` (rounded up to the minute)."""
+    """``1290`` -> ``"22 min"``, ``4500`` -> ``"1 h 15 min"`` (rounded up to the minute). Raises
+    ValueError for a value that is not a finite number (``inf``: a ``1e999`` read from JSON)."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not math.isfinite(seconds):
+        raise ValueError(f"{seconds!r} is not a number of seconds")
     total = max(1, math.ceil(seconds / 60.0))
     hours, rest = divmod(total, 60)
     return f"{hours} h {rest:02d} min" if hours else f"{total} min"
@@ -357,14 +371,43 @@ def schedule(
         soak_s: ``cuda13_soak_seconds``, after every batch but the last.
         window_value: ``cuda13_window`` as given (None: no window); until: ``cuda13_until``.
         done: the batches that finished, in order (``{"started_at", "ended_at"}`` ISO 8601):
-            their measured time replaces their estimate.
+            their measured time replaces their estimate (one whose times cannot be read, or that
+            ended before it started, keeps its estimate).
 
     Returns ``{"batches": [{"number", "hosts", "seconds", "estimated_s", "measured_s",
     "start", "end", "sources", "left"}], "estimated_end", "closes_at", "fits", "left_hosts",
     "left_batches", "lines"}`` (times ISO 8601 UTC; ``closes_at`` the earlier of the window's
     close and ``until`` when the first batch to come starts, None without either). Raises
-    ValueError for a bad ``window_value`` (:func:`cuda13_upgrade.window.parse_window`)."""
+    ValueError for a bad ``window_value`` (:func:`cuda13_upgrade.window.parse_window`), a host's
+    record that is not a mapping or whose ``seconds`` is not a finite number from 0, a ``soak_s``
+    that is not one, or times past the calendar's end (an ``estimate.json`` edited or damaged:
+    a number of ``1e999``, a string): never another exception."""
     parsed = window.parse_window(window_value or None)
+    for host in {h for hosts in batches for h in hosts}:
+        known = per_host.get(host)
+        if known is not None and (
+            not isinstance(known, Mapping)
+            or (known.get("seconds") is not None and _seconds(known.get("seconds")) is None)
+        ):
+            raise ValueError(f"the estimate of host {host} is {known!r}, not a number of seconds from 0")
+    if soak_s is not None and _seconds(soak_s) is None:
+        raise ValueError(f"soak_s {soak_s!r} is not a number of seconds from 0")
+    try:
+        return _schedule(batches, per_host, now=now, soak_s=soak_s, parsed=parsed, until=until, done=done)
+    except OverflowError as exc:  # a measured batch that ended in the year 9999, a huge estimate
+        raise ValueError(f"the estimate runs past the calendar's end ({exc})") from exc
+
+
+def _schedule(
+    batches: Sequence[Sequence[str]],
+    per_host: Mapping[str, Mapping[str, Any]],
+    *,
+    now: datetime,
+    soak_s: float,
+    parsed: window.Window | None,
+    until: datetime | None,
+    done: Sequence[Mapping[str, Any]],
+) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     at = now.astimezone(UTC)
     last = len(batches) - 1
@@ -383,9 +426,9 @@ def schedule(
             ],
             "left": False,
         }
-        if k < len(done):
+        if k < len(done) and isinstance(done[k], Mapping):
             began, ended = _time(done[k].get("started_at")), _time(done[k].get("ended_at"))
-            if began and ended:
+            if began and ended and began <= ended:
                 row.update(
                     measured_s=round((ended - began).total_seconds(), 1), start=_iso(began), end=_iso(ended)
                 )
@@ -577,23 +620,27 @@ def close(record: Mapping[str, Any], ended_at: datetime) -> dict[str, Any]:
     estimated minus measured, in percent of measured; ``estimated_s`` with the soak between
     batches, as :func:`schedule` counts it), and ``"run"``: ``{"estimated_s", "measured_s",
     "error_pct", "estimated_end", "ended_at"}`` from the start's estimated end (None without
-    one). A record already closed, or one whose times cannot be read, is returned as it is."""
+    one). A record already closed, or one whose times cannot be read, is returned as it is; a
+    batch whose record cannot be read (hosts not a list, an ``estimated_s`` that is not a finite
+    number from 0) is left out: a damaged ``estimate.json`` never stops the report."""
     out = dict(record)
     if out.get("ended_at"):
         return out
-    done = [d for d in out.get("done") or [] if isinstance(d, Mapping)]
+    done = [d for d in _list(out.get("done")) if isinstance(d, Mapping)]
     current = out.get("current")
     if isinstance(current, Mapping) and current.get("started_at"):
         done.append({**current, "ended_at": _iso(ended_at)})
-    rows = [r for r in out.get("batches") or [] if isinstance(r, Mapping)]
+    rows = [
+        r for r in _list(out.get("batches")) if isinstance(r, Mapping) and isinstance(r.get("hosts"), list)
+    ]
     measured: list[dict[str, Any]] = []
     for took in done:
-        row = next((r for r in rows if list(r.get("hosts") or []) == list(took.get("hosts") or [])), None)
+        row = next((r for r in rows if r["hosts"] == _list(took.get("hosts"))), None)
         began, ended = _time(took.get("started_at")), _time(took.get("ended_at"))
-        if row is None or began is None or ended is None:
+        estimated = _seconds(row.get("estimated_s") or 0.0) if row is not None else None
+        if row is None or began is None or ended is None or estimated is None:
             continue
         seconds = max(0.0, (ended - began).total_seconds())
-        estimated = float(row.get("estimated_s") or 0.0)
         measured.append(
             {
                 "number": row.get("number"),
@@ -601,12 +648,16 @@ def close(record: Mapping[str, Any], ended_at: datetime) -> dict[str, Any]:
                 "estimated_s": estimated,
                 "measured_s": round(seconds, 1),
                 "error_pct": _error_pct(estimated, seconds),
-                "sources": [dict(s) for s in row.get("sources") or [] if isinstance(s, Mapping)],
+                "sources": [dict(s) for s in _list(row.get("sources")) if isinstance(s, Mapping)],
             }
         )
     run: dict[str, Any] | None = None
     started, planned_end = _time(out.get("started_at")), _time(out.get("start_estimated_end"))
     first = _time(done[0].get("started_at")) if done else None
+    try:
+        _iso(planned_end) if planned_end else None
+    except OverflowError:  # 9999-12-31T23:59:59-12:00: past the calendar's end in UTC
+        planned_end = None
     if started and planned_end and first:
         estimated_s = (planned_end - started).total_seconds()
         measured_s = max(0.0, (ended_at - started).total_seconds())
@@ -629,8 +680,32 @@ _MEASURED_LABELS = {
 }
 
 
+def _list(value: Any) -> list[Any]:
+    """``value`` when a list, else ``[]`` (a record edited by hand: a string, a number, a mapping)."""
+    return value if isinstance(value, list) else []
+
+
 def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{value:+.0f} %"
+
+
+def _readable_row(row: Any) -> bool:
+    """Whether a ``measured`` row of :func:`close` can be said: its hosts a list of strings, its
+    times finite numbers of seconds, its error a finite number or None, its sources mappings."""
+    return (
+        isinstance(row, Mapping)
+        and isinstance(row.get("hosts"), list)
+        and all(isinstance(h, str) for h in row["hosts"])
+        and _seconds(row.get("estimated_s")) is not None
+        and _seconds(row.get("measured_s")) is not None
+        and (row.get("error_pct") is None or _finite(row.get("error_pct")))
+        and isinstance(row.get("sources", []), list)
+        and all(isinstance(s, Mapping) for s in row.get("sources", []))
+    )
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def measured_lines(record: Mapping[str, Any]) -> list[str]:
@@ -638,13 +713,22 @@ def measured_lines(record: Mapping[str, Any]) -> list[str]:
     run's estimated against measured time, then one line per batch that ran (``batch 2
     (gpu-node-02, gpu-node-03): estimated ~25 min (from earlier runs), took 21 min 40 s
     (estimate +15 %)``, the sources of its hosts' figures named once each); ``[]`` when no
-    batch's time was measured."""
-    rows = [r for r in record.get("measured") or [] if isinstance(r, Mapping)]
+    batch's time was measured. A row or run record that cannot be read (a number that is not a
+    finite one, hosts that are not a list: an ``estimate.json`` edited or damaged) is left out;
+    never raises for what the record holds."""
+    if not isinstance(record, Mapping):
+        return []
+    rows = [r for r in _list(record.get("measured")) if _readable_row(r)]
     if not rows:
         return []
     out = ["", "## How long the run took", ""]
     run = record.get("run")
-    if isinstance(run, Mapping):
+    if (
+        isinstance(run, Mapping)
+        and _seconds(run.get("estimated_s")) is not None
+        and _seconds(run.get("measured_s")) is not None
+        and (run.get("error_pct") is None or _finite(run.get("error_pct")))
+    ):
         now = _time(run.get("ended_at")) or datetime.now(UTC)
         planned, ended = _time(run.get("estimated_end")), _time(run.get("ended_at"))
         out.append(
@@ -653,7 +737,7 @@ def measured_lines(record: Mapping[str, Any]) -> list[str]:
             f" (ended {_clock(ended, now) if ended else '?'}; estimate {_pct(run.get('error_pct'))})"
         )
     for row in rows:
-        kinds = [s.get("source") if s.get("source") in SOURCES else DEFAULT for s in row["sources"]]
+        kinds = [s.get("source") if s.get("source") in SOURCES else DEFAULT for s in row.get("sources", [])]
         sources = ", ".join(_MEASURED_LABELS[k] for k in SOURCES if k in kinds) or _MEASURED_LABELS[DEFAULT]
         out.append(
             f"- batch {row['number']} ({', '.join(row['hosts'])}): estimated ~{minutes(row['estimated_s'])}"

@@ -271,11 +271,12 @@ def start(
     started: Any = None,
     tell: bool = False,
     post: notify.Post | None = None,
-    profiles: Mapping[str, Any] | None = None,
+    inventory: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The ``start`` gate (see the module docstring). ``profiles``: per host, its
-    ``cuda13_profiles`` count from the inventory, for the estimate when the run has no plan
-    (``rollout --yes``); a count that is not a positive int is unknown. ``tell``: send the run's start (or the
+    """The ``start`` gate (see the module docstring). ``inventory``: per host, what the estimate
+    takes from the inventory when the run has no plan (``rollout --yes``): ``{"profiles": the
+    number of cuda13_profiles, "soak_s": cuda13_soak_seconds}``; a value that is not an int >= 0
+    (profiles: > 0) is unknown (the preflight refuses it). ``tell``: send the run's start (or the
     breaker's refusal) to ``cuda13_notify``'s webhooks (the rollout; not the plan); ``post``:
     :func:`cuda13_upgrade.notify.send_all`'s. Returns ``{"fleet": plan, "breaker": verdict or
     None, "failures": [message], "not_started": record or None, "lines": [line to print],
@@ -294,7 +295,7 @@ def start(
             "before_any_change": True,
         }
     the_estimate, no_estimate = (
-        _start_estimate(the_plan, Path(reports_dir) / run_id, run_id, profiles)
+        _start_estimate(the_plan, Path(reports_dir) / run_id, run_id, inventory)
         if use_breaker and not failures and not_started is None
         else (None, "")
     )
@@ -361,8 +362,15 @@ def _until(fleet: Mapping[str, Any]) -> datetime | None:
     return _instant(fleet["until_at"], "until_at") if fleet.get("until_at") else None
 
 
+def _count(value: Any, least: int) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= least else None
+
+
 def _start_estimate(
-    fleet: Mapping[str, Any], run_dir: Path, run_id: str, profiles: Mapping[str, Any] | None = None
+    fleet: Mapping[str, Any],
+    run_dir: Path,
+    run_id: str,
+    inventory: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> tuple[dict[str, Any] | None, str]:
     """The rollout's estimate at its start (the module's docstring), written to ``estimate.json``
     when the run's report directory exists (else the first batch gate writes it), and ``""``:
@@ -380,16 +388,16 @@ def _start_estimate(
             per_host = made["hosts"]
             soak_s = made.get("soak_s", estimate.SOAK_S)
         else:
-            counts = {
-                h: n
-                for h, n in (profiles or {}).items()
-                if isinstance(n, int) and not isinstance(n, bool) and n > 0
-            }
+            given = {h: v for h, v in (inventory or {}).items() if isinstance(v, Mapping)}
             hosts = [
-                {"host": h, "gpu_model": "", "profiles": counts.get(h)} for b in fleet["batches"] for h in b
+                {"host": h, "gpu_model": "", "profiles": _count((given.get(h) or {}).get("profiles"), 1)}
+                for b in fleet["batches"]
+                for h in b
             ]
             per_host = estimate.host_estimates(hosts, estimate.history(run_dir.parent, run_id))
-            soak_s = estimate.SOAK_S
+            soaks = [_count(v.get("soak_s"), 0) for v in given.values()]
+            soaks = [n for n in soaks if n is not None]
+            soak_s = max(soaks) if soaks else estimate.SOAK_S
         started = _instant(fleet.get("started"), "the run's start")
         scheduled = estimate.schedule(
             fleet["batches"],
@@ -467,8 +475,9 @@ def _batch_estimate(
                 + (f" {_hhmm(scheduled['estimated_end'], at)}" if scheduled["estimated_end"] else "")
                 + f" (hosts {', '.join(left)} left)",
             ]
+        closed = ("ended_at", "measured", "run")  # estimate.close's, at the run's end only
         updated = {
-            **record,
+            **{k: v for k, v in record.items() if k not in closed},
             **scheduled,
             "done": done,
             "current": {"hosts": list(batch), "started_at": _iso(at)} if starts else None,
