@@ -733,3 +733,224 @@ def test_the_option_checks_remedies_read_as_sentences(value, fix):
     message = options.validate({"cuda13_block_on_alerts": value}, {})["failures"][0]["message"]
     assert message.endswith(fix), message
     assert "give give" not in message and "give write" not in message and "give quote" not in message
+
+
+# --- hostile values and servers -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key", ["interval_s", "timeout_s", "max_wait_s"])
+def test_a_number_too_large_for_a_float_is_refused_naming_the_key(key):
+    """YAML reads an unquoted 1 followed by 400 zeros as an int that no float can hold."""
+    with pytest.raises(ValueError) as error:
+        alerts.parse({"url": URL, key: 10**400})
+    assert str(error.value).startswith(f"cuda13_block_on_alerts {key} is not a number of seconds >= ")
+    assert options.validate({"cuda13_block_on_alerts": {"url": URL, key: 10**400}}, {})["ok"] is False
+    assert fleet.plan(HOSTS, {"cuda13_block_on_alerts": {"url": URL, key: 10**400}})["ok"] is False
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("http://ops:PL/ANTED@prom:9090", "url has an @ after its host (a /, ? or # in its user or password"),
+        ("http://ops:PL#ANTED@prom:9090", "url has an @ after its host (a /, ? or # in its user or password"),
+        ("http://ops:PL ANTED@prom:9090", "url has whitespace or a control character"),
+        ("http://ops:PL\nANTED@prom:9090", "url has whitespace or a control character"),
+        ("http://ops:PLANTED@prom\x00:9090", "url has whitespace or a control character"),
+        ("http://ops:PLANTED@prom:9090/\x7f", "url has whitespace or a control character"),
+        ("http://ops:PLANTED@prom:9090/prométhée", "url has a character that is not ASCII in its path"),
+        ("http://ops:PLANTED@prom:0", "url has a bad port"),
+    ],
+)
+def test_a_url_no_request_can_use_is_refused_and_its_password_never_shown(url, problem):
+    with pytest.raises(ValueError) as error:
+        alerts.parse({"url": url})
+    message = str(error.value)
+    assert message.startswith(f"cuda13_block_on_alerts {problem}"), message
+    assert "'url': 'http://***@prom" in message
+    assert "PL" not in message and "ANTED" not in message
+    checked = options.validate({"cuda13_block_on_alerts": {"url": url}}, {})
+    assert checked["ok"] is False and "ops:" not in json.dumps(checked)
+    planned = fleet.plan(HOSTS, {"cuda13_block_on_alerts": {"url": url}})
+    assert planned["ok"] is False and "ops:" not in json.dumps(planned)
+
+
+@pytest.mark.parametrize("password", ['pa"ss', "it's", "pa\\ss", "pa%zz"])
+def test_a_password_with_a_quote_or_a_backslash_is_masked_everywhere(password):
+    """RFC 3986 gives userinfo sub-delims (') and a client sends "\\" and '"' as they are;
+    text patterns stop at quotes, so the URL's own parts decide what is masked."""
+    gate = alerts.parse({"url": f"http://ops:{password}@prom:9090", "ignore": "Watchdog"})
+    said = [
+        gate.display_url,
+        gate.display_rules_url,
+        json.dumps(gate.as_record()),
+        alerts.describe(gate),
+        json.dumps(fleet.plan(HOSTS, {"cuda13_block_on_alerts": {"url": gate.url}})),
+        json.dumps(options.validate({"cuda13_block_on_alerts": {"url": gate.url, "bogus": 1}}, {})),
+    ]
+    assert gate.display_url == "http://***@prom:9090"
+    for text in said:
+        assert "ops:" not in text and password not in text and json.dumps(password)[1:-1] not in text, text
+
+
+def test_what_the_server_says_back_never_quotes_the_password(tmp_path):
+    """A proxy before Prometheus that echoes the request in its error (the JSON error shape of
+    Prometheus's HTTP API, docs/querying/api.md: status, errorType, error)."""
+    import base64
+
+    gate = alerts.parse("http://ops:s3cretpw@prom:9090")
+    token = base64.b64encode(b"ops:s3cretpw").decode()
+    echo = json.dumps(
+        {
+            "status": "error",
+            "errorType": "internal",
+            "error": f"upstream refused Authorization: Basic {token} (ops:s3cretpw, s3cretpw)",
+        }
+    ).encode()
+
+    def fetch(url, headers, timeout_s):
+        raise urllib.error.HTTPError(url, 502, "Bad Gateway", {}, io.BytesIO(echo))
+
+    asked = alerts.ask(gate, fetch)
+    assert asked["error"] == (
+        "HTTP 502 Bad Gateway (internal: upstream refused Authorization: Basic *** (***, ***))"
+    )
+
+    def fails(url, headers, timeout_s):
+        raise OSError(f"proxy said: {token} for http://ops:s3cretpw@prom:9090")
+
+    assert alerts.ask(gate, fails)["error"] == "proxy said: *** for http://***@prom:9090"
+
+
+def _redirecting_server(location: str):
+    """An HTTP server on 127.0.0.1 that answers each GET with a 302 to ``location`` and records
+    each request's path and Authorization header."""
+    import http.server
+    import threading
+
+    seen: list[tuple[str, str | None]] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            seen.append((self.path, self.headers.get("Authorization")))
+            if self.path.startswith("/prometheus/api"):
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(json.dumps(QUIET).encode())
+                return
+            self.send_response(302)
+            self.send_header("Location", location.format(port=self.server.server_port))
+            self.end_headers()
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, seen
+
+
+def test_a_redirect_to_another_host_is_not_sent_the_password(monkeypatch):
+    monkeypatch.setenv("no_proxy", "*")
+    monkeypatch.setenv("NO_PROXY", "*")
+    other, elsewhere = _redirecting_server("unused")
+    other_port = other.server_port
+    first, here = _redirecting_server(f"http://localhost:{other_port}/prometheus/api/v1/rules?type=alert")
+    try:
+        asked = alerts.ask(alerts.parse(f"http://ops:s3cretpw@127.0.0.1:{first.server_port}"))
+        assert asked["reachable"] is True and asked["blocking"] == []
+        assert here[0][1] is not None and elsewhere == [("/prometheus/api/v1/rules?type=alert", None)]
+        # the same host, port and scheme (a route prefix added by a proxy): the password goes along
+        same, seen = _redirecting_server("http://127.0.0.1:{port}/prometheus/api/v1/rules?type=alert")
+        alerts.ask(alerts.parse(f"http://ops:s3cretpw@127.0.0.1:{same.server_port}"))
+        assert [auth for _, auth in seen] == [here[0][1], here[0][1]]
+        same.shutdown()
+    finally:
+        other.shutdown()
+        first.shutdown()
+
+
+def test_one_question_takes_at_most_timeout_s_even_when_the_answer_trickles(monkeypatch):
+    """A server (or a proxy) that sends its answer a byte at a time: each read of the socket ends
+    within its timeout, but the answer as a whole must too."""
+    import http.server
+    import threading
+    import time
+
+    monkeypatch.setenv("no_proxy", "*")
+    monkeypatch.setenv("NO_PROXY", "*")
+
+    class Trickle(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+            try:
+                for _ in range(60):
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+                    time.sleep(0.1)
+            except OSError:
+                pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Trickle)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        began = time.monotonic()
+        asked = alerts.ask(alerts.parse({"url": f"http://127.0.0.1:{server.server_port}", "timeout_s": 1}))
+        took = time.monotonic() - began
+    finally:
+        server.shutdown()
+    assert (asked["reachable"], asked["error"]) == (False, "no answer within 1 s (timeout_s)")
+    assert took < 2.5
+
+
+def test_an_answer_larger_than_the_limit_says_so(monkeypatch):
+    monkeypatch.setattr(alerts, "MAX_ANSWER_BYTES", 1000)
+    monkeypatch.setenv("no_proxy", "*")
+    monkeypatch.setenv("NO_PROXY", "*")
+    body = json.dumps(FIRING).encode()
+    port = _serve_once(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    asked = alerts.ask(alerts.parse(f"http://127.0.0.1:{port}"))
+    assert (asked["reachable"], asked["error"]) == (False, "the answer is larger than 0 MiB")
+
+
+def test_a_label_value_with_a_line_break_or_a_quote_stays_on_its_line():
+    """A label value is any string (Prometheus's data model); PromQL writes it quoted and escaped."""
+    answer = _odd(labels={"alertname": "GpuNodeHot", "summary": 'fan "3"\nkept: gpu-node-09', "n": 7})
+    found = alerts.active_alerts(answer)
+    held = [a for a in found if a["rule"] == "GpuNodeHot"]
+    text = alerts.describe_alerts(held)
+    assert "\n" not in text
+    assert text.startswith('GpuNodeHot{n="7", summary="fan \\"3\\"\\nkept: gpu-node-09"} firing since ')
+
+
+def test_thousands_of_alerts_and_alerts_on_the_project_s_own_metrics(tmp_path):
+    """5,000 firing alerts name five and count the rest; an alert on a cuda13_upgrade_* metric
+    named like a real one never holds a batch."""
+    many = [
+        {"labels": {"alertname": f"DiskFull{k}"}, "state": "firing", "activeAt": "2026-12-05T23:41:07Z"}
+        for k in range(5000)
+    ]
+    answer = {
+        "status": "success",
+        "data": {
+            "groups": [
+                {
+                    "name": "g",
+                    "rules": [
+                        {"name": "DiskFull", "query": "node_filesystem_avail_bytes == 0", "alerts": many},
+                        {
+                            "name": "StorageDegraded",
+                            "query": f'{metrics.PREFIX}_hosts{{state="rolled_back"}} > 0',
+                            "alerts": [{**many[0], "labels": {"alertname": "StorageDegraded"}}],
+                        },
+                    ],
+                }
+            ]
+        },
+    }
+    asked = alerts.ask(alerts.parse(URL), _fetch_of(answer))
+    assert len(asked["blocking"]) == 5000 and [a["alertname"] for a in asked["own"]] == ["StorageDegraded"]
+    assert alerts.describe_alerts(asked["blocking"]).endswith("; and 4995 more")

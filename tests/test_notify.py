@@ -781,3 +781,129 @@ def test_a_send_error_that_quotes_the_cleaned_url_is_masked():
         "proxy refused *** (first target https://ops.example:8443/***)",
     ]
     assert _secrets_in(json.dumps(records)) == [] and "PLANTED" not in json.dumps(records)
+
+
+# --- hostile values and webhooks ---------------------------------------------------------------
+
+
+def test_a_timeout_too_large_for_a_float_is_refused_naming_the_key():
+    """YAML reads an unquoted 1 followed by 400 zeros as an int that no float can hold."""
+    with pytest.raises(ValueError) as caught:
+        notify.parse({"targets": [{"url": HOOK, "format": "json"}], "timeout_s": 10**400})
+    assert str(caught.value).startswith("cuda13_notify timeout_s 1000")
+    assert "is not a number of seconds >= 1 and <= 60: " in str(caught.value)
+    assert _secrets_in(str(caught.value)) == []
+    value = {"targets": [{"url": HOOK, "format": "json"}], "timeout_s": 10**400}
+    assert options.validate({"cuda13_notify": value}, {})["ok"] is False
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        (
+            "https://ops.example:8443/hooks/cuda13/été?token=PLANTEDsecret42",
+            "url 'https://ops.example:8443/***' has a character that is not ASCII in its path or query",
+        ),
+        (
+            "https://ops.example:8443/hooks/cuda13?token=PLANTEDsecret42é",
+            "url 'https://ops.example:8443/***' has a character that is not ASCII in its path or query",
+        ),
+        (
+            "https://ops.example:0/hooks/cuda13?token=PLANTEDsecret42",
+            "url 'https://ops.example:0/***' cannot be read (its port, or an @ or / in its user or password)",
+        ),
+    ],
+)
+def test_a_url_no_request_can_use_is_refused_before_any_send(url, problem):
+    """http.client writes the request line in ASCII ('ascii' codec can't encode ...): every send of
+    the night would fail; no server listens on port 0."""
+    with pytest.raises(ValueError) as caught:
+        notify.parse({"targets": [{"url": url, "format": "json"}]})
+    assert str(caught.value).startswith(f"cuda13_notify targets[0] {problem}: ")
+    assert _secrets_in(str(caught.value)) == []
+
+
+def _webhook_server(answer):
+    """An HTTP server on 127.0.0.1: ``answer(handler, body)`` answers each POST (and GET); every
+    request's method, path and Authorization header is recorded."""
+    import http.server
+
+    seen: list[tuple[str, str, str | None]] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def _any(self):
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            seen.append((self.command, self.path, self.headers.get("Authorization")))
+            answer(self, body)
+
+        do_GET = do_POST = _any
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, seen
+
+
+def _reply(status, headers=(), body=b""):
+    def answer(handler, _body):
+        handler.send_response(status)
+        for name, value in headers:
+            handler.send_header(name, value)
+        handler.end_headers()
+        handler.wfile.write(body)
+
+    return answer
+
+
+@pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
+def test_a_webhook_that_redirects_is_a_send_that_failed_and_nothing_follows_it(monkeypatch, status):
+    """urllib follows a 301/302/303 to a POST as a GET without the body (CPython
+    Lib/urllib/request.py, HTTPRedirectHandler.redirect_request), to any host, with the
+    Authorization header: the message never arrived, and the record said sent."""
+    monkeypatch.setenv("no_proxy", "*")
+    monkeypatch.setenv("NO_PROXY", "*")
+    elsewhere, reached = _webhook_server(_reply(200, body=b"ok"))
+    target = f"http://localhost:{elsewhere.server_port}/hooks/next/PLANTEDsecret42"
+    hook, seen = _webhook_server(_reply(status, [("Location", target)]))
+    try:
+        told = notify.parse(
+            [
+                {
+                    "url": f"http://ops:PLANTEDsecret42@127.0.0.1:{hook.server_port}/hooks/cuda13",
+                    "format": "json",
+                }
+            ]
+        )
+        records = notify.send_all(told.targets, notify.end_event(RUN, STATUSES, "/r", at="x"), 5)
+    finally:
+        hook.shutdown()
+        elsewhere.shutdown()
+    assert [(r["status"], r["code"]) for r in records] == [("failed", status)]
+    assert records[0]["error"].endswith(
+        f"(a redirect to http://localhost:{elsewhere.server_port}/***, not followed: give the URL it"
+        " redirects to)"
+    )
+    assert reached == [] and [method for method, _, _ in seen] == ["POST"]
+    assert _secrets_in(json.dumps(records)) == []
+
+
+def test_a_webhook_that_echoes_the_request_s_credentials_has_them_masked(monkeypatch):
+    monkeypatch.setenv("no_proxy", "*")
+    monkeypatch.setenv("NO_PROXY", "*")
+
+    def echo(handler, _body):
+        said = f"denied {handler.headers.get('Authorization')} for ops:PLANTEDsecret42".encode()
+        _reply(403, body=said)(handler, _body)
+
+    hook, _ = _webhook_server(echo)
+    try:
+        told = notify.parse(
+            [{"url": f"http://ops:PLANTEDsecret42@127.0.0.1:{hook.server_port}/h", "format": "json"}]
+        )
+        records = notify.send_all(told.targets, notify.end_event(RUN, STATUSES, "/r", at="x"), 5)
+    finally:
+        hook.shutdown()
+    assert records[0]["error"] == "HTTP 403 Forbidden: denied Basic *** for ***"
+    assert _secrets_in(json.dumps(records)) == []

@@ -150,3 +150,28 @@ def test_a_url_that_cannot_be_read_keeps_at_most_its_scheme_and_host():
     assert told == {"cuda13_notify": [{"url": "https://***", "format": "json"}]}
     for shown in ("https://***", "hooks.example.com/***", "https://hooks.example.com/***"):
         assert redact_url(shown) == shown
+
+
+def test_a_prometheus_password_that_text_patterns_miss_is_masked_under_its_option():
+    """redact_text's userinfo pattern stops at a quote, a backslash, a "/" or a space (so that it
+    never spans two strings of a JSON or Python list); under cuda13_block_on_alerts a URL loses
+    everything between :// and its last @ whatever the password holds."""
+    from cuda13_upgrade.redact import redact_userinfo
+
+    for password in ("it's", 'pa"ss', "pa\\ss", "pa/ss", "pa ss", "pa\nss", f"{TOKEN}@x"):
+        url = f"http://ops:{password}@prom.example:9090/prometheus"
+        record = redact({"cuda13_block_on_alerts": {"url": url, "ignore": ["Watchdog"]}})
+        assert record == {
+            "cuda13_block_on_alerts": {
+                "url": "http://***@prom.example:9090/prometheus",
+                "ignore": ["Watchdog"],
+            }
+        }
+        assert redact({"cuda13_block_on_alerts": url}) == {
+            "cuda13_block_on_alerts": "http://***@prom.example:9090/prometheus"
+        }
+    assert redact_userinfo("http://prom.example:9090") == "http://prom.example:9090"
+    assert redact_userinfo(redact_userinfo("http://ops:it's@prom")) == "http://***@prom"
+    assert redact_userinfo({"match": {"severity": "critical|page"}}) == {
+        "match": {"severity": "critical|page"}
+    }

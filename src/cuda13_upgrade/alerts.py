@@ -11,8 +11,10 @@ The option ``cuda13_block_on_alerts`` (one value for the whole rollout): ``{}`` 
 
 - ``url`` (required): the Prometheus server's base URL, ``http://`` or ``https://``, with the
   path prefix of ``--web.route-prefix`` if any (``https://ops.example/prometheus``); no query or
-  fragment. A ``user:password@`` in it is sent as HTTP basic authentication and masked (``***``)
-  in every message and record (:func:`cuda13_upgrade.redact.redact_text`).
+  fragment, whitespace, control character, port 0 or path that is not ASCII. A ``user:password@``
+  in it (each ``/``, ``?``, ``#`` and ``@`` of them percent-encoded) is sent as HTTP basic
+  authentication, never to another host a redirect leads to, and masked (``***``) in every
+  message and record (:func:`cuda13_upgrade.redact.redact_userinfo`).
 - ``match``: only the alerts it matches count (kured's ``--alert-filter-match-only``);
 - ``ignore``: the alerts it matches do not count (kured's ``--alert-filter-regexp``). Each is a
   regular expression on the alert's name (``alertname``), a mapping of label names to regular
@@ -63,6 +65,8 @@ import http.client
 import json
 import re
 import socket
+import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
@@ -73,7 +77,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 from cuda13_upgrade.errors import Cuda13Error
 from cuda13_upgrade.metrics import PREFIX
-from cuda13_upgrade.redact import redact, redact_text
+from cuda13_upgrade.redact import MASK, redact, redact_text, redact_userinfo
 
 __all__ = [
     "API_PATH",
@@ -158,8 +162,9 @@ class AlertGate:
 
     @property
     def display_url(self) -> str:
-        """The server's URL as messages say it (credentials masked)."""
-        return redact_text(self.url)
+        """The server's URL as messages say it (credentials masked, whatever the password holds:
+        :func:`cuda13_upgrade.redact.redact_userinfo`)."""
+        return redact_userinfo(self.url)
 
     @property
     def rules_url(self) -> str:
@@ -171,7 +176,7 @@ class AlertGate:
     @property
     def display_rules_url(self) -> str:
         """:attr:`rules_url` with the masked credentials of :attr:`display_url`."""
-        return redact_text(self.url).rstrip("/") + API_PATH
+        return self.display_url.rstrip("/") + API_PATH
 
     def headers(self) -> dict[str, str]:
         """The request's headers: ``Accept`` and, with credentials in the URL, basic authentication."""
@@ -184,11 +189,25 @@ class AlertGate:
 
     def as_record(self) -> dict[str, Any]:
         """The option with its defaults filled in, credentials masked (for the plan and the report)."""
-        return redact({**DEFAULTS, **self.given, "url": self.url})
+        return redact({OPTION: {**DEFAULTS, **self.given, "url": self.url}})[OPTION]
+
+    def secrets(self) -> list[str]:
+        """What an error's text must not quote: the password (as given and decoded, when longer
+        than 3 characters), ``user:password`` and the ``Authorization`` header's value."""
+        parts = urlsplit(self.url)
+        if parts.username is None:
+            return []
+        found = {self.headers()["Authorization"].removeprefix("Basic ")}
+        for secret in (parts.password or "", unquote(parts.password or "")):
+            if len(secret) > 3:
+                found.add(secret)
+        found.add(f"{unquote(parts.username)}:{unquote(parts.password or '')}")
+        return sorted((s for s in found if s and s != ":"), key=len, reverse=True)
 
 
 def _error(problem: str, value: Any, remedy: str, option: str) -> Cuda13Error:
-    return Cuda13Error(f"{option} {problem}", redact(value), option=option, remedy=remedy)
+    # redact_userinfo: a password with a quote, a space or a "/" defeats redact_text's pattern.
+    return Cuda13Error(f"{option} {problem}", redact_userinfo(value), option=option, remedy=remedy)
 
 
 def _filter(value: Any, key: str, whole: Any, option: str) -> tuple[dict[str, re.Pattern[str]], ...] | None:
@@ -240,7 +259,10 @@ def _filter(value: Any, key: str, whole: Any, option: str) -> tuple[dict[str, re
 def _number(value: Any, key: str, whole: Any, option: str, low: float, high: float | None) -> float:
     number: float | None = None
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        number = float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # an int too large for a float (YAML reads 1000...0 as one)
+            number = None
     elif isinstance(value, str):
         try:
             number = float(value.strip())
@@ -316,6 +338,27 @@ def parse(value: Any, option: str = OPTION) -> AlertGate | None:
             "give each @ of the user or password as %40 (percent-encoded)",
             option,
         )
+    if "@" in parts.path + parts.query + parts.fragment:  # a "/", "?" or "#" ended the user's part early
+        raise _error(
+            "url has an @ after its host (a /, ? or # in its user or password ends them early)",
+            value,
+            "give each /, ?, # and @ of the user or password percent-encoded (%2F, %3F, %23, %40)",
+            option,
+        )
+    if any(c.isspace() or ord(c) < 32 or 127 <= ord(c) < 160 for c in url):
+        raise _error(
+            "url has whitespace or a control character",
+            value,
+            "give the Prometheus server's URL on one line, without spaces (write a space in it as %20)",
+            option,
+        )
+    if not parts.path.isascii():  # http.client sends the request line in ASCII: every ask would fail
+        raise _error(
+            "url has a character that is not ASCII in its path",
+            value,
+            "give the path percent-encoded (e.g. é as %C3%A9)",
+            option,
+        )
     if parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() for c in url):
         raise _error(
             "url is not an http:// or https:// URL",
@@ -332,9 +375,11 @@ def parse(value: Any, option: str = OPTION) -> AlertGate | None:
             option,
         )
     try:
-        _ = parts.port  # a port out of range raises here
+        port = parts.port  # a port out of range raises here
     except ValueError as exc:
         raise _error("url has a bad port", value, "give a port 1-65535", option) from exc
+    if port == 0:  # urllib accepts it; no server listens on it
+        raise _error("url has a bad port", value, "give a port 1-65535", option)
     on_unreachable = value.get("on_unreachable", DEFAULTS["on_unreachable"])
     if on_unreachable not in ("refuse", "proceed"):
         raise _error(
@@ -512,20 +557,75 @@ def sort_out(alerts: Sequence[Mapping[str, Any]], gate: AlertGate) -> dict[str, 
     return out
 
 
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    return scheme, (parts.hostname or "").lower(), port or {"http": 80, "https": 443}.get(scheme)
+
+
+class _SameOriginAuthorization(urllib.request.HTTPRedirectHandler):
+    """urllib's redirects, but the ``Authorization`` header only to the URL's own scheme, host and
+    port: urllib copies every header but the body's into the redirected request, so a Prometheus
+    (or a proxy before it) that redirects to another host would be sent the password."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # urllib's signature
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and _origin(new.full_url) != _origin(req.full_url):
+            new.remove_header("Authorization")
+        return new
+
+
+_OPENER = urllib.request.build_opener(_SameOriginAuthorization)
+
+
 def http_get(url: str, headers: Mapping[str, str], timeout_s: float) -> bytes:
-    """GET ``url`` (urllib, the environment's proxy settings) and return the body.
+    """GET ``url`` (urllib, the environment's proxy settings) and return the body, all within
+    ``timeout_s`` (the name's lookup, the connection, a body sent a byte at a time); a redirect to
+    another scheme, host or port is followed without the ``Authorization`` header.
 
     Raises OSError (``urllib.error.URLError``, ``HTTPError`` for a status other than 2xx,
-    ``TimeoutError``) when there is no answer, ``http.client.HTTPException`` (``BadStatusLine``)
-    when the answer is not HTTP.
+    ``TimeoutError`` when the whole answer took longer than ``timeout_s``) when there is no
+    answer, ``http.client.HTTPException`` (``BadStatusLine``) when the answer is not HTTP,
+    ValueError when it is larger than :data:`MAX_ANSWER_BYTES`.
     """
-    request = urllib.request.Request(url, headers=dict(headers), method="GET")
-    with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310 - http(s) only (parse)
-        return response.read(MAX_ANSWER_BYTES)
+    deadline = time.monotonic() + timeout_s
+    box: dict[str, Any] = {}
+
+    def get() -> None:
+        try:
+            request = urllib.request.Request(url, headers=dict(headers), method="GET")
+            with _OPENER.open(request, timeout=timeout_s) as response:  # http(s) only (parse)
+                chunks: list[bytes] = []
+                size = 0
+                while time.monotonic() < deadline:
+                    chunk = response.read1(65536)  # at most one read of the socket
+                    if not chunk:
+                        box["body"] = b"".join(chunks)
+                        return
+                    chunks.append(chunk)
+                    size += len(chunk)
+                    if size > MAX_ANSWER_BYTES:
+                        raise ValueError(f"the answer is larger than {MAX_ANSWER_BYTES // 2**20} MiB")
+                raise TimeoutError("timed out")
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+            box["error"] = exc
+
+    worker = threading.Thread(target=get, name="cuda13-alerts-get", daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    if worker.is_alive():  # a slow name lookup or a trickling body: the read ends by the deadline
+        raise TimeoutError("timed out")
+    if "error" in box:
+        raise box["error"]
+    return box["body"]
 
 
 def _http_error_text(exc: urllib.error.HTTPError) -> str:
-    text = f"HTTP {exc.code} {exc.reason}".rstrip()
+    text = " ".join(f"HTTP {exc.code} {exc.reason}".split())  # urllib's redirect loop: three lines
     try:
         body = json.loads(exc.read(65536) or b"null")
     except (OSError, ValueError):
@@ -575,7 +675,11 @@ def ask(gate: AlertGate, fetch: Fetch | None = None) -> dict[str, Any]:
     try:
         body = fetch(gate.rules_url, gate.headers(), gate.timeout_s)
     except (OSError, ValueError, http.client.HTTPException) as exc:
-        return {**base, "reachable": False, "error": _error_text(exc, gate.timeout_s)}
+        # What the server said may quote the request's credentials (a proxy's echo of the header).
+        error = _error_text(exc, gate.timeout_s)
+        for secret in gate.secrets():
+            error = error.replace(secret, MASK)
+        return {**base, "reachable": False, "error": redact_text(error)}
     try:
         answer = json.loads(body)
     except RecursionError:
@@ -593,8 +697,11 @@ def describe_alert(alert: Mapping[str, Any]) -> str:
     """``GpuNodeHot{instance="gpu-node-01", severity="page"} firing since 2026-12-06T07:36:53Z``:
     the name, the other labels (sorted, PromQL's form) and the state since ``activeAt``."""
     labels = {k: v for k, v in (alert.get("labels") or {}).items() if k != "alertname"}
-    inner = ", ".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-    return f"{alert.get('alertname')}{{{inner}}} {alert.get('state')} since {alert.get('active_at')}"
+    # A value as a PromQL string literal (quotes, backslashes and line breaks escaped): a label
+    # value with a line break would otherwise split the line it is printed in.
+    inner = ", ".join(f"{k}={json.dumps(str(v), ensure_ascii=False)}" for k, v in sorted(labels.items()))
+    name = json.dumps(str(alert.get("alertname")), ensure_ascii=False)[1:-1]
+    return f"{name}{{{inner}}} {alert.get('state')} since {alert.get('active_at')}"
 
 
 def describe_alerts(alerts: Sequence[Mapping[str, Any]], most: int = 5) -> str:

@@ -197,7 +197,8 @@ def _target(item: Any, where: str, whole: Any, option: str) -> Target:
         )
     try:
         parts = urlsplit(url)
-        _ = parts.port  # a port out of range raises here
+        if parts.port == 0:  # urllib accepts it; no server listens on it
+            raise ValueError("Port out of range 1-65535")
     except ValueError as exc:
         raise _error(
             # the error's own text may quote a part of the password (urllib.parse: "Port could not be
@@ -218,6 +219,13 @@ def _target(item: Any, where: str, whole: Any, option: str) -> Target:
         )
     if parts.netloc.count("@") > 1:
         raise _error(f"{where} url has an @ in its user or password", whole, "write it as %40", option)
+    if not (parts.path + parts.query).isascii():  # http.client sends the request line in ASCII
+        raise _error(
+            f"{where} url {redact_url(url)!r} has a character that is not ASCII in its path or query",
+            whole,
+            "give the webhook's URL with its path and query percent-encoded (e.g. é as %C3%A9)",
+            option,
+        )
     fmt = item.get("format")
     if fmt not in FORMATS:
         raise _error(
@@ -233,7 +241,10 @@ def _timeout(value: Any, whole: Any, option: str) -> float:
     low, high = TIMEOUT_RANGE
     number: float | None = None
     if isinstance(value, int | float) and not isinstance(value, bool):
-        number = float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # an int too large for a float (YAML reads 1000...0 as one)
+            number = None
     elif isinstance(value, str):
         try:
             number = float(value.strip())
@@ -517,17 +528,29 @@ def _clean(url: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, parts.query, ""))
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is an error (``HTTPError`` with its 3xx status): urllib would follow a 301, 302 or
+    303 to a POST as a GET without the body, to any host and with the ``Authorization`` header,
+    and the message, never delivered, would read as sent."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # urllib's signature
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
+
+
 def http_post(url: str, data: bytes, headers: Mapping[str, str], timeout_s: float) -> int:
     """POST ``data`` to ``url`` (urllib, the environment's proxy settings); a ``user:password@`` in
     the URL is sent as HTTP basic authentication. Returns the HTTP status (2xx). Raises OSError when
-    there is no answer or it is not 2xx (``HTTPError``)."""
+    there is no answer or it is not 2xx (``HTTPError``; a redirect is not followed: its 3xx)."""
     parts = urlsplit(url)
     headers = dict(headers)
     if parts.username is not None:
         pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
         headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode("ascii")
     request = urllib.request.Request(_clean(url), data=data, headers=headers, method="POST")
-    with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310 - http(s) only (parse)
+    with _OPENER.open(request, timeout=timeout_s) as response:  # http(s) only (parse)
         response.read(65536)
         return int(response.status)
 
@@ -543,6 +566,14 @@ def _secrets(urls: Sequence[str]) -> list[tuple[str, str]]:
         try:
             parts = urlsplit(url.strip())
             forms.append(_clean(url.strip()))
+            if parts.username is not None:  # http_post's basic authentication, as a server may echo it
+                password = unquote(parts.password or "")
+                pair = f"{unquote(parts.username)}:{password}"
+                pairs.setdefault(base64.b64encode(pair.encode()).decode("ascii"), MASK)
+                pairs.setdefault(pair, MASK)
+                for secret in (password, parts.password or ""):
+                    if len(secret) > 3:
+                        pairs.setdefault(secret, MASK)
             selector = parts.path + (f"?{parts.query}" if parts.query else "")
             if parts.path not in ("", "/"):
                 pairs.setdefault(selector, MASK)
@@ -571,6 +602,9 @@ def _error_text(exc: BaseException, timeout_s: float, urls: Sequence[str]) -> st
         except (OSError, ValueError):
             said = ""
         text = f"HTTP {exc.code} {exc.reason}".rstrip() + (f": {said}" if said else "")
+        location = exc.headers.get("Location") if 300 <= exc.code < 400 and exc.headers else None
+        if location:  # the new URL may hold a key as much as the old: masked
+            text += f" (a redirect to {redact_url(location)}, not followed: give the URL it redirects to)"
     else:
         reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
         if isinstance(reason, TimeoutError | socket.timeout):

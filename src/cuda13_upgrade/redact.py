@@ -24,7 +24,10 @@ keeps only the values of :data:`PLAIN_VARIABLES`. Under a key of :data:`SECRET_U
 (``cuda13_notify``, the webhooks the rollout notifies, :mod:`cuda13_upgrade.notify`)
 every http(s) URL keeps only its scheme, host and port (:func:`redact_url`): any
 webhook's path may be its key; a value that is not a clean http(s) URL keeps at most its
-scheme and host. Nothing else is changed; a text
+scheme and host. Under a key of :data:`USERINFO_URL_KEYS` (``cuda13_block_on_alerts``, whose
+URL's ``user:password@`` is sent as basic authentication) a string that begins with a scheme
+loses everything between ``://`` and its last ``@`` (:func:`redact_userinfo`), whatever the
+password holds (a quote, a ``/``, a space). Nothing else is changed; a text
 without secrets comes back equal, and :func:`redact` of a redacted value is the same
 value.
 """
@@ -41,10 +44,12 @@ __all__ = [
     "PLAIN_VARIABLES",
     "SECRET_FLAGS",
     "SECRET_URL_KEYS",
+    "USERINFO_URL_KEYS",
     "redact",
     "redact_environment",
     "redact_text",
     "redact_url",
+    "redact_userinfo",
     "redact_urls",
 ]
 
@@ -76,6 +81,10 @@ SECRET_FLAGS = ("--api-key", "--admin-api-key")
 
 #: Keys whose values' URLs are secrets as a whole (a webhook URL's path is its key).
 SECRET_URL_KEYS = frozenset({"cuda13_notify"})
+
+#: Keys whose values' URLs may hold a ``user:password@`` that no text pattern can be trusted to
+#: find (a password with a quote, a ``/`` or a space): :func:`redact_userinfo`.
+USERINFO_URL_KEYS = frozenset({"cuda13_block_on_alerts"})
 
 # A Slack webhook URL (incoming webhooks and workflow webhooks): its path is the key.
 _SLACK_HOOK = re.compile(r"(?P<base>\bhttps?://hooks\.slack\.com)/[^\s\"'\\<>|]+")
@@ -182,6 +191,29 @@ def redact_url(url: str) -> str:
     return f"{base}/{MASK}"
 
 
+# A value that begins with a scheme (``http://``, a mistyped ``htp://``), after any blanks.
+_LEADING_SCHEME = re.compile(r"(?P<scheme>\s*[A-Za-z][A-Za-z0-9+.-]*://)(?P<rest>.*)", re.DOTALL)
+
+
+def redact_userinfo(value: Any) -> Any:
+    """``value`` (a string, or mappings and lists of them) with each string that begins with a
+    scheme masked from ``://`` to its last ``@``: ``http://ops:pa/ss@prom:9090`` ->
+    ``http://***@prom:9090``, ``http://ops:it's@prom`` -> ``http://***@prom`` (RFC 3986 gives
+    userinfo no ``@``, so the last one ends it in any URL a client can use); other strings by
+    :func:`redact_text`."""
+    if isinstance(value, str):
+        found = _LEADING_SCHEME.match(value)
+        if found and "@" in found.group("rest"):
+            return f"{found.group('scheme')}{MASK}@{found.group('rest').rpartition('@')[2]}"
+        return redact_text(value)
+    if isinstance(value, Mapping):
+        return {k: redact_userinfo(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        out = [redact_userinfo(item) for item in value]
+        return out if isinstance(value, list) else tuple(out)
+    return value
+
+
 def redact_urls(value: Any) -> Any:
     """``value`` (a string, or mappings and lists of them) with every http(s) URL in it
     masked by :func:`redact_url`; other strings by :func:`redact_text`."""
@@ -199,7 +231,8 @@ def redact(value: Any) -> Any:
     """``value`` with its secrets masked: strings by :func:`redact_text`, mappings and
     lists element by element (a list's element after ``--api-key`` masked; a mapping
     under the key ``environment`` by :func:`redact_environment`; a value under a key of
-    :data:`SECRET_URL_KEYS` by :func:`redact_urls`), other values as they are. Returns a
+    :data:`SECRET_URL_KEYS` by :func:`redact_urls`, of :data:`USERINFO_URL_KEYS` by
+    :func:`redact_userinfo`), other values as they are. Returns a
     new value; the given one is not changed."""
     if isinstance(value, str):
         return redact_text(value)
@@ -210,6 +243,8 @@ def redact(value: Any) -> Any:
                 if str(k).lower() == "environment" and isinstance(v, Mapping)
                 else redact_urls(v)
                 if k in SECRET_URL_KEYS
+                else redact_userinfo(v)
+                if k in USERINFO_URL_KEYS
                 else redact(v)
             )
             for k, v in value.items()
