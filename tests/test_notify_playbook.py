@@ -332,3 +332,46 @@ def test_the_batch_gate_waits_for_a_silent_webhook_at_most_its_timeout(tmp_path)
     assert [r["error"] for r in started["notified"] + gate["notified"]] == [
         "no answer within 1 s (timeout_s)"
     ] * 2
+
+
+def test_the_command_tells_the_end_of_a_rollout_that_stopped_before_its_report(tmp_path, monkeypatch):
+    """The real ``cuda13-upgrade rollout`` on a host nothing can reach (127.0.0.1, port 1): the
+    start gate tells the start, then the run stops before its report play (the host is lost in
+    the first play that connects), and the command tells the end with the host's outcome,
+    recorded in run.json; the webhook's secret path is in no file of the run."""
+    from cuda13_upgrade import cli
+
+    for name in ("CUDA13_UPGRADE_HOME", "CUDA13_REPORTS_DIR", "CUDA13_RUN_ID"):
+        monkeypatch.delenv(name, raising=False)
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(
+        "all:\n  children:\n    blackwell:\n      hosts:\n        gpu-node-09:\n"
+        "          ansible_host: 127.0.0.1\n          ansible_port: 1\n          ansible_user: nobody\n"
+        "          cuda13_service_name: sglang.service\n"
+        '          ansible_ssh_common_args: "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null'
+        ' -o ConnectTimeout=3"\n'
+    )
+    reports = tmp_path / "r"
+    with Webhooks() as hooks:
+        setting = {
+            "cuda13_notify": {"timeout_s": 5, "targets": [{"url": hooks.url + JSON_PATH, "format": "json"}]}
+        }
+        argv = ["rollout", "--yes", "-i", str(inventory), "--reports-dir", str(reports), "--run-id", "lost"]
+        assert cli.main([*argv, "-e", json.dumps(setting)]) == 1
+    bodies = hooks.bodies(JSON_PATH)
+    assert [b["event"] for b in bodies] == ["start", "end"]
+    end = bodies[-1]
+    assert end["summary"] == {"hosts": 1, "unreachable": 1}
+    assert (
+        end["text"]
+        == f"cuda13-upgrade run lost ended: 1 unreachable (1 host(s)); report: {reports}/lost/summary.md"
+    )
+    run = json.loads((reports / "lost" / "run.json").read_text())
+    assert [(n["event"], n["sent"], n["targets"]) for n in run["notifications"]] == [
+        ("start", 1, 1),
+        ("end", 1, 1),
+    ]
+    assert "- " in (reports / "lost" / "summary.md").read_text().split("## Notifications", 1)[1]
+    for path in (reports / "lost").rglob("*"):
+        if path.is_file() and path.suffix != ".png":
+            assert "PLANTEDsecret" not in path.read_text(errors="replace"), path

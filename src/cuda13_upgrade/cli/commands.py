@@ -229,6 +229,8 @@ def run_command(options: Options, stream: TextIO | None = None) -> int:
 
         record["interrupted_by"] = signal.Signals(run.signum).name
     reportfiles.write_text(run_dir / "run.json", json.dumps(redact(record), indent=2) + "\n")
+    if not (run.interrupted or run.status == "canceled"):  # after an interrupt: _after_interrupt
+        _tell_end(options, command, run_dir)
     if run.interrupted or run.status == "canceled":
         if run.doing:
             print("interrupted; what each host was doing:", file=sys.stderr)
@@ -290,12 +292,53 @@ def _after_interrupt(
             if done.rc == 0
             else f" Releasing their locks failed (rc {done.rc}): see the lines above."
         )
+    _tell_end(options, command, options.reports_dir / options.run_id)
     where = "; ".join(f"{h} during {s}" for h, s in steps.items()) or "before any host"
     print(
         f"interrupted: {where}.{released} Run the same command again to continue (Ansible's output: {log})",
         file=sys.stderr,
     )
     return interrupted_status(run.signum)
+
+
+def _tell_end(options: Options, command: Command, run_dir: Path) -> bool:
+    """The run's end to ``cuda13_notify``'s webhooks when the playbook stopped before its report
+    play told it: a rollout whose start was told (``notifications.json``) and whose end was not
+    (the preflight refused a host, the run was interrupted, Ansible failed). Runs
+    ``playbooks/report.yml`` once more, quietly (it reads the webhooks from the inventory, writes
+    the summary, closes the estimate and tells the end) after ``run.json`` is written, whose hosts'
+    outcomes the end's counts take, then records the sends in ``run.json``. Returns whether it
+    ran; never raises for the playbook's failure (its output is in ``ansible-report.log``)."""
+    if command.name != "rollout" or options.check or options.inventory is None or options.run_id is None:
+        return False
+    state = notify.load_state(run_dir)
+    if not state.get("started") or state.get("ended"):
+        return False
+    import io
+
+    told = run_playbook(
+        options.home / "playbooks" / "report.yml",
+        options.inventory,
+        home=options.home,
+        run_id=options.run_id,
+        reports_dir=options.reports_dir,
+        limit=options.limit,
+        extra_vars=options.extra_vars,
+        # The operator's tags would skip the report's own task.
+        flags=ansible_flags(replace(options, tags=[], skip_tags=[])),
+        passwords=options.passwords,
+        stream=io.StringIO(),
+    )
+    reportfiles.write_text(
+        run_dir / "ansible-report.log", told.stdout + (("\n" + told.stderr) if told.stderr else "")
+    )
+    try:  # run.json, written before, with the end told
+        recorded = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+        recorded["notifications"] = notify.run_record(run_dir)
+        reportfiles.write_text(run_dir / "run.json", json.dumps(redact(recorded), indent=2) + "\n")
+    except (OSError, ValueError, AttributeError, TypeError):
+        pass  # run.json keeps what it said; notifications.json has the end
+    return True
 
 
 def _signal_name(run: RunResult) -> str:
