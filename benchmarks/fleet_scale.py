@@ -36,41 +36,11 @@ import urllib.parse
 from pathlib import Path
 
 import yaml
+from sandbox_env import ENV, REPO, fresh_sandbox, playbook, remove_sandbox
 
-REPO = Path(__file__).resolve().parents[1]
-BIN = REPO / ".venv" / "bin"
 MIRROR = REPO / ".sandbox" / "mirror"
-PREFIX = "cuda13-sandbox"
-ENV = {
-    **os.environ,
-    "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-    "CONTAINERS_CONF": str(REPO / "sandbox" / "containers.conf"),
-    "PATH": f"{BIN}:{os.environ['PATH']}",
-}
 # "GET /whl/cu130/torch-2.10.0%2Bcu130-cp311-cp311-manylinux_2_28_x86_64.whl HTTP/1.1" 200 -
 WHEEL_GET = re.compile(r'"GET (?P<path>/\S+\.whl) HTTP/1\.[01]" 200 ')
-
-
-def run(argv: list[str], *, env: dict[str, str] | None = None, check: bool = True) -> float:
-    """Run ``argv`` from the repository root; its wall time in seconds."""
-    start = time.perf_counter()
-    proc = subprocess.run(argv, cwd=REPO, env=env or ENV, capture_output=True, text=True)
-    elapsed = time.perf_counter() - start
-    if check and proc.returncode != 0:
-        sys.exit(
-            f"{' '.join(argv)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}"
-        )
-    return elapsed
-
-
-def playbook(*args: str, env: dict[str, str] | None = None) -> float:
-    return run([str(BIN / "ansible-playbook"), *args], env=env)
-
-
-def fresh_sandbox(count: int) -> list[str]:
-    playbook("playbooks/sandbox.yml", "-e", "sandbox_state=absent")
-    playbook("playbooks/sandbox.yml", "-e", f"sandbox_count={count}")
-    return [f"{PREFIX}-{i}" for i in range(1, count + 1)]
 
 
 def wheel_bytes(paths: list[str]) -> int:
@@ -318,7 +288,7 @@ def main() -> None:
             ]
     finally:
         mirror.close()
-        playbook("playbooks/sandbox.yml", "-e", "sandbox_state=absent")
+        remove_sandbox()
 
     width = max(len(k) for k, _ in rows)
     print(f"fleet scale on sandbox hosts ({os.cpu_count()} CPUs on this machine); work files in {work}")

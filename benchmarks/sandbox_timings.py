@@ -47,15 +47,10 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-BIN = REPO / ".venv" / "bin"
+from sandbox_env import BIN, ENV, REPO, playbook, run
+from sandbox_env import fresh_sandbox as replace_sandbox
+
 HOST = "cuda13-sandbox-1"
-ENV = {
-    **os.environ,
-    "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-    "CONTAINERS_CONF": str(REPO / "sandbox" / "containers.conf"),
-    "PATH": f"{BIN}:{os.environ['PATH']}",
-}
 
 PROBER = r"""
 import json, time, urllib.request
@@ -80,31 +75,12 @@ while True:
 """
 
 
-def run(argv: list[str], *, check: bool = True) -> float:
-    start = time.perf_counter()
-    proc = subprocess.run(argv, cwd=REPO, env=ENV, capture_output=True, text=True)
-    elapsed = time.perf_counter() - start
-    if check and proc.returncode != 0:
-        sys.exit(
-            f"{' '.join(argv)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-2000:]}"
-        )
-    return elapsed
-
-
-def playbook(*args: str, check: bool = True) -> float:
-    return run([str(BIN / "ansible-playbook"), *args], check=check)
-
-
 def podman(*args: str) -> str:
     return subprocess.run(["podman", *args], env=ENV, capture_output=True, text=True, check=True).stdout
 
 
 def fresh_sandbox(scenario: str, overrides: dict | None = None) -> None:
-    playbook("playbooks/sandbox.yml", "-e", "sandbox_state=absent")
-    extra = json.dumps(
-        {"sandbox_host_scenario": scenario, "sandbox_host_scenario_overrides": overrides or {}}
-    )
-    playbook("playbooks/sandbox.yml", "-e", extra)
+    replace_sandbox(1, sandbox_host_scenario=scenario, sandbox_host_scenario_overrides=overrides or {})
 
 
 def windows(log: str) -> list[dict]:
