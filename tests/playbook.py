@@ -5,6 +5,11 @@ this way; the GPU is the one thing they replace (the nvidia-smi double of sandbo
 localhost comes from an inventory that sets what a fleet's inventory sets (:data:`FLEET_VALUES`,
 :func:`local_inventory`): the preflight refuses hosts that receive none of the values a fleet
 must set (action cuda13_inventory) and hosts without a drain hook (cuda13_allow_undrained).
+
+The tests of the rollout's gates run the rollout itself with a stand-in for roles/upgrade_host:
+:func:`fleet_inventory` (localhost and the group ``blackwell``) and :func:`rollout_book`
+(playbooks/start.yml, the upgrade play's own batch gate over the stand-in's tasks, and the
+plays after it), with :func:`stand_in_role`, :data:`RESULT_TASKS` and :data:`RECORD_BATCH`.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -191,3 +197,181 @@ def kept_host_state(
     (state / "result.json").write_text(json.dumps(result))
     (state / "step.json").write_text(json.dumps({"run_id": "20261201T101500Z", "step": "result"}))
     return state
+
+
+#: The upgrade play of playbooks/upgrade.yml: the batches of hosts that upgrade.
+UPGRADE_PLAY = "Upgrade, verify, keep or roll back"
+#: playbooks/upgrade.yml's play after the report, which fails each host that did not keep.
+LAST_PLAY = "Fail the hosts that did not keep the upgrade"
+
+#: A task that prints each batch of the play it runs in once, as ``BATCH ["host", ...]`` (:func:`batches`).
+RECORD_BATCH: dict = {
+    "name": "Record the batch",
+    "ansible.builtin.debug": {"msg": "BATCH {{ ansible_play_batch | to_json }}"},
+    "run_once": True,
+}
+
+#: The run's reports directory as the batch gate of playbooks/upgrade.yml finds it.
+REPORTS_DIR = (
+    "{{ lookup('ansible.builtin.env', 'CUDA13_REPORTS_DIR')"
+    " | default(playbook_dir | dirname ~ '/reports', true) }}"
+)
+_RESULT_DIR = REPORTS_DIR + "/{{ cuda13_run_id }}/{{ inventory_hostname }}"
+
+#: Tasks that write each host's ``cuda13_result`` (a mapping) where the role's cuda13_result step
+#: writes it, ``<reports>/<run id>/<host>/result.json`` on the control node (mode 0600 in a 0700
+#: directory), with the host, the run id and the time it finished (``finished_at``, UTC) added.
+RESULT_TASKS: list[dict] = [
+    {
+        "name": "The host's result directory",
+        "ansible.builtin.file": {"path": _RESULT_DIR, "state": "directory", "mode": "0700"},
+        "delegate_to": "localhost",
+    },
+    {
+        "name": "The host's result",
+        "ansible.builtin.copy": {
+            "dest": _RESULT_DIR + "/result.json",
+            "mode": "0600",
+            "content": (
+                "{{ cuda13_result | combine({'host': inventory_hostname, 'run_id': cuda13_run_id,"
+                " 'finished_at': now(utc=true).isoformat()}) | to_json }}"
+            ),
+        },
+        "delegate_to": "localhost",
+    },
+]
+
+
+def upgrade_plays() -> list[dict]:
+    """The plays of playbooks/upgrade.yml, as YAML reads them."""
+    return yaml.safe_load((REPO / "playbooks" / "upgrade.yml").read_text())
+
+
+def upgrade_play() -> dict:
+    """playbooks/upgrade.yml's :data:`UPGRADE_PLAY`. Raises StopIteration when there is none."""
+    return next(p for p in upgrade_plays() if p.get("name") == UPGRADE_PLAY)
+
+
+def batches(out: str) -> list[list[str]]:
+    """The batches :data:`RECORD_BATCH` printed in ansible-playbook's output ``out``, in order."""
+    return [json.loads(m) for m in re.findall(r"BATCH (\[.*?\])", out)]
+
+
+def stand_in_role(**recorded: str) -> dict:
+    """A stand-in for roles/upgrade_host's block, ending each host as the role does by the host's
+    variable ``stand_in``: ``kept`` (or none) keeps (``cuda13_result`` ``{"status": "kept"}``);
+    another value fails inside the block, and the rescue records ``cuda13_result``
+    ``{"status": stand_in, **recorded}`` (Jinja values) and leaves the host running, as the
+    role's rescue does; ``no_result`` instead fails the host in Ansible with no result (a host
+    that failed before its result was written)."""
+    return {
+        "name": "Stand in for the role",
+        "block": [
+            {
+                "name": "Fail as the role does",
+                "ansible.builtin.fail": {"msg": "stand-in failure"},
+                "when": "stand_in | default('kept') != 'kept'",
+            },
+            {"name": "Keep the host", "ansible.builtin.set_fact": {"cuda13_result": {"status": "kept"}}},
+        ],
+        "rescue": [
+            {
+                "name": "Record the result",
+                "ansible.builtin.set_fact": {"cuda13_result": {"status": "{{ stand_in }}", **recorded}},
+                "when": "stand_in != 'no_result'",
+            },
+            # The role's rescue records the result and leaves the host running (the upgrade's
+            # last play fails it); a host that failed without a result is failed in Ansible.
+            {
+                "name": "Fail a host without a result",
+                "ansible.builtin.fail": {"msg": "stand-in {{ stand_in }}"},
+                "when": "stand_in == 'no_result'",
+            },
+        ],
+    }
+
+
+def fleet_inventory(
+    directory: Path, hosts: dict[str, dict], group_vars: dict | None = None, **values: object
+) -> Path:
+    """Write ``directory/hosts.yml``: localhost, and the group ``blackwell`` of ``hosts`` (each
+    with connection local unless its own variables say otherwise) with :func:`fleet_group`'s
+    variables (``values`` added); ``group_vars``, when given, in ``group_vars/blackwell.yml``.
+    Returns ``directory``."""
+    (directory / "group_vars").mkdir(parents=True, exist_ok=True)
+    members = {name: {"ansible_connection": "local", **own} for name, own in hosts.items()}
+    inventory = {
+        "all": {
+            "hosts": {"localhost": {"ansible_connection": "local"}},
+            "children": {"blackwell": fleet_group(members, **values)},
+        }
+    }
+    (directory / "hosts.yml").write_text(yaml.safe_dump(inventory))
+    if group_vars:
+        (directory / "group_vars" / "blackwell.yml").write_text(yaml.safe_dump(group_vars))
+    return directory
+
+
+def rollout_book(
+    directory: Path,
+    tasks: list[dict],
+    *,
+    start: dict[str, bool] | None = None,
+    not_started: Path | None = None,
+    report: bool = False,
+    last_play: bool = False,
+) -> Path:
+    """Write ``directory/playbooks/book.yml``, the rollout of playbooks/upgrade.yml on the group
+    ``blackwell`` with ``tasks`` in place of roles/upgrade_host, and return its path.
+
+    Its plays: playbooks/start.yml with the switches ``start`` (default: the batch plan alone,
+    ``start_batch_plan``); :data:`UPGRADE_PLAY` with the upgrade play's own ``serial``,
+    ``max_fail_percentage``, ``vars`` and ``pre_tasks`` (the batch gate), running ``tasks``; then,
+    each when asked: a play on localhost that writes ``cuda13_not_started`` (``{}`` when none) as
+    JSON to the file ``not_started``, playbooks/report.yml (``report``), and :data:`LAST_PLAY`,
+    the last play of playbooks/upgrade.yml (``last_play``; AssertionError when it is not the
+    last). start.yml and report.yml are links to the repository's, so that
+    ``playbook_dir | dirname`` is ``directory``.
+    """
+    upgrade = upgrade_play()
+    playbooks = directory / "playbooks"
+    playbooks.mkdir(parents=True, exist_ok=True)
+    for name in ("start.yml", "report.yml") if report else ("start.yml",):
+        (playbooks / name).symlink_to(REPO / "playbooks" / name)
+    plays: list[dict] = [
+        {
+            "name": "Start the run",
+            "ansible.builtin.import_playbook": "start.yml",
+            "vars": start if start is not None else {"start_batch_plan": True},
+        },
+        {
+            "name": UPGRADE_PLAY,
+            "hosts": "blackwell",
+            "gather_facts": False,
+            **{key: upgrade[key] for key in ("serial", "max_fail_percentage", "vars", "pre_tasks")},
+            "tasks": tasks,
+        },
+    ]
+    if not_started is not None:
+        keep = {
+            "content": "{{ cuda13_not_started | default({}) | to_json }}",
+            "dest": str(not_started),
+            "mode": "0644",
+        }
+        plays.append(
+            {
+                "name": "After the rollout",
+                "hosts": "localhost",
+                "gather_facts": False,
+                "tasks": [{"name": "Keep what was not started", "ansible.builtin.copy": keep}],
+            }
+        )
+    if report:
+        plays.append({"name": "Report", "ansible.builtin.import_playbook": "report.yml"})
+    if last_play:
+        last = upgrade_plays()[-1]
+        assert last["name"] == LAST_PLAY, last["name"]
+        plays.append({**last, "hosts": "blackwell"})
+    book = playbooks / "book.yml"
+    book.write_text(yaml.safe_dump(plays, sort_keys=False))
+    return book

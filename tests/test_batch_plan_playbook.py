@@ -1,105 +1,38 @@
 """The batch plan and the window, as playbooks/start.yml and playbooks/upgrade.yml
 apply them, on local hosts (ansible_connection local; nothing outside this machine).
 
-The test play takes the upgrade play's own ``serial``, ``vars`` and ``pre_tasks`` from
-playbooks/upgrade.yml, so what runs here is what the rollout runs; its one task
-records which batch each host ran in.
+The test play takes the upgrade play's own ``serial``, ``max_fail_percentage``, ``vars`` and
+``pre_tasks`` from playbooks/upgrade.yml (tests/playbook.py's rollout_book), so what runs here
+is what the rollout runs; its one task records which batch each host ran in.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-import yaml
-from playbook import fleet_group, run_playbook
+from playbook import RECORD_BATCH, batches, fleet_inventory, rollout_book, run_playbook, upgrade_play
 
-REPO = Path(__file__).resolve().parents[1]
 HOSTS = [f"gpu-node-{i:02d}" for i in range(1, 9)]
 
 
-def _upgrade_play() -> dict:
-    plays = yaml.safe_load((REPO / "playbooks" / "upgrade.yml").read_text())
-    return next(p for p in plays if p.get("name") == "Upgrade, verify, keep or roll back")
-
-
-def _write(
-    tmp_path: Path, group_vars: dict | None = None, host_vars: dict | None = None, pause: int = 0
-) -> Path:
-    inventory = tmp_path / "inventory"
-    (inventory / "group_vars").mkdir(parents=True)
-    (inventory / "hosts.yml").write_text(
-        yaml.safe_dump(
-            {
-                "all": {
-                    "hosts": {"localhost": {"ansible_connection": "local"}},
-                    "children": {
-                        "blackwell": fleet_group(
-                            {
-                                h: {"ansible_connection": "local", **((host_vars or {}).get(h, {}))}
-                                for h in HOSTS
-                            }
-                        )
-                    },
-                }
-            }
-        )
+def _run(
+    tmp_path: Path, *extra: str, group_vars: dict | None = None, host_vars: dict | None = None, pause: int = 0
+) -> tuple[int, str, list[list[str]]]:
+    inventory = fleet_inventory(
+        tmp_path / "inventory", {h: (host_vars or {}).get(h, {}) for h in HOSTS}, group_vars
     )
-    if group_vars:
-        (inventory / "group_vars" / "blackwell.yml").write_text(yaml.safe_dump(group_vars))
-    upgrade = _upgrade_play()
-    book = tmp_path / "playbooks" / "book.yml"
-    book.parent.mkdir()
-    (tmp_path / "playbooks" / "start.yml").symlink_to(REPO / "playbooks" / "start.yml")
-    book.write_text(
-        yaml.safe_dump(
-            [
-                {
-                    "name": "Start the run",
-                    "ansible.builtin.import_playbook": "start.yml",
-                    "vars": {"start_batch_plan": True},
-                },
-                {
-                    "name": "Upgrade, verify, keep or roll back",
-                    "hosts": "blackwell",
-                    "gather_facts": False,
-                    "serial": upgrade["serial"],
-                    "vars": upgrade["vars"],
-                    "pre_tasks": upgrade["pre_tasks"],
-                    "tasks": [
-                        {
-                            "name": "Record the batch",
-                            "ansible.builtin.debug": {"msg": "BATCH {{ ansible_play_batch | to_json }}"},
-                            "run_once": True,
-                        },
-                        {
-                            "name": "Take a while",
-                            "ansible.builtin.pause": {"seconds": pause},
-                            "run_once": True,
-                            "when": pause > 0,
-                        },
-                    ],
-                },
-            ],
-            sort_keys=False,
-        )
-    )
-    return inventory
-
-
-def _run(tmp_path: Path, *extra: str, **write) -> tuple[int, str, list[list[str]]]:
-    inventory = _write(tmp_path, **write)
-    done = run_playbook(tmp_path / "playbooks" / "book.yml", *extra, inventory=inventory, timeout=120)
+    wait = {"name": "Take a while", "ansible.builtin.pause": {"seconds": pause}, "run_once": True}
+    book = rollout_book(tmp_path, [RECORD_BATCH, {**wait, "when": pause > 0}])
+    done = run_playbook(book, *extra, inventory=inventory, timeout=120)
     out = done.stdout + done.stderr
-    played = [json.loads(m) for m in re.findall(r"BATCH (\[.*?\])", out)]
-    return done.returncode, out, played
+    return done.returncode, out, batches(out)
 
 
 def test_the_upgrade_play_reads_serial_from_the_plan():
-    assert _upgrade_play()["serial"] == "{{ hostvars['localhost'].cuda13_fleet.sizes | default(1) }}"
+    assert upgrade_play()["serial"] == "{{ hostvars['localhost'].cuda13_fleet.sizes | default(1) }}"
 
 
 def test_default_plan_is_printed_and_applied(tmp_path):

@@ -12,54 +12,36 @@ reports directory (``CUDA13_REPORTS_DIR``).
 from __future__ import annotations
 
 import json
-import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import yaml
-from playbook import fleet_group, run_playbook
+from playbook import (
+    RECORD_BATCH,
+    REPO,
+    RESULT_TASKS,
+    batches,
+    fleet_inventory,
+    rollout_book,
+    run_playbook,
+    upgrade_plays,
+)
 
-REPO = Path(__file__).resolve().parents[1]
 HOSTS = ["gpu-node-01", "gpu-node-02"]
 
 
-def _plays() -> list[dict]:
-    return yaml.safe_load((REPO / "playbooks" / "upgrade.yml").read_text())
-
-
-def _upgrade_play() -> dict:
-    return next(p for p in _plays() if p.get("name") == "Upgrade, verify, keep or roll back")
+def _start() -> dict:
+    return next(p for p in upgrade_plays() if p.get("ansible.builtin.import_playbook") == "start.yml")
 
 
 STAND_IN = [
+    RECORD_BATCH,
     {
-        "name": "Record the batch",
-        "ansible.builtin.debug": {"msg": "BATCH {{ ansible_play_batch | to_json }}"},
-        "run_once": True,
-    },
-    {
-        "name": "Make the host's report directory",
-        "ansible.builtin.file": {
-            "path": "{{ lookup('ansible.builtin.env', 'CUDA13_REPORTS_DIR') }}/{{ cuda13_run_id }}/"
-            "{{ inventory_hostname }}",
-            "state": "directory",
-            "mode": "0755",
+        "name": "End the host as the run tells it",
+        "ansible.builtin.set_fact": {
+            "cuda13_result": {"status": "{{ stand_in }}", "reason": "stand-in {{ stand_in }}"}
         },
-        "delegate_to": "localhost",
     },
-    {
-        "name": "Write the result on the control node as the role does",
-        "ansible.builtin.copy": {
-            "content": (
-                "{{ {'host': inventory_hostname, 'run_id': cuda13_run_id, 'status': stand_in,"
-                " 'reason': 'stand-in ' ~ stand_in, 'finished_at': now(utc=true).isoformat()} | to_json }}"
-            ),
-            "dest": "{{ lookup('ansible.builtin.env', 'CUDA13_REPORTS_DIR') }}/{{ cuda13_run_id }}/"
-            "{{ inventory_hostname }}/result.json",
-            "mode": "0644",
-        },
-        "delegate_to": "localhost",
-    },
+    *RESULT_TASKS,
 ]
 
 
@@ -80,41 +62,8 @@ def _earlier(reports: Path, run: str, host: str, hours_ago: float, status: str =
 def _run(tmp_path: Path, run_id: str, *extra: str, stand_in: str = "kept"):
     inventory = tmp_path / "inventory"
     if not inventory.exists():
-        inventory.mkdir()
-        (inventory / "hosts.yml").write_text(
-            yaml.safe_dump(
-                {
-                    "all": {
-                        "hosts": {"localhost": {"ansible_connection": "local"}},
-                        "children": {
-                            "blackwell": fleet_group({h: {"ansible_connection": "local"} for h in HOSTS})
-                        },
-                    }
-                }
-            )
-        )
-        (tmp_path / "playbooks").mkdir()
-        (tmp_path / "playbooks" / "start.yml").symlink_to(REPO / "playbooks" / "start.yml")
-        start = next(p for p in _plays() if p.get("ansible.builtin.import_playbook") == "start.yml")
-        upgrade = _upgrade_play()
-        (tmp_path / "playbooks" / "book.yml").write_text(
-            yaml.safe_dump(
-                [
-                    start,
-                    {
-                        "name": "Upgrade, verify, keep or roll back",
-                        "hosts": "blackwell",
-                        "gather_facts": False,
-                        "serial": upgrade["serial"],
-                        "max_fail_percentage": upgrade["max_fail_percentage"],
-                        "vars": upgrade["vars"],
-                        "pre_tasks": upgrade["pre_tasks"],
-                        "tasks": STAND_IN,
-                    },
-                ],
-                sort_keys=False,
-            )
-        )
+        fleet_inventory(inventory, dict.fromkeys(HOSTS, {}))
+        rollout_book(tmp_path, STAND_IN, start=_start()["vars"])
     reports = tmp_path / "reports"
     done = run_playbook(
         tmp_path / "playbooks" / "book.yml",
@@ -126,12 +75,11 @@ def _run(tmp_path: Path, run_id: str, *extra: str, stand_in: str = "kept"):
         timeout=120,
     )
     out = " ".join((done.stdout + done.stderr).split())  # messages wrap in the yaml callback
-    played = [json.loads(m) for m in re.findall(r"BATCH (\[.*?\])", out)]
-    return done, out, played, reports / run_id
+    return done, out, batches(out), reports / run_id
 
 
 def test_the_rollout_starts_the_breaker_and_only_the_rollout():
-    start = next(p for p in _plays() if p.get("ansible.builtin.import_playbook") == "start.yml")
+    start = _start()
     # The rollout also tells cuda13_notify's webhooks its start (tests/test_notify_playbook.py).
     assert start["vars"] == {"start_batch_plan": True, "start_breaker": True, "start_notify": True}
     for name in ("plan", "preflight", "verify", "rollback", "stage"):

@@ -15,136 +15,35 @@ import re
 import tempfile
 from pathlib import Path
 
-import yaml
-from playbook import fleet_group, run_playbook
+from playbook import (
+    RECORD_BATCH,
+    batches,
+    fleet_inventory,
+    rollout_book,
+    run_playbook,
+    stand_in_role,
+    upgrade_play,
+)
 
 from cuda13_upgrade.steps import fleet
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def _upgrade_play() -> dict:
-    plays = yaml.safe_load((REPO / "playbooks" / "upgrade.yml").read_text())
-    return next(p for p in plays if p.get("name") == "Upgrade, verify, keep or roll back")
-
-
-STAND_IN = [
-    {
-        "name": "Record the batch",
-        "ansible.builtin.debug": {"msg": "BATCH {{ ansible_play_batch | to_json }}"},
-        "run_once": True,
-    },
-    {
-        "name": "Stand in for the role",
-        "block": [
-            {
-                "name": "Fail as the role does",
-                "ansible.builtin.fail": {"msg": "stand-in failure"},
-                "when": "stand_in | default('kept') != 'kept'",
-            },
-            {"name": "Keep the host", "ansible.builtin.set_fact": {"cuda13_result": {"status": "kept"}}},
-        ],
-        "rescue": [
-            {
-                "name": "Record the result",
-                "ansible.builtin.set_fact": {"cuda13_result": {"status": "{{ stand_in }}"}},
-                "when": "stand_in != 'no_result'",
-            },
-            # The role's rescue records the result and leaves the host running (the upgrade's
-            # last play fails it); a host that failed without a result is failed in Ansible.
-            {
-                "name": "Fail a host without a result",
-                "ansible.builtin.fail": {"msg": "stand-in {{ stand_in }}"},
-                "when": "stand_in == 'no_result'",
-            },
-        ],
-    },
-]
 
 
 def _run(tmp_path: Path, n_hosts: int, stand_in: dict[str, str], *extra: str, group_vars=None):
     hosts = [f"gpu-node-{i:02d}" for i in range(1, n_hosts + 1)]
-    inventory = tmp_path / "inventory"
-    (inventory / "group_vars").mkdir(parents=True)
-    (inventory / "hosts.yml").write_text(
-        yaml.safe_dump(
-            {
-                "all": {
-                    "hosts": {"localhost": {"ansible_connection": "local"}},
-                    "children": {
-                        "blackwell": fleet_group(
-                            {
-                                h: {"ansible_connection": "local", "stand_in": stand_in.get(h, "kept")}
-                                for h in hosts
-                            }
-                        )
-                    },
-                }
-            }
-        )
-    )
-    if group_vars:
-        (inventory / "group_vars" / "blackwell.yml").write_text(yaml.safe_dump(group_vars))
-    upgrade = _upgrade_play()
-    book = tmp_path / "playbooks" / "book.yml"
-    book.parent.mkdir()
-    (tmp_path / "playbooks" / "start.yml").symlink_to(REPO / "playbooks" / "start.yml")
-    book.write_text(
-        yaml.safe_dump(
-            [
-                {
-                    "name": "Start the run",
-                    "ansible.builtin.import_playbook": "start.yml",
-                    "vars": {"start_batch_plan": True},
-                },
-                {
-                    "name": "Upgrade, verify, keep or roll back",
-                    "hosts": "blackwell",
-                    "gather_facts": False,
-                    "serial": upgrade["serial"],
-                    "max_fail_percentage": upgrade["max_fail_percentage"],
-                    "vars": upgrade["vars"],
-                    "pre_tasks": upgrade["pre_tasks"],
-                    "tasks": STAND_IN,
-                },
-                {
-                    "name": "After the rollout",
-                    "hosts": "localhost",
-                    "gather_facts": False,
-                    "tasks": [
-                        {
-                            "name": "Keep what was not started",
-                            "ansible.builtin.copy": {
-                                "content": "{{ cuda13_not_started | default({}) | to_json }}",
-                                "dest": str(tmp_path / "not_started.json"),
-                                "mode": "0644",
-                            },
-                        }
-                    ],
-                },
-                {**_last_play(), "hosts": "blackwell"},
-            ],
-            sort_keys=False,
-        )
-    )
+    ends = {h: {"stand_in": stand_in.get(h, "kept")} for h in hosts}
+    inventory = fleet_inventory(tmp_path / "inventory", ends, group_vars)
+    kept = tmp_path / "not_started.json"
+    book = rollout_book(tmp_path, [RECORD_BATCH, stand_in_role()], not_started=kept, last_play=True)
     done = run_playbook(book, *extra, inventory=inventory, timeout=120)
     out = " ".join((done.stdout + done.stderr).split())  # messages wrap in the yaml callback
-    played = [json.loads(m) for m in re.findall(r"BATCH (\[.*?\])", out)]
-    kept = tmp_path / "not_started.json"
-    return out, played, (json.loads(kept.read_text()) if kept.exists() else None)
-
-
-def _last_play() -> dict:
-    plays = yaml.safe_load((REPO / "playbooks" / "upgrade.yml").read_text())
-    assert plays[-1]["name"] == "Fail the hosts that did not keep the upgrade"
-    return plays[-1]
+    return out, batches(out), (json.loads(kept.read_text()) if kept.exists() else None)
 
 
 def test_only_the_budget_step_counts_failures():
     # a limit Ansible reached would end the run before the budget step (the mixed batch below)
-    assert _upgrade_play()["max_fail_percentage"] == 100
+    assert upgrade_play()["max_fail_percentage"] == 100
     # One gate before each batch, the budget decided before the window (cuda13_upgrade.steps.fleet).
-    gate = _upgrade_play()["pre_tasks"][0]
+    gate = upgrade_play()["pre_tasks"][0]
     assert gate["cuda13_fleet"]["action"] == "batch"
     closed = {"start": "00:00", "end": "00:01", "timezone": "UTC"}
     the_fleet = fleet.plan(["gpu-node-01", "gpu-node-02"], {"cuda13_window": closed})

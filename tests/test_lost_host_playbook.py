@@ -14,27 +14,17 @@ the lock's release), the other hosts kept by a stand-in for the rest.
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
-import yaml
-from playbook import fleet_group, run_playbook
+from playbook import RECORD_BATCH, batches, fleet_inventory, rollout_book, run_playbook
 
-REPO = Path(__file__).resolve().parents[1]
 LOST = "gpu-node-01"
-
-
-def _plays() -> list[dict]:
-    return yaml.safe_load((REPO / "playbooks" / "upgrade.yml").read_text())
 
 
 def _stand_in(state_dir: Path, reports: Path) -> list[dict]:
     options = {"cuda13_reports_dir": str(reports), "cuda13_state_dir": str(state_dir)}
     return [
-        {
-            "name": "Record the batch",
-            "ansible.builtin.debug": {"msg": "BATCH {{ ansible_play_batch | to_json }}"},
-        },
+        RECORD_BATCH,
         {
             "name": "Take the host's upgrade lock",
             "cuda13_lock": {
@@ -102,65 +92,14 @@ def _stand_in(state_dir: Path, reports: Path) -> list[dict]:
 
 
 def _run(tmp_path: Path, *extra: str, budget: int = 1):
-    hosts = {f"gpu-node-{i:02d}": {"ansible_connection": "local"} for i in range(2, 5)}
+    hosts = {f"gpu-node-{i:02d}": {} for i in range(2, 5)}
     hosts[LOST] = {"ansible_connection": "ssh", "ansible_host": "127.0.0.1", "ansible_port": 1}
-    inventory = tmp_path / "inventory"
-    inventory.mkdir()
-    (inventory / "hosts.yml").write_text(
-        yaml.safe_dump(
-            {
-                "all": {
-                    "hosts": {"localhost": {"ansible_connection": "local"}},
-                    "children": {
-                        "blackwell": fleet_group(dict(sorted(hosts.items())), cuda13_max_failed_hosts=budget)
-                    },
-                }
-            }
-        )
+    inventory = fleet_inventory(
+        tmp_path / "inventory", dict(sorted(hosts.items())), cuda13_max_failed_hosts=budget
     )
-    upgrade = next(p for p in _plays() if p.get("name") == "Upgrade, verify, keep or roll back")
     reports = tmp_path / "reports"
-    book = tmp_path / "playbooks" / "book.yml"
-    book.parent.mkdir()
-    (tmp_path / "playbooks" / "start.yml").symlink_to(REPO / "playbooks" / "start.yml")
-    book.write_text(
-        yaml.safe_dump(
-            [
-                {
-                    "name": "Start the run",
-                    "ansible.builtin.import_playbook": "start.yml",
-                    "vars": {"start_batch_plan": True},
-                },
-                {
-                    "name": "Upgrade, verify, keep or roll back",
-                    "hosts": "blackwell",
-                    "gather_facts": False,
-                    "serial": upgrade["serial"],
-                    "max_fail_percentage": upgrade["max_fail_percentage"],
-                    "vars": upgrade["vars"],
-                    "pre_tasks": upgrade["pre_tasks"],
-                    "tasks": _stand_in(tmp_path / "state", reports),
-                },
-                {
-                    "name": "After the rollout",
-                    "hosts": "localhost",
-                    "gather_facts": False,
-                    "tasks": [
-                        {
-                            "name": "Keep what was not started",
-                            "ansible.builtin.copy": {
-                                "content": "{{ cuda13_not_started | default({}) | to_json }}",
-                                "dest": str(tmp_path / "not_started.json"),
-                                "mode": "0644",
-                            },
-                        }
-                    ],
-                },
-                {**_plays()[-1], "hosts": "blackwell"},
-            ],
-            sort_keys=False,
-        )
-    )
+    after = tmp_path / "not_started.json"
+    book = rollout_book(tmp_path, _stand_in(tmp_path / "state", reports), not_started=after, last_play=True)
     done = run_playbook(
         book,
         "-e",
@@ -171,12 +110,10 @@ def _run(tmp_path: Path, *extra: str, budget: int = 1):
         env={"CUDA13_REPORTS_DIR": str(reports)},
     )
     out = " ".join((done.stdout + done.stderr).split())
-    played = [json.loads(m) for m in re.findall(r"BATCH (\[.*?\])", out)]
-    after = tmp_path / "not_started.json"
     result = reports / "20261206T010000Z" / LOST / "result.json"
     return (
         out,
-        played,
+        batches(out),
         json.loads(after.read_text()) if after.exists() else None,
         json.loads(result.read_text()) if result.exists() else None,
     )

@@ -9,7 +9,7 @@ https://hooks.slack.com/services/T1234567/AAAAAAAA/ZZZZZZ``), answered ``200 OK`
 ``ok``, and an invalid or removed URL answered ``404 Not Found`` with the body ``no_team`` (the same
 guide, Japanese edition: ``WebhookResponse(code=404, message=Not Found, body=no_team)``); ``&``,
 ``<`` and ``>`` escaped as ``&amp;``, ``&lt;``, ``&gt;`` (api.slack.com/reference/surfaces/formatting,
-"Escaping text"). Real webhook servers on 127.0.0.1 are tests/test_notify_playbook.py's.
+"Escaping text"). Real webhook servers on 127.0.0.1 are tests/webhooks.py's.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import urllib.error
 from pathlib import Path
 
 import pytest
+from webhooks import Webhooks
 
 from cuda13_upgrade import budget, notify, options
 from cuda13_upgrade.steps import fleet
@@ -42,6 +43,22 @@ FIXTURES = Path(__file__).parent / "fixtures" / "prometheus"
 
 def _secrets_in(text: str) -> list[str]:
     return [s for s in ("T1234567/AAAAAAAA/ZZZZZZ", "PLANTEDsecret42", "/hooks/cuda13") if s in text]
+
+
+def _gate(plan: dict, reports_dir: Path, batch: list[str], statuses: dict, **more) -> dict:
+    """The batch gate (cuda13_upgrade.steps.fleet.batch_gate) before ``batch`` in the run RUN of
+    HOSTS, every host in the play and active; ``more``: its other keywords."""
+    return fleet.batch_gate(
+        plan,
+        hosts=HOSTS,
+        batch=batch,
+        active=HOSTS,
+        statuses=statuses,
+        run_id=RUN,
+        reports_dir=reports_dir,
+        run_hosts=HOSTS,
+        **more,
+    )
 
 
 # --- the option --------------------------------------------------------------------------------
@@ -262,17 +279,8 @@ def test_the_stops_name_why_and_the_hosts_left(tmp_path):
     closed = fleet.plan(
         HOSTS, {"cuda13_serial": 1, "cuda13_window": {"start": "00:00", "end": "00:01", "timezone": "UTC"}}
     )
-    gate = fleet.batch_gate(
-        closed,
-        hosts=HOSTS,
-        batch=["gpu-node-03"],
-        active=HOSTS,
-        statuses={"gpu-node-01": "kept", "gpu-node-02": "kept"},
-        run_id=RUN,
-        reports_dir=tmp_path,
-        run_hosts=HOSTS,
-        now="2026-12-05T12:00:00Z",
-    )
+    statuses = {"gpu-node-01": "kept", "gpu-node-02": "kept"}
+    gate = _gate(closed, tmp_path, ["gpu-node-03"], statuses, now="2026-12-05T12:00:00Z")
     window = notify.stop_event(RUN, "window_closed", gate["not_started"], STATUSES, at="2026-12-05T12:00:00Z")
     assert window["text"] == (
         "cuda13-upgrade run 20261205T220000Z stopped: outside the window cuda13_window (00:00-00:01 UTC, every "
@@ -476,18 +484,8 @@ def test_the_gates_tell_each_batch_once_and_the_end_once(tmp_path):
     assert [r["status"] for r in start["notified"]] == ["sent", "sent"]
 
     def gate(batch, statuses):
-        return fleet.batch_gate(
-            plan,
-            hosts=HOSTS,
-            batch=batch,
-            active=HOSTS,
-            statuses=statuses,
-            run_id=RUN,
-            reports_dir=tmp_path,
-            run_hosts=HOSTS,
-            now="2026-12-05T22:30:00Z",
-            notify_value=OPTION,
-            post=poster,
+        return _gate(
+            plan, tmp_path, batch, statuses, now="2026-12-05T22:30:00Z", notify_value=OPTION, post=poster
         )
 
     assert gate(["gpu-node-01"], {})["notified"] == []  # the canary: nothing has ended yet
@@ -609,18 +607,7 @@ def test_a_send_in_flight_does_not_hold_the_gate(tmp_path):
     began = time.monotonic()
     fleet.start(HOSTS, given, run_id=RUN, reports_dir=tmp_path, use_breaker=False, tell=True, post=post)
     _results(tmp_path, {"gpu-node-01": {"status": "kept"}})
-    result = fleet.batch_gate(
-        plan,
-        hosts=HOSTS,
-        batch=["gpu-node-02"],
-        active=HOSTS,
-        statuses={"gpu-node-01": "kept"},
-        run_id=RUN,
-        reports_dir=tmp_path,
-        run_hosts=HOSTS,
-        notify_value=option,
-        post=post,
-    )
+    result = _gate(plan, tmp_path, ["gpu-node-02"], {"gpu-node-01": "kept"}, notify_value=option, post=post)
     took = time.monotonic() - began
     gate_event.set()
     assert result["start"] is True and took < 2 * 1 + 1, took  # two sends, each at most 1 s
@@ -646,15 +633,11 @@ def test_a_gate_that_starts_no_batch_tells_why_after_the_batch_before_it(tmp_pat
             raise urllib.error.URLError(ConnectionRefusedError(111, "Connection refused"))
         return (FIXTURES / "rules-2.42-active.json").read_bytes()
 
-    gate = fleet.batch_gate(
+    gate = _gate(
         start["fleet"],
-        hosts=HOSTS,
-        batch=["gpu-node-02"],
-        active=HOSTS,
-        statuses={"gpu-node-01": "rolled_back"},
-        run_id=RUN,
-        reports_dir=tmp_path,
-        run_hosts=HOSTS,
+        tmp_path,
+        ["gpu-node-02"],
+        {"gpu-node-01": "rolled_back"},
         now="2026-12-05T12:00:00Z",
         sleep=lambda seconds: None,
         fetch=fetch,
@@ -823,29 +806,6 @@ def test_a_url_no_request_can_use_is_refused_before_any_send(url, problem):
     assert _secrets_in(str(caught.value)) == []
 
 
-def _webhook_server(answer):
-    """An HTTP server on 127.0.0.1: ``answer(handler, body)`` answers each POST (and GET); every
-    request's method, path and Authorization header is recorded."""
-    import http.server
-
-    seen: list[tuple[str, str, str | None]] = []
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-        def _any(self):
-            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            seen.append((self.command, self.path, self.headers.get("Authorization")))
-            answer(self, body)
-
-        do_GET = do_POST = _any
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, seen
-
-
 def _reply(status, headers=(), body=b""):
     def answer(handler, _body):
         handler.send_response(status)
@@ -864,28 +824,18 @@ def test_a_webhook_that_redirects_is_a_send_that_failed_and_nothing_follows_it(m
     Authorization header: the message never arrived, and the record said sent."""
     monkeypatch.setenv("no_proxy", "*")
     monkeypatch.setenv("NO_PROXY", "*")
-    elsewhere, reached = _webhook_server(_reply(200, body=b"ok"))
-    target = f"http://localhost:{elsewhere.server_port}/hooks/next/PLANTEDsecret42"
-    hook, seen = _webhook_server(_reply(status, [("Location", target)]))
-    try:
-        told = notify.parse(
-            [
-                {
-                    "url": f"http://ops:PLANTEDsecret42@127.0.0.1:{hook.server_port}/hooks/cuda13",
-                    "format": "json",
-                }
-            ]
-        )
-        records = notify.send_all(told.targets, notify.end_event(RUN, STATUSES, "/r", at="x"), 5)
-    finally:
-        hook.shutdown()
-        elsewhere.shutdown()
+    with Webhooks(_reply(200, body=b"ok")) as elsewhere:
+        target = f"http://localhost:{elsewhere.port}/hooks/next/PLANTEDsecret42"
+        with Webhooks(_reply(status, [("Location", target)])) as hook:
+            told = notify.parse(
+                [{"url": f"http://ops:PLANTEDsecret42@127.0.0.1:{hook.port}/hooks/cuda13", "format": "json"}]
+            )
+            records = notify.send_all(told.targets, notify.end_event(RUN, STATUSES, "/r", at="x"), 5)
     assert [(r["status"], r["code"]) for r in records] == [("failed", status)]
     assert records[0]["error"].endswith(
-        f"(a redirect to http://localhost:{elsewhere.server_port}/***, not followed: give the URL it"
-        " redirects to)"
+        f"(a redirect to http://localhost:{elsewhere.port}/***, not followed: give the URL it redirects to)"
     )
-    assert reached == [] and [method for method, _, _ in seen] == ["POST"]
+    assert elsewhere.received == [] and [r.method for r in hook.received] == ["POST"]
     assert _secrets_in(json.dumps(records)) == []
 
 
@@ -897,13 +847,10 @@ def test_a_webhook_that_echoes_the_request_s_credentials_has_them_masked(monkeyp
         said = f"denied {handler.headers.get('Authorization')} for ops:PLANTEDsecret42".encode()
         _reply(403, body=said)(handler, _body)
 
-    hook, _ = _webhook_server(echo)
-    try:
+    with Webhooks(echo) as hook:
         told = notify.parse(
-            [{"url": f"http://ops:PLANTEDsecret42@127.0.0.1:{hook.server_port}/h", "format": "json"}]
+            [{"url": f"http://ops:PLANTEDsecret42@127.0.0.1:{hook.port}/h", "format": "json"}]
         )
         records = notify.send_all(told.targets, notify.end_event(RUN, STATUSES, "/r", at="x"), 5)
-    finally:
-        hook.shutdown()
     assert records[0]["error"] == "HTTP 403 Forbidden: denied Basic *** for ***"
     assert _secrets_in(json.dumps(records)) == []

@@ -4,201 +4,41 @@ The test play is the rollout's: playbooks/start.yml (the start gate, told with `
 playbooks/upgrade.yml tells it), the upgrade play's own ``serial``, ``vars`` and ``pre_tasks`` (the
 batch gate) from playbooks/upgrade.yml with a stand-in for roles/upgrade_host that keeps or rolls
 back each host and writes its ``result.json`` as the role's ``cuda13_result`` step does, then
-playbooks/report.yml (the run's end). A webhook server (``http.server``) records each POST and
-answers as Slack does (``200``, body ``ok``: docs.slack.dev, "Incoming webhooks"); another accepts
+playbooks/report.yml (the run's end) (tests/playbook.py's rollout_book). A webhook server
+(tests/webhooks.py, ``http.server``) records each POST and answers as Slack does (``200``, body ``ok``: docs.slack.dev, "Incoming webhooks"); another accepts
 connections and never answers.
 """
 
 from __future__ import annotations
 
 import json
-import socket
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import yaml
-from playbook import fleet_group, run_playbook
+from playbook import RESULT_TASKS, fleet_inventory, rollout_book, run_playbook, stand_in_role
+from test_notify import HOSTS, RUN, SLOWER, _gate, _results
+from webhooks import Silent, Webhooks
 
 from cuda13_upgrade import notify
 from cuda13_upgrade.steps import fleet
 
-REPO = Path(__file__).resolve().parents[1]
-HOSTS = ["gpu-node-01", "gpu-node-02", "gpu-node-03", "gpu-node-04"]
-RUN = "20261205T220000Z"
 SLACK_PATH = "/services/T0CUDA13/B0NIGHT/PLANTEDsecretSlack"
 JSON_PATH = "/hooks/cuda13/PLANTEDsecretJson"
-# The throughput gate's reason of a slower profile (tests/test_throughput_verdict.py).
-SLOWER = (
-    "plain: median 80.0 tok/s on the new stack vs 89.5 tok/s (-10.6 % ± 0.6 %, tolerance -3 %, "
-    "5 vs 5 trials): regressed"
-)
 
 
-class Webhooks:
-    """An HTTP server on 127.0.0.1 that records each POST ``(path, headers, body)`` and answers 200 ok."""
-
-    def __init__(self) -> None:
-        received = self.received = []
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 - http.server's name
-                length = int(self.headers.get("Content-Length") or 0)
-                received.append((self.path, dict(self.headers), json.loads(self.rfile.read(length))))
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain")
-                self.end_headers()
-                self.wfile.write(b"ok")
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
-
-    def bodies(self, path: str) -> list[dict]:
-        return [body for at, _, body in self.received if at == path]
-
-
-class Silent:
-    """A server on 127.0.0.1 that accepts each connection and never answers."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.held: list[socket.socket] = []
-        self.thread = threading.Thread(target=self._accept, daemon=True)
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.held.append(conn)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.sock.close()
-        for conn in self.held:
-            conn.close()
-
-
-def _upgrade_play() -> dict:
-    plays = yaml.safe_load((REPO / "playbooks" / "upgrade.yml").read_text())
-    return next(p for p in plays if p.get("name") == "Upgrade, verify, keep or roll back")
-
-
-RESULT_DIR = "{{ playbook_dir | dirname }}/reports/{{ cuda13_run_id }}/{{ inventory_hostname }}"
-
-STAND_IN = [
-    {
-        "name": "Stand in for the role",
-        "block": [
-            {
-                "name": "Fail as the role does",
-                "ansible.builtin.fail": {"msg": "stand-in failure"},
-                "when": "stand_in | default('kept') != 'kept'",
-            },
-            {"name": "Keep the host", "ansible.builtin.set_fact": {"cuda13_result": {"status": "kept"}}},
-        ],
-        "rescue": [
-            {
-                "name": "Record the result",
-                "ansible.builtin.set_fact": {
-                    "cuda13_result": {
-                        "status": "{{ stand_in }}",
-                        "failed_step": "verify",
-                        "reason": "{{ reason }}",
-                    }
-                },
-            }
-        ],
-    },
-    # The role's cuda13_result step writes the host's record on the control node.
-    {
-        "name": "The host's result directory",
-        "ansible.builtin.file": {"path": RESULT_DIR, "state": "directory", "mode": "0700"},
-        "delegate_to": "localhost",
-    },
-    {
-        "name": "The host's result",
-        "ansible.builtin.copy": {
-            "dest": RESULT_DIR + "/result.json",
-            "mode": "0600",
-            "content": "{{ cuda13_result | combine({'host': inventory_hostname, 'run_id': cuda13_run_id}) | to_json }}",
-        },
-        "delegate_to": "localhost",
-    },
-]
+# The role's rescue records the failed step and the throughput gate's reason; the role's
+# cuda13_result step writes the host's record on the control node.
+STAND_IN = [stand_in_role(failed_step="verify", reason="{{ reason }}"), *RESULT_TASKS]
 
 
 def _run(tmp_path: Path, targets: list[dict], timeout_s: float = 5) -> tuple[str, float]:
-    inventory = tmp_path / "inventory"
-    (inventory / "group_vars").mkdir(parents=True)
-    hosts = {h: {"ansible_connection": "local"} for h in HOSTS}
+    hosts = {h: {} for h in HOSTS}
     hosts["gpu-node-03"].update(stand_in="rolled_back", reason=SLOWER)
-    (inventory / "hosts.yml").write_text(
-        yaml.safe_dump(
-            {
-                "all": {
-                    "hosts": {"localhost": {"ansible_connection": "local"}},
-                    "children": {"blackwell": fleet_group(hosts)},
-                }
-            }
-        )
-    )
-    (inventory / "group_vars" / "blackwell.yml").write_text(
-        yaml.safe_dump(
-            {
-                "cuda13_serial": [1, 2, "100%"],
-                "cuda13_max_failed_hosts": 1,
-                "cuda13_notify": {"targets": targets, "timeout_s": timeout_s},
-            }
-        )
-    )
-    upgrade = _upgrade_play()
-    book = tmp_path / "playbooks" / "book.yml"
-    book.parent.mkdir()
-    for name in ("start.yml", "report.yml"):
-        (tmp_path / "playbooks" / name).symlink_to(REPO / "playbooks" / name)
-    book.write_text(
-        yaml.safe_dump(
-            [
-                {
-                    "name": "Start the run",
-                    "ansible.builtin.import_playbook": "start.yml",
-                    "vars": {"start_batch_plan": True, "start_notify": True},
-                },
-                {
-                    "name": "Upgrade, verify, keep or roll back",
-                    "hosts": "blackwell",
-                    "gather_facts": False,
-                    "serial": upgrade["serial"],
-                    "max_fail_percentage": upgrade["max_fail_percentage"],
-                    "vars": upgrade["vars"],
-                    "pre_tasks": upgrade["pre_tasks"],
-                    "tasks": STAND_IN,
-                },
-                {"name": "Report", "ansible.builtin.import_playbook": "report.yml"},
-            ],
-            sort_keys=False,
-        )
+    option = {"targets": targets, "timeout_s": timeout_s}
+    group_vars = {"cuda13_serial": [1, 2, "100%"], "cuda13_max_failed_hosts": 1, "cuda13_notify": option}
+    inventory = fleet_inventory(tmp_path / "inventory", hosts, group_vars)
+    book = rollout_book(
+        tmp_path, STAND_IN, start={"start_batch_plan": True, "start_notify": True}, report=True
     )
     began = time.monotonic()
     done = run_playbook(book, "-v", inventory=inventory, env={"CUDA13_RUN_ID": RUN}, timeout=240)
@@ -255,7 +95,7 @@ def test_a_rollout_tells_its_start_each_batch_a_rollback_and_its_end_in_both_for
     )
     # Slack's format: the same texts, one {"text"} each, in the same order.
     assert hooks.bodies(SLACK_PATH) == [{"text": notify.slack_escape(b["text"])} for b in generic]
-    assert {h["Content-Type"] for _, h, _ in hooks.received} == {"application/json"}
+    assert {r.headers["Content-Type"] for r in hooks.received} == {"application/json"}
     # The URLs are secrets: not in Ansible's output (-v prints each task's result), the report or the record.
     assert "notifications go to http://127.0.0.1:" in out
     assert _secrets_in(out) == []
@@ -311,20 +151,10 @@ def test_the_batch_gate_waits_for_a_silent_webhook_at_most_its_timeout(tmp_path)
         began = time.monotonic()
         started = fleet.start(HOSTS, given, run_id=RUN, reports_dir=tmp_path, use_breaker=False, tell=True)
         took_start = time.monotonic() - began
-        result = tmp_path / RUN / "gpu-node-01" / "result.json"
-        result.parent.mkdir(parents=True, exist_ok=True)
-        result.write_text(json.dumps({"host": "gpu-node-01", "status": "kept"}))
+        _results(tmp_path, {"gpu-node-01": {"status": "kept"}})
         began = time.monotonic()
-        gate = fleet.batch_gate(
-            started["fleet"],
-            hosts=HOSTS,
-            batch=["gpu-node-02"],
-            active=HOSTS,
-            statuses={"gpu-node-01": "kept"},
-            run_id=RUN,
-            reports_dir=tmp_path,
-            run_hosts=HOSTS,
-            notify_value=option,
+        gate = _gate(
+            started["fleet"], tmp_path, ["gpu-node-02"], {"gpu-node-01": "kept"}, notify_value=option
         )
         took_gate = time.monotonic() - began
     assert gate["start"] is True
