@@ -77,6 +77,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 from cuda13_upgrade.errors import Cuda13Error
 from cuda13_upgrade.metrics import PREFIX
+from cuda13_upgrade.numbers import finite_number
 from cuda13_upgrade.redact import MASK, redact, redact_text, redact_userinfo
 
 __all__ = [
@@ -257,19 +258,9 @@ def _filter(value: Any, key: str, whole: Any, option: str) -> tuple[dict[str, re
 
 
 def _number(value: Any, key: str, whole: Any, option: str, low: float, high: float | None) -> float:
-    number: float | None = None
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        try:
-            number = float(value)
-        except OverflowError:  # an int too large for a float (YAML reads 1000...0 as one)
-            number = None
-    elif isinstance(value, str):
-        try:
-            number = float(value.strip())
-        except ValueError:
-            number = None
+    number = finite_number(value)
     upper = f" and <= {high:g}" if high is not None else ""
-    if number is None or number != number or number < low or (high is not None and number > high):
+    if number is None or number < low or (high is not None and number > high):
         raise _error(
             f"{key} is not a number of seconds >= {low:g}{upper}",
             whole,

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from cuda13_upgrade import window
+from cuda13_upgrade.numbers import finite_number
 
 #: Preparation before the drain (toolkit apt install, pip install of the cu130 stack, SGLang
 #: build): 15 min. Assumed, not measured: the wheels are gigabytes (stack-space.yml records
@@ -97,13 +98,8 @@ def _duration(value: Any) -> float | None:
     number from 0 to :data:`MAX_STEP_S` (a string, a list, a bool, ``1e999``, ``-1000``)."""
     if value is None:
         return 0.0
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    try:
-        seconds = float(value)
-    except OverflowError:  # an int too large for a float
-        return None
-    return seconds if math.isfinite(seconds) and 0.0 <= seconds <= MAX_STEP_S else None
+    seconds = _seconds(value)
+    return seconds if seconds is not None and seconds <= MAX_STEP_S else None
 
 
 def _corrupt(result: Mapping[str, Any]) -> str:
@@ -227,13 +223,8 @@ def default_seconds(
 
 def _seconds(value: Any) -> float | None:
     """``value`` as a number of seconds (a finite int or float from 0, not a bool), else None."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    try:
-        seconds = float(value)
-    except OverflowError:  # an int too large for a float
-        return None
-    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+    seconds = finite_number(value, strings=False)
+    return seconds if seconds is not None and seconds >= 0 else None
 
 
 def minutes(seconds: float) -> str:
@@ -705,7 +696,7 @@ def _readable_row(row: Any) -> bool:
 
 
 def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return finite_number(value, strings=False) is not None
 
 
 def measured_lines(record: Mapping[str, Any]) -> list[str]:

@@ -57,6 +57,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 from cuda13_upgrade import reportfiles
 from cuda13_upgrade.errors import Cuda13Error
 from cuda13_upgrade.hostresult import STATUS_TEXT, failure_message
+from cuda13_upgrade.numbers import finite_number
 from cuda13_upgrade.redact import MASK, redact, redact_text, redact_url, redact_urls
 
 __all__ = [
@@ -239,18 +240,8 @@ def _target(item: Any, where: str, whole: Any, option: str) -> Target:
 
 def _timeout(value: Any, whole: Any, option: str) -> float:
     low, high = TIMEOUT_RANGE
-    number: float | None = None
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        try:
-            number = float(value)
-        except OverflowError:  # an int too large for a float (YAML reads 1000...0 as one)
-            number = None
-    elif isinstance(value, str):
-        try:
-            number = float(value.strip())
-        except ValueError:
-            number = None
-    if number is None or number != number or not low <= number <= high:
+    number = finite_number(value)
+    if number is None or not low <= number <= high:
         raise _error(
             f"timeout_s {value!r} is not a number of seconds >= {low:g} and <= {high:g}",
             whole,
