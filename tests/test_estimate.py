@@ -469,21 +469,26 @@ def _damage(run_dir: Path, number: str, *keys) -> None:
     path.write_text(json.dumps(record).replace('"DAMAGED"', number))
 
 
-@pytest.mark.parametrize("number", DAMAGED_NUMBERS)
-def test_a_damaged_host_time_in_estimate_json_never_stops_a_batch(tmp_path, number):
-    run_dir, hosts, gate = _started_run(tmp_path)
-    _damage(run_dir, number, "hosts", "gpu-node-01", "seconds")
-    decided = fleet.batch_gate(
+def _first_batch(reports, run_dir, hosts, gate):
+    """The batch gate of the started run's first batch (gpu-node-01) at 00:52:30."""
+    return fleet.batch_gate(
         gate["fleet"],
         hosts=hosts,
         batch=["gpu-node-01"],
         active=hosts,
         statuses={},
         run_id=run_dir.name,
-        reports_dir=tmp_path,
+        reports_dir=reports,
         run_hosts=hosts,
         now="2026-12-06T00:52:30Z",
     )
+
+
+@pytest.mark.parametrize("number", DAMAGED_NUMBERS)
+def test_a_damaged_host_time_in_estimate_json_never_stops_a_batch(tmp_path, number):
+    run_dir, hosts, gate = _started_run(tmp_path)
+    _damage(run_dir, number, "hosts", "gpu-node-01", "seconds")
+    decided = _first_batch(tmp_path, run_dir, hosts, gate)
     assert decided["start"] is True and "estimate" not in decided
 
 
@@ -517,17 +522,7 @@ def test_a_damaged_closed_estimate_leaves_the_summary_without_its_section(tmp_pa
 @pytest.mark.parametrize("number", DAMAGED_NUMBERS)
 def test_closing_a_damaged_estimate_never_raises(tmp_path, number):
     run_dir, hosts, gate = _started_run(tmp_path)
-    fleet.batch_gate(
-        gate["fleet"],
-        hosts=hosts,
-        batch=["gpu-node-01"],
-        active=hosts,
-        statuses={},
-        run_id=run_dir.name,
-        reports_dir=tmp_path,
-        run_hosts=hosts,
-        now="2026-12-06T00:52:30Z",
-    )
+    _first_batch(tmp_path, run_dir, hosts, gate)
     _damage(run_dir, number, "batches", 0, "estimated_s")
     closed = fleet.close_estimate(run_dir, "2026-12-06T01:54:30Z")
     assert closed is not None and closed["measured"] == []
