@@ -15,6 +15,7 @@ import json
 import time
 from pathlib import Path
 
+import pytest
 from playbook import RESULT_TASKS, fleet_inventory, rollout_book, run_playbook, stand_in_role
 from test_notify import HOSTS, RUN, SLOWER, _gate, _results
 from webhooks import Silent, Webhooks
@@ -31,7 +32,7 @@ JSON_PATH = "/hooks/cuda13/PLANTEDsecretJson"
 STAND_IN = [stand_in_role(failed_step="verify", reason="{{ reason }}"), *RESULT_TASKS]
 
 
-def _run(tmp_path: Path, targets: list[dict], timeout_s: float = 5) -> tuple[str, float]:
+def _run(tmp_path: Path, targets: list[dict], timeout_s: float = 5, *args: str) -> tuple[str, float]:
     hosts = {h: {} for h in HOSTS}
     hosts["gpu-node-03"].update(stand_in="rolled_back", reason=SLOWER)
     option = {"targets": targets, "timeout_s": timeout_s}
@@ -41,7 +42,7 @@ def _run(tmp_path: Path, targets: list[dict], timeout_s: float = 5) -> tuple[str
         tmp_path, STAND_IN, start={"start_batch_plan": True, "start_notify": True}, report=True
     )
     began = time.monotonic()
-    done = run_playbook(book, "-v", inventory=inventory, env={"CUDA13_RUN_ID": RUN}, timeout=240)
+    done = run_playbook(book, "-v", *args, inventory=inventory, env={"CUDA13_RUN_ID": RUN}, timeout=240)
     took = time.monotonic() - began
     out = done.stdout + done.stderr
     assert done.returncode == 0, out
@@ -110,6 +111,26 @@ def test_a_rollout_tells_its_start_each_batch_a_rollback_and_its_end_in_both_for
     assert all(t["status"] == "sent" and t["code"] == 200 for e in state["sent"] for t in e["targets"])
 
 
+def test_with_a_limit_the_first_host_reports_and_tells_the_end(tmp_path):
+    """--limit leaves localhost out of the plays on it (Ansible skips them: "no hosts matched"):
+    the report play's second play writes the report from the first host still in the run."""
+    with Webhooks() as hooks:
+        out, _ = _run(
+            tmp_path,
+            [{"url": hooks.url + JSON_PATH, "format": "json"}],
+            5,
+            "--limit",
+            "gpu-node-01,gpu-node-02",
+        )
+    generic = hooks.bodies(JSON_PATH)
+    assert [b["event"] for b in generic] == ["start", "batch_end", "batch_end", "end"], out
+    end = generic[-1]
+    assert end["summary"] == {"hosts": 2, "kept": 2}
+    assert end["text"].startswith(f"cuda13-upgrade run {RUN} ended: 2 kept (2 host(s)); report: ")
+    summary = (tmp_path / "reports" / RUN / "summary.md").read_text()
+    assert "gpu-node-03" not in summary and "end: sent to 1 of 1" in summary
+
+
 def test_a_webhook_that_never_answers_delays_the_rollout_by_at_most_its_timeout(tmp_path):
     with Webhooks() as hooks, Silent() as silent:
         targets = [
@@ -164,7 +185,8 @@ def test_the_batch_gate_waits_for_a_silent_webhook_at_most_its_timeout(tmp_path)
     ] * 2
 
 
-def test_the_command_tells_the_end_of_a_rollout_that_stopped_before_its_report(tmp_path, monkeypatch):
+@pytest.mark.parametrize("limit", [[], ["--limit", "gpu-node-09"]], ids=["no-limit", "limit"])
+def test_the_command_tells_the_end_of_a_rollout_that_stopped_before_its_report(tmp_path, monkeypatch, limit):
     """The real ``cuda13-upgrade rollout`` on a host nothing can reach (127.0.0.1, port 1): the
     start gate tells the start, then the run stops before its report play (the host is lost in
     the first play that connects), and the command tells the end with the host's outcome,
@@ -186,7 +208,17 @@ def test_the_command_tells_the_end_of_a_rollout_that_stopped_before_its_report(t
         setting = {
             "cuda13_notify": {"timeout_s": 5, "targets": [{"url": hooks.url + JSON_PATH, "format": "json"}]}
         }
-        argv = ["rollout", "--yes", "-i", str(inventory), "--reports-dir", str(reports), "--run-id", "lost"]
+        argv = [
+            "rollout",
+            "--yes",
+            "-i",
+            str(inventory),
+            "--reports-dir",
+            str(reports),
+            "--run-id",
+            "lost",
+            *limit,
+        ]
         assert cli.main([*argv, "-e", json.dumps(setting)]) == 1
     bodies = hooks.bodies(JSON_PATH)
     assert [b["event"] for b in bodies] == ["start", "end"]

@@ -145,7 +145,7 @@ def _run_hosts(run_dir: Path, run: RunResult, started: float) -> list[str]:
     runs its refusal once, on the first host: the runner saw that one only).
 
     ``summary.json`` is not a source: ``playbooks/report.yml`` lists the whole
-    target group there, ignoring ``--limit``.
+    target group there when the run did not record its hosts (``cuda13_run_hosts``).
     """
     hosts = list(run.hosts)
     for path in sorted(run_dir.glob("*/result.json")):
@@ -316,14 +316,20 @@ def _tell_end(options: Options, command: Command, run_dir: Path) -> bool:
         return False
     import io
 
+    try:
+        hosts = [h for h in load_run_record(run_dir).get("hosts") or [] if isinstance(h, str)]
+    except ValueError:
+        hosts = []  # a damaged run.json: the report takes the target group
     told = run_playbook(
         options.home / "playbooks" / "report.yml",
         options.inventory,
         home=options.home,
         run_id=options.run_id,
         reports_dir=options.reports_dir,
-        limit=options.limit,
-        extra_vars=options.extra_vars,
+        # The report's play runs on localhost, which a --limit of hosts leaves out.
+        limit=f"{options.limit},localhost" if options.limit else None,
+        # The run's hosts (run.json), not the whole target group.
+        extra_vars=[*options.extra_vars, *([json.dumps({"cuda13_run_hosts": hosts})] if hosts else [])],
         # The operator's tags would skip the report's own task.
         flags=ansible_flags(replace(options, tags=[], skip_tags=[])),
         passwords=options.passwords,
