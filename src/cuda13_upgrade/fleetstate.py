@@ -12,7 +12,7 @@ Results of check-mode runs change nothing on a host and are not counted, nor is 
 failure whose message says that nothing on the host was changed (a refusal: an
 on-demand rollback without a drain hook, a lock held by another run, a preflight that
 failed): the host keeps the state of its newest record, with a note that the later run
-was refused (:func:`refusal_of`; issue 35, item 11).
+was refused (:func:`refusal_of`).
 """
 
 from __future__ import annotations

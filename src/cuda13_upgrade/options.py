@@ -955,7 +955,7 @@ _ISOLATED_PIP_ENVIRONMENTS = ("cu130_wheels_pip_environment", "sglang_build_envi
 
 
 def pip_environment_failures(values: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The variables of the pip environments that pip ignores (issue 35, item 6).
+    """The variables of the pip environments that pip ignores.
 
     ``cu130_wheels_pip_environment`` and ``sglang_build_environment``: any ``PIP_*`` name
     (every pip call there runs with ``--isolated``). ``artifact_cache_pip_environment``

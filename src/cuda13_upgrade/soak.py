@@ -59,7 +59,7 @@ def process_gone(before: Mapping[str, Any], after: Mapping[str, Any]) -> str | N
     (the server ended before it, e.g. at the first request that reached it after the undrain)
     is said so, with the last main process's PID where the reading has it, e.g. ``"the
     unit's main process 4300 had already ended when the soak started (dumped by SIGFPE;
-    unit failed/failed, no main process)"``; never as "main process 0" (issue 35, item 11).
+    unit failed/failed, no main process)"``; never as "main process 0".
     """
     if not before or not after:
         return None

@@ -69,8 +69,7 @@ def serving_touched(
     The toolkit step leaves ``/usr/local/cuda`` where it was (it pins the CUDA alternatives
     groups and fails when a pin moved); a link it moved is put back by the rollback before any
     start, and the running server loaded its libraries at its own start, from the old target.
-    Source of the rule: issue 35, item 9 (a failure before the switch changes nothing on the
-    serving side).
+    The rule: a failure before the switch changes nothing on the serving side.
     """
     steps = [str(s.get("step")) for s in run.get("steps") or [] if isinstance(s, Mapping)]
     begun = [s for s in SERVING_STEPS if s in steps]
