@@ -145,7 +145,7 @@ def test_a_main_process_systemd_restarted_between_checks_is_a_crash():
 
 def test_a_watch_that_started_after_the_server_died_names_its_last_pid_not_0():
     # The undrain sent the host real traffic before the watch's first reading: the server had
-    # died of it already (issue 35, item 11: "the unit's main process 0").
+    # died of it already. The reason names its last PID, never "main process 0".
     dead = {
         **UNIT,
         "ActiveState": "failed",

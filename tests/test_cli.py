@@ -915,7 +915,7 @@ def test_an_unreachable_host_is_reported_at_the_step_the_play_recorded(tmp_path)
 
 
 def test_a_run_the_breaker_refused_lists_every_host_it_named(tmp_path):
-    # Issue 35, item 11 (a): the refusal runs once, on the first host; not_started.json names both.
+    # The breaker's refusal runs once, on the first host; not_started.json names every host of the run.
     run_dir = tmp_path / "r"
     run_dir.mkdir()
     (run_dir / "not_started.json").write_text(

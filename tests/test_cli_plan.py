@@ -40,7 +40,7 @@ def calls(monkeypatch):
                 "gpu-node-01",
                 verdict={"already_kept": False, "previous": {}},
                 profiles=[{"name": "plain", "server_args": []}],
-                # no drain hook on the test fleet: allowed explicitly (issue 35)
+                # no drain hook on the test fleet: allowed explicitly
                 allow_undrained=True,
             )
             run_dir = os.path.join(env["CUDA13_REPORTS_DIR"], env["CUDA13_RUN_ID"])

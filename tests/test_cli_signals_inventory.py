@@ -1,4 +1,4 @@
-"""Issue 35, items 3, 7, 10 and 12: the inventory's dropped values, host key checking turned
+"""The inventory's dropped values, host key checking turned
 off by the caller, SIGTERM and SIGHUP handled as Ctrl-C, an unreachable host in ``plan`` and in
 an interactive ``rollout``, and the breaker's own exit status.
 
@@ -47,7 +47,7 @@ def _local_inventory(tmp_path: Path, group: str = "blackwell") -> Path:
     return path
 
 
-# --- item 10: SIGTERM and SIGHUP -------------------------------------------------------
+# --- SIGTERM and SIGHUP ----------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -98,7 +98,7 @@ def test_the_interrupted_status_is_128_plus_the_signal():
     assert commands.interrupted_status(None) == 130
 
 
-# --- item 7: host key checking off by the caller's environment ----------------------------
+# --- host key checking off by the caller's environment ------------------------------------
 
 
 def _fake_runner(monkeypatch, result=None, before=None):
@@ -151,7 +151,7 @@ def test_host_key_checking_left_on_gives_no_warning(tmp_path, monkeypatch, capsy
     assert record["host_key_checking"] == {"off": False, "by": ""}
 
 
-# --- item 12: the breaker's exit status -----------------------------------------------------
+# --- the breaker's exit status --------------------------------------------------------------
 
 
 def test_a_tripped_breaker_exits_with_its_own_status(tmp_path, monkeypatch, capsys):
@@ -178,7 +178,7 @@ def test_a_tripped_breaker_exits_with_its_own_status(tmp_path, monkeypatch, caps
     )
 
 
-# --- item 3: no hosts in the group, one message and one status ------------------------------
+# --- no hosts in the group, one message and one status --------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -208,7 +208,7 @@ def test_no_hosts_in_the_group_is_one_message_and_exit_2_in_every_command(
     assert not seen  # no playbook ran
 
 
-# --- item 3: group_vars that name no group; hosts without any must-set value -------------------
+# --- group_vars that name no group; hosts without any must-set value ---------------------------
 
 
 def test_group_vars_of_a_group_the_inventory_does_not_have_are_named(tmp_path):
@@ -291,7 +291,7 @@ def test_plan_says_where_each_must_set_value_came_from(tmp_path):
     assert "  set in -e: cuda13_server_url\n  role default: cuda13_profiles\n" in text
 
 
-# --- item 12: an unreachable host in plan and in an interactive rollout -----------------------
+# --- an unreachable host in plan and in an interactive rollout --------------------------------
 
 
 def _unreachable_inventory(tmp_path: Path) -> Path:
@@ -347,7 +347,7 @@ def test_an_interactive_rollout_shows_the_unreachable_host_in_its_plan_and_stops
     assert "UNREACHABLE!" not in text
 
 
-# --- item 10: the interrupted run's drained host undrained once it serves ---------------------
+# --- the interrupted run's drained host undrained once it serves ------------------------------
 
 DRAINED_LONG_STEP = """\
 - name: Upgrade

@@ -1,4 +1,4 @@
-"""No shell from option values (issue 35, item 4): every value interpolated into a command
+"""No shell from option values: every value interpolated into a command
 string of the YAML is quoted (``| quote``) or passed as ``argv``; no Python the project runs
 (host modules, host scripts, steps, action plugins) starts a shell; path and URL options
 holding whitespace or a shell metacharacter are refused naming the option, the value and

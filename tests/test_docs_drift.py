@@ -1,4 +1,4 @@
-"""The README and docs say what the code does (issue 35's documentation drift).
+"""The README and docs say what the code does (no documentation drift).
 
 Each test reads the fact from where the code keeps it and the sentence from the document that
 states it: the readiness endpoint of a restart, where cuda13_target_hosts is read, the restart

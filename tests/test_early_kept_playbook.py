@@ -63,7 +63,7 @@ def _upgrade(
             nvidia_driver_check_python=sys.executable,
             nvidia_driver_check_host_checks="false",
             cuda13_preflight_resolve="false",
-            # localhost has no drain hook: allowed explicitly (issue 35)
+            # localhost has no drain hook: allowed explicitly
             cuda13_allow_undrained="true",
             # More than any disk holds: the preflight refuses every host it checks.
             nvidia_driver_check_required_disk_gib=10**9,

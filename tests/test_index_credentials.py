@@ -1,5 +1,5 @@
-"""Index credentials: a netrc file is the route, and it works through every pip call's ``--isolated``
-(issue 35, item 6); ``PIP_*`` variables, which ``--isolated`` ignores, are refused.
+"""Index credentials: a netrc file is the route, and it works through every pip call's ``--isolated``;
+``PIP_*`` variables, which ``--isolated`` ignores, are refused.
 
 pip reads a netrc file for an index URL without credentials (pip's docs, "Authentication",
 netrc support: pip/_internal/network/auth.py calls requests' ``get_netrc_auth``, which reads

@@ -1,4 +1,4 @@
-"""Issue 35, item 10: the host a stopped run left drained goes back into service once it serves.
+"""The host a stopped run left drained goes back into service once it serves.
 
 * After Ctrl-C, SIGTERM or SIGHUP, ``playbooks/interrupted.yml`` decides per host
   (cuda13_upgrade.steps.drain.after_interrupt): a host whose lock the run holds and whose
@@ -226,7 +226,7 @@ def test_an_undrain_hook_that_failed_leaves_the_drain_and_says_so(tmp_path):
     assert not (tmp_path / "run.lock").exists()  # the lock is released all the same
 
 
-# --- item 2 of the brief: the re-run undrains what the stopped run drained ------------------------
+# --- the re-run undrains what the stopped run drained ---------------------------------------------
 
 
 def _rerun(tmp_path: Path) -> tuple[dict, str]:

@@ -123,8 +123,8 @@ def test_the_load_metrics_and_the_soak_are_measured_where_on(tmp_path):
     record = _phase(host, opts, profiles=PROFILES[:1])
     (asked,) = [a for a in host.called("cuda13_bench") if a["mode"] == "load"]
     assert (asked["ttft_prompt_len"], asked["soak_requests"], asked["unit"]) == (512, 64, "sglang.service")
-    # Every request of every measure sends the key of the unit's server, if it has one (issue 35,
-    # item 6: the module reads it on the host from the unit named here).
+    # Every request of every measure sends the key of the unit's server, if it has one (the
+    # module reads it on the host from the unit named here).
     assert {a["mode"]: a["auth_unit"] for a in host.called("cuda13_bench")} == {
         "trials": "sglang.service",
         "load": "sglang.service",

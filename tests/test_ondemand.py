@@ -45,7 +45,7 @@ def test_an_unknown_command_is_refused():
 
 
 def test_the_rollout_follows_the_same_rule():
-    """Issue 35 item 1: one rule for every command that restarts or loads a serving host."""
+    """One rule for every command that restarts or loads a serving host."""
     plan = ondemand.drain_plan("upgrade", "gpu-node-01", "sglang.service", "", "")
     assert plan["refusal"] == (
         "gpu-node-01: the rollout restarts sglang.service into each profile on both stacks and sends it "

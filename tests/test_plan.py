@@ -172,7 +172,7 @@ def test_without_a_drain_hook_the_plan_warns_that_traffic_reaches_the_host():
 
 
 def test_without_a_drain_hook_nor_allow_undrained_the_plan_refuses_the_host():
-    """Issue 35 item 1: plan.py used to warn only; now the rollout's rule (ondemand.drain_plan)."""
+    """plan refuses such a host as the rollout does (ondemand.drain_plan), not with a warning only."""
     record = _full(drain_tasks="", undrain_tasks="", service="sglang.service")
     assert record["path"] == plan.REFUSED
     assert record["refusals"] == [

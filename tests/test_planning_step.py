@@ -116,7 +116,7 @@ def test_records_of_passes_that_did_not_run_count_as_none():
 
 
 def test_a_host_without_a_drain_hook_is_planned_as_refused():
-    """Issue 35 item 1: plan says what the rollout's preflight would: refused, with its message."""
+    """plan says what the rollout's preflight would: refused, with its message."""
     planned = _host(
         state={"skipped": True},
         preflight={"skipped": True},

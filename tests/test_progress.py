@@ -113,7 +113,7 @@ def test_plain_lines_say_when_each_step_starts_and_ends_with_its_duration():
         "gpu-node-03: not reached (1 kept, 1 rolled back, 0 failed, 0 running, 0 waiting, 1 not reached)"
         in lines
     )
-    # The gate started no third batch: no "batch 3 of 3" line (issue 35, item 11 (b)).
+    # The gate started no third batch: no "batch 3 of 3" line.
     assert not [line for line in lines if line.startswith("batch 3")], lines
     assert [line for line in lines if line.startswith("gpu-node-03: ")] == [
         "gpu-node-03: nvidia_driver_check started",
@@ -330,7 +330,7 @@ def test_the_run_s_printed_batch_plan_counts_the_batches():
 
 
 def test_a_host_no_batch_took_is_not_reached_not_done():
-    """Issue 35, item 11 (b): the plays after the batched one (the report's, the failing of the
+    """The plays after the batched one (the report's, the failing of the
     hosts rolled back) run on every host; a host no batch took is "not reached" in the closing line."""
 
     def event(kind, second, **data):
@@ -377,7 +377,7 @@ def test_a_host_no_batch_took_is_not_reached_not_done():
 
 
 def test_a_batch_the_gate_never_started_prints_no_batch_line():
-    """Issue 35, item 11 (b): the batch gate refuses the second batch (the failure budget);
+    """The batch gate refuses the second batch (the failure budget);
     "batch 2 of 2" is never said, and the header stays at the batch that ran."""
 
     def event(kind, second, **data):

@@ -1,4 +1,4 @@
-"""Reports are private (issue 35, item 5): the run's report directory 0700, its files 0600 (the
+"""Reports are private: the run's report directory 0700, its files 0600 (the
 metrics textfile 0644, for node_exporter), and no token of the unit's ``Environment=``, of an
 index URL's userinfo or of a server's ``--api-key`` in any file under it
 (cuda13_upgrade.redact, cuda13_upgrade.reportfiles)."""

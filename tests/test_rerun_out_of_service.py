@@ -1,4 +1,4 @@
-"""Issue 35, item 11: what a re-run's report says of the time out of service and of a rollback.
+"""What a re-run's report says of the time out of service and of a rollback.
 
 * A run cut off between its drain and its undrain (interrupted, killed, its host lost) leaves
   the host drained; the re-run that resolves it counted only its own drain. The host's

@@ -154,7 +154,7 @@ def test_an_old_stack_that_does_not_start_is_named_with_what_the_rollback_left(t
     assert host.told[-1].startswith("failed at step 'switch': The new stack fails the gate")
 
 
-# --- a failure before the switch restores files and links only (issue 35, item 9) ------------------
+# --- a failure before the switch restores files and links only ------------------------------------
 
 MANIFEST = {
     "service": {"exec_start": OLD, "user": "root"},

@@ -1,8 +1,8 @@
-"""Issue 35 items 1 and 2 through ansible-playbook on localhost (playbooks/preflight.yml, the
-rollout's preflight): a host without a drain hook is refused unless cuda13_allow_undrained; a
-hook file that does not exist, or a drain hook without its undrain hook, is refused by the
-options step; an unknown name with a project prefix is refused naming it, where it was set and
-the name meant. Each refusal comes before the host is read, and nothing runs after it."""
+"""The drain-hook rule and the unknown-name rule through ansible-playbook on localhost
+(playbooks/preflight.yml, the rollout's preflight): a host without a drain hook is refused unless
+cuda13_allow_undrained; a hook file that does not exist, or a drain hook without its undrain hook,
+is refused by the options step; an unknown name with a project prefix is refused naming it, where it
+was set and the name meant. Each refusal comes before the host is read, and nothing runs after it."""
 
 import os
 import sys
@@ -65,7 +65,7 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-# --- item 1: drain ---------------------------------------------------------------------------
+# --- drain -----------------------------------------------------------------------------------
 
 
 def test_a_host_without_a_drain_hook_is_refused_before_it_is_read(tmp_path):
@@ -134,7 +134,7 @@ def test_a_drain_hook_without_an_undrain_hook_is_refused(tmp_path):
     assert READS_HOST not in out
 
 
-# --- item 2: unknown names -------------------------------------------------------------------
+# --- unknown names ---------------------------------------------------------------------------
 
 
 def test_the_issues_typos_given_with_e_are_refused_naming_each_and_the_name_meant(tmp_path):

@@ -1,5 +1,5 @@
 """A server started with --api-key is measured: the key read on the host, sent as the bearer token,
-in no record (issue 35, item 6).
+in no record.
 
 SGLang's rule (python/sglang/srt/utils.py ``add_api_key_middleware``): with ``--api-key KEY``
 every request but OPTIONS and the paths under ``/health`` and ``/metrics`` must carry

@@ -222,7 +222,7 @@ def test_the_builds_environment_is_the_toolkits_and_the_operators_over_it(tmp_pa
     sglang.build(host, options, compute_capabilities=["12.0", "9.0", "12.0"])
     tmpdir = f"{venv.venv}/.pip-tmp"
     # The build requirements' pip gets the operator's environment too (a NETRC for an index
-    # that wants credentials reaches every pip call of the step; issue 35, item 6).
+    # that wants credentials reaches every pip call of the step).
     assert environments == [
         {"TMPDIR": tmpdir, "MAX_JOBS": "8", "PATH": "/opt/bin:/usr/bin"},
         {

@@ -81,7 +81,7 @@ def test_a_refused_connection_is_a_crash_and_a_restarted_unit_names_its_new_proc
 
 # What systemctl show read when the server had died before the soak's first request (the
 # sandbox's crash_on_request reached by earlier traffic): MainPID 0, the last process kept in
-# ExecMainPID/ExecMainCode/ExecMainStatus (issue 35, item 11: "the unit's main process 0").
+# ExecMainPID/ExecMainCode/ExecMainStatus. The reason names that last PID, never "main process 0".
 DEAD_AT_START = {
     "ActiveState": "failed",
     "SubState": "failed",

@@ -61,7 +61,7 @@ def _run(tmp_path: Path, state: str, dists: dict[str, str], *args: str, **more: 
         "ansible_python_interpreter": sys.executable,
         "cuda13_toolkit_package_version": "13.0.2-1",
         "cuda13_preflight_resolve": True,
-        # localhost has no drain hook: allowed explicitly (issue 35)
+        # localhost has no drain hook: allowed explicitly
         "cuda13_allow_undrained": True,
         "cuda13_reports_dir": str(tmp_path / "reports"),
         "cuda13_state_dir": str(tmp_path / "state"),

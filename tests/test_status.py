@@ -259,8 +259,8 @@ def _rollback_run(reports: Path, run_id: str, host: str, error: str, finished_at
 def test_a_refused_on_demand_rollback_leaves_the_kept_host_kept_with_a_note(inventory, reports, capsys):
     from cuda13_upgrade import ondemand
 
-    # issue 35, item 11: the rollback refused before any change (no drain hook) made status show
-    # the kept, serving host as failed.
+    # A rollback refused before any change (no drain hook) leaves the host kept: status must not
+    # show the kept, serving host as failed, only note the refusal.
     refusal = ondemand.drain_plan("rollback", HOSTS[0], "sglang.service", "", "")["refusal"]
     assert "Nothing was changed." in refusal
     _rollback_run(reports, "R", HOSTS[0], refusal, "2026-02-01T00:00:00+00:00")

@@ -1,5 +1,5 @@
 """cuda13_upgrade.varnames: unknown names with a project prefix, their origin and the closest known
-name (issue 35 item 2); every name the playbooks and roles use is known."""
+name; every name the playbooks and roles use is known."""
 
 import re
 from pathlib import Path
