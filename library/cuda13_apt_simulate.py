@@ -17,8 +17,13 @@ description:
   - The host's apt state and sources are not touched; the scratch directory is removed in every case.
   - The logic is C(src/cuda13_upgrade/hostscripts/aptstate.py).
 options:
-  package: {description: The package to install., type: str, required: true}
-  version: {description: Its version., type: str, required: true}
+  package: {description: The package to install (with O(version); or give O(requests))., type: str}
+  version: {description: Its version., type: str}
+  requests:
+    description: The packages to install together, each C(name=version) or C(name) (the driver window's move); used instead of O(package) and O(version).
+    type: list
+    elements: str
+    default: []
   apt_dir: {description: The apt configuration directory whose source files are copied., type: path, default: /etc/apt}
   add_repository: {description: Add NVIDIA's repository to the scratch sources., type: bool, default: false}
   repo_url: {description: The repository's URL (a flat repository)., type: str}

@@ -20,6 +20,7 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from cuda13_upgrade.hostscripts import (
     aptstate,
     completion_bench,
+    driver_facts,
     kernel_log,
     pip_resolve,
     preflight_facts,
@@ -47,6 +48,7 @@ MODULES: dict[str, tuple[dict, Callable[[dict, bool], dict]]] = {
     "cuda13_venv_read": (venv_read.VENV_READ_SPEC, venv_read.venv_read_module),
     "cuda13_snapshot_read": (snapshot.SNAPSHOT_SPEC, snapshot.snapshot_module),
     "cuda13_host_facts": (preflight_facts.FACTS_SPEC, preflight_facts.facts_module),
+    "cuda13_driver_facts": (driver_facts.FACTS_SPEC, driver_facts.facts_module),
 }
 
 

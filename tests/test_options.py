@@ -391,3 +391,34 @@ def test_preflight_options_in_ansible_forms_are_converted(specs):
     assert report["values"]["nvidia_driver_check_allow_wsl"] is True
     assert report["values"]["nvidia_driver_check_allowed_compute_capabilities"] == ["12.0", "10.0"]
     assert report["values"]["nvidia_driver_check_expected_gpu_count"] == 8
+
+
+@pytest.mark.parametrize("target", ["R580", "580", "580.95.05", "r590", 580, ""])
+def test_a_driver_target_at_or_above_the_floor_passes(specs, target):
+    report = options.validate({"cuda13_driver_target": target}, specs)
+    assert report["ok"], report["failures"]
+
+
+@pytest.mark.parametrize(
+    "target, words",
+    [
+        ("58O.95", "is not an NVIDIA driver version or branch"),
+        ("latest", "is not an NVIDIA driver version or branch"),
+        (True, "is not an NVIDIA driver version or branch"),
+        ("R575", "cuda13_driver_target is below 580.65.06, the driver floor of CUDA 13.0: 'R575'."),
+        ("575.64.05", "cuda13_driver_target is below 580.65.06"),
+    ],
+)
+def test_a_driver_target_that_is_malformed_or_below_the_floor_is_refused(specs, target, words):
+    report = options.validate({"cuda13_driver_target": target}, specs)
+    [failure] = report["failures"]
+    assert failure["option"] == "cuda13_driver_target"
+    assert words in failure["message"], failure["message"]
+    assert "Option: cuda13_driver_target" in failure["message"]
+
+
+def test_driver_gpu_clients_are_unit_names(specs):
+    report = options.validate({"cuda13_driver_gpu_clients": ["nvidia-dcgm.service", "dcgm exporter"]}, specs)
+    [failure] = report["failures"]
+    assert failure["option"] == "cuda13_driver_gpu_clients"
+    assert "'dcgm exporter'" in failure["message"]

@@ -202,7 +202,7 @@ def test_the_driver_is_checked_against_the_floor_of_each_resolved_component(tmp_
 
 
 def test_a_host_without_a_drain_hook_is_refused_before_it_is_read(tmp_path):
-    """Issue 35 item 1: the rollout restarts and loads a serving host; with no drain hook (and
+    """The rollout restarts and loads a serving host; with no drain hook (and
     no cuda13_allow_undrained) its preflight refuses it before any module runs on the host."""
     host = FakeHost()
     opts = {**_opts(tmp_path), "cuda13_allow_undrained": False, "cuda13_service_name": "sglang.service"}
@@ -225,3 +225,59 @@ def test_plan_records_the_drain_refusal_and_reads_nothing(tmp_path):
     assert record["ok"] is False
     assert record["refusals"][0].startswith("gpu-node-01: the rollout restarts nosuch-cuda13-test.service")
     assert host.calls == []
+
+
+def _apt_not_found(args: dict) -> dict:
+    """apt's answer when the host's repositories do not carry the target's packages (apt 2.6's
+    "E: Unable to locate package" for the first name it misses)."""
+    first = args["requests"][0].split("=", 1)[0]
+    return {
+        "changed": False,
+        "update_rc": 0,
+        "update_stderr": "",
+        "rc": 100,
+        "stdout": "",
+        "stderr": f"E: Unable to locate package {first}\n",
+    }
+
+
+def test_a_driver_below_the_floor_with_a_driver_window_gets_its_plan_in_the_refusal(tmp_path, monkeypatch):
+    monkeypatch.setenv("NVIDIA_SMI_DOUBLE_STATE", str(NVIDIA_SMI_STATES / "driver-too-old.json"))
+    host = FakeHost(handlers={"cuda13_apt_simulate": _apt_not_found})
+    opts = _opts(
+        tmp_path, cuda13_driver_target="580.95.05", cuda13_driver_gpu_clients=["nvidia-dcgm.service"]
+    )
+    with pytest.raises(StepFailed) as failed:
+        _check(host, opts, tmp_path)
+    # The host's side ran for real on this machine (no NVIDIA driver: no holders, no packages).
+    [facts_args] = host.called("cuda13_driver_facts")
+    assert facts_args["units"] == ["nvidia-dcgm.service"]
+    [simulated] = host.called("cuda13_apt_simulate")
+    assert simulated["requests"] == ["nvidia-driver-pinning-580.95.05", "nvidia-open"]
+    window = failed.value.record["driver_window"]
+    assert (window["current"], window["target"], window["needs_move"]) == ("570.86.15", "580.95.05", True)
+    assert window["blockers"][0]["check"] == "packages"
+    msg = failed.value.msg
+    assert "the NVIDIA driver is too old for CUDA 13.0.2" in msg
+    assert (
+        "- driver window (cuda13_driver_target=580.95.05): the move to 580.95.05 cannot be made here:"
+        " apt cannot install nvidia-driver-pinning-580.95.05, nvidia-open:"
+        " E: Unable to locate package nvidia-driver-pinning-580.95.05 (Option: cuda13_driver_target)."
+    ) in msg
+    assert (
+        "driver window: 570.86.15 -> 580.95.05 (open kernel modules; below the floor 580.95.05)" in host.told
+    )
+
+
+def test_a_driver_at_the_floor_skips_the_driver_window_and_reads_nothing_more(tmp_path):
+    host = FakeHost()
+    record = _check(host, _opts(tmp_path, cuda13_driver_target="R580"), tmp_path)
+    assert record["ok"] and record["driver_window"]["needs_move"] is False
+    assert host.called("cuda13_driver_facts") == [] and host.called("cuda13_apt_simulate") == []
+    assert "driver 590.48.01 meets the floor 580.95.05: no driver change" in host.told
+
+
+def test_without_a_driver_target_the_preflight_reads_no_driver_facts(tmp_path):
+    host = FakeHost()
+    record = _check(host, _opts(tmp_path), tmp_path)
+    assert record["driver_window"] is None and host.called("cuda13_driver_facts") == []

@@ -38,10 +38,12 @@ from urllib.parse import urlsplit
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
+from cuda13_upgrade import driver
 from cuda13_upgrade.errors import format_message
 from cuda13_upgrade.redact import redact
 from cuda13_upgrade.versions import (
     DRIVER_TABLE,
+    driver_supports,
     min_compute_capability,
     parse_compute_capability,
     parse_driver_version,
@@ -236,6 +238,28 @@ def _unit(value: Any) -> tuple[str, str] | None:
     """a systemd service unit name (NAME.service)"""
     if not isinstance(value, str) or not _UNIT_RE.match(value):
         return "is not a systemd service unit name", "a unit name with its suffix, e.g. 'sglang.service'"
+    return None
+
+
+def _units(value: Any) -> tuple[str, str] | None:
+    """a list of systemd service unit names (NAME.service)"""
+    if not isinstance(value, list):
+        return "is not a list", "a list of unit names, e.g. ['nvidia-dcgm.service']"
+    for unit in value:
+        if _unit(unit):
+            return f"holds {unit!r}, which is not a systemd service unit name", "unit names with their suffix"
+    return None
+
+
+def _driver_target(value: Any) -> tuple[str, str] | None:
+    """'' (no driver window), a driver version ('580.95.05') or a branch ('R580')"""
+    try:
+        driver.parse_target(value, option=None)
+    except ValueError:
+        return (
+            "is not an NVIDIA driver version or branch",
+            "a driver version such as '580.95.05', a branch such as 'R580', or '' for no driver window",
+        )
     return None
 
 
@@ -553,6 +577,8 @@ RULES: dict[str, Callable[[Any], tuple[str, str] | None]] = {
     "cuda13_new_stack_name": _nonempty,
     "cuda13_switch_dropin": _dropin,
     "cuda13_profile_dropin": _dropin,
+    "cuda13_driver_target": _driver_target,
+    "cuda13_driver_gpu_clients": _units,
     "cuda13_drain_tasks": _hook,
     "cuda13_undrain_tasks": _hook,
     "cuda13_router_url": _url(empty_ok=True),
@@ -944,8 +970,38 @@ def _cross_checks(values: Mapping[str, Any], given: Mapping[str, Any]) -> list[d
                 f"a list without {below}; hosts with such GPUs stay on CUDA 12",
             )
         )
+    failures.extend(_driver_target_failures(values))
     failures.extend(pip_environment_failures(values))
     return failures
+
+
+def _driver_target_failures(values: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """``cuda13_driver_target`` below the driver floor of the run's CUDA release (CUDA Toolkit
+    Release Notes, Table 3: 13.0 needs 580.65.06): the move would leave the host refused."""
+    try:
+        target = driver.parse_target(values.get("cuda13_driver_target"), option=None)
+        release = values.get("nvidia_driver_check_toolkit_release") or values.get("cuda13_toolkit_release")
+        floor = driver_supports(
+            "0.0.0",
+            str(release),
+            min_driver_version=values.get("nvidia_driver_check_min_driver_version") or None,
+        ).required
+    except (TypeError, ValueError):  # off, or a malformed value: its own rule says so
+        return []
+    if target is None:
+        return []
+    try:
+        driver.check_target(target, floor=floor, option=None)
+    except ValueError:
+        return [
+            _failure(
+                "cuda13_driver_target",
+                values.get("cuda13_driver_target"),
+                f"is below {floor}, the driver floor of CUDA {release}",
+                f"a target at or above {floor}, e.g. 'R580' or '580.95.05'",
+            )
+        ]
+    return []
 
 
 #: The pip environments whose pip runs with ``--isolated`` (steps/wheels.py, steps/resolve.py,

@@ -173,14 +173,15 @@ def apt_read_module(params: dict, check_mode: bool) -> dict:
 
 #: The argument spec of the module cuda13_apt_simulate.
 APT_SIMULATE_SPEC = {
-    "package": {"type": "str", "required": True},
-    "version": {"type": "str", "required": True},
+    "package": {"type": "str"},
+    "version": {"type": "str"},
     "apt_dir": {"type": "path", "default": "/etc/apt"},
     "add_repository": {"type": "bool", "default": False},
     "repo_url": {"type": "str"},
     "keyring": {"type": "path"},
     "install_keyring_package": {"type": "bool", "default": True},
     "keyring_package_url": {"type": "str"},
+    "requests": {"type": "list", "elements": "str", "default": []},
 }
 
 
@@ -244,8 +245,8 @@ def _simulate_in(scratch: str, params: dict) -> dict:
     env = {**os.environ, "LANG": "C"}
     options = apt_options(scratch)
     update = _run(["apt-get", "-q", "update", *options], env=env)
-    request = f"{params['package']}={params['version']}"
-    simulation = _run(["apt-get", "-s", "install", "--no-install-recommends", *options, request], env=env)
+    requests = list(params.get("requests") or []) or [f"{params['package']}={params['version']}"]
+    simulation = _run(["apt-get", "-s", "install", "--no-install-recommends", *options, *requests], env=env)
     return {
         "sources": copied,
         "signed_by": signed_by if add else None,
@@ -259,7 +260,8 @@ def _simulate_in(scratch: str, params: dict) -> dict:
 
 
 def simulate(params: dict) -> dict:
-    """The module cuda13_apt_simulate: apt's transaction of ``package=version`` in a scratch state.
+    """The module cuda13_apt_simulate: apt's transaction of ``package=version`` (or of every entry
+    of ``requests``: ``name=version`` or ``name``) in a scratch state.
 
     Returns ``{"changed": False, "sources": [host files copied in], "signed_by": the keyring
     NVIDIA's added entry names (None when not added), "keyring_unpacked": bool, "update_rc",
@@ -267,6 +269,8 @@ def simulate(params: dict) -> dict:
     non-zero rc is returned, not failed (the control node reads apt's errors). Fails when
     cuda-keyring cannot be downloaded or unpacked, or the scratch state cannot be made.
     """
+    if not params.get("requests") and not (params.get("package") and params.get("version")):
+        return {"changed": False, "failed": True, "msg": "give requests, or package and version"}
     try:
         scratch = tempfile.mkdtemp(prefix="cuda13-apt-")
     except OSError as exc:

@@ -14,6 +14,8 @@ In order, each refusing the host with what is wrong and what to do, and
 2. nvidia-smi answers, in time (:func:`cuda13_upgrade.nvidia_smi.classify_failure`);
 3. the driver, the GPUs, the processes on them, the disk, Python
    (:func:`cuda13_upgrade.preflight.evaluate`);
+   and, with ``cuda13_driver_target``, the driver window's plan for a host below the floor
+   (:func:`cuda13_upgrade.steps.driver_window.readiness`): its blockers join the refusal;
 4. what the toolkit step will do with apt, simulated in a scratch apt state
    (:func:`cuda13_upgrade.steps.toolkit.plan`);
 5. the whole target resolved by pip's resolver, once per distinct target of the
@@ -39,6 +41,7 @@ from typing import Any
 
 from cuda13_upgrade import nvidia_smi, ondemand, preflight, space
 from cuda13_upgrade import options as option_rules
+from cuda13_upgrade.steps import driver_window
 from cuda13_upgrade.steps.host import Host, StepFailed
 
 #: The option behind each preflight setting, named in its failure.
@@ -216,17 +219,30 @@ def evaluate(
     }
     report = preflight.evaluate(facts, settings(options)).to_dict()
     tell_passed(host, report["passed"])
+    capabilities = list(dict.fromkeys(str(g["compute_cap"]) for g in gpus))
+    window = None
+    if facts["driver_version"]:
+        window = driver_window.readiness(
+            host,
+            options,
+            current=facts["driver_version"],
+            compute_capabilities=capabilities,
+            proc_version=proc,
+        )
     if not report["ok"]:
+        below = window is not None and window.get("needs_move")
         raise StepFailed(
             f"{host.name} fails the preflight for CUDA {options['nvidia_driver_check_toolkit_release']};"
-            f" nothing was changed:\n{_failures_text(report['failures'])}",
-            {"report": report, "gpus": gpus},
+            f" nothing was changed:\n{_failures_text(report['failures'])}"
+            + (f"\n{driver_window.refusal_text(window)}" if below else ""),
+            {"report": report, "gpus": gpus, "driver_window": window},
         )
     return {
         "report": report,
         "gpus": gpus,
-        "compute_capabilities": list(dict.fromkeys(str(g["compute_cap"]) for g in gpus)),
+        "compute_capabilities": capabilities,
         "driver_version": facts["driver_version"],
+        "driver_window": window,
     }
 
 
@@ -279,9 +295,10 @@ def check(
 
     Returns ``{"ok": bool, "refusals": [message], "report", "gpus", "compute_capabilities",
     "driver_version", "toolkit": the apt plan or None, "resolved": [...] or None, "resolved_by",
-    "requirement", "stack_driver"}``. With ``refuse`` (the rollout) the first refusal raises
-    StepFailed, whose record is this one with ``resolved_count`` for ``resolved``; without it,
-    it is recorded and the host's checks stop there.
+    "requirement", "stack_driver", "driver_window": the driver window's plan
+    (:func:`cuda13_upgrade.steps.driver_window.readiness`) or None}``. With ``refuse`` (the
+    rollout) the first refusal raises StepFailed, whose record is this one with ``resolved_count``
+    for ``resolved``; without it, it is recorded and the host's checks stop there.
     """
     from cuda13_upgrade.steps import resolve, toolkit
 
@@ -297,6 +314,7 @@ def check(
         "resolved_by": None,
         "requirement": None,
         "stack_driver": None,
+        "driver_window": None,
     }
     host_checks = bool(options.get("nvidia_driver_check_host_checks", True))
     try:

@@ -1,0 +1,382 @@
+"""The driver window's plan for one host: what moving its driver needs, judged before any change.
+
+A host whose NVIDIA driver is below the CUDA release's floor (CUDA 13.0: 580.65.06, CUDA Toolkit
+Release Notes, Table 3) can be moved to the target driver (``cuda13_driver_target``) first. This
+module judges, from what the preflight read on the host, whether that move can be made there and
+how; it changes nothing. :func:`judge` returns the plan record::
+
+    {
+      "current": "570.86.15",            # the running driver (nvidia-smi)
+      "floor": "580.65.06",              # the CUDA release's floor
+      "needs_move": True,                # current below floor
+      "target": "580.95.05",             # the version, or "R580" for a branch target
+      "current_branch": 570, "target_branch": 580,
+      "flavour": "open",                 # cuda13_driver_flavour
+      "loaded_flavour": "open" | "proprietary" | None,   # /proc/driver/nvidia/version
+      "activation": "reload" | "reboot" | None,          # None: refused
+      "activation_why": "...",
+      "requests": ["nvidia-open=580.95.05-1", ...],      # what apt is asked to install
+      "changes": ["upgrade nvidia-driver 570.86.15-1 -> 580.95.05-1", ...],  # apt's transaction
+      "held": ["nvidia-driver", ...],    # driver packages held now (released, then held again)
+      "clients": [{"pid", "comm", "unit", "known": bool}],
+      "blockers": [{"check", "value", "option", "problem", "remedy"}],
+      "notes": ["..."],
+      "ready": bool,                     # no blocker
+    }
+
+The checks (each a blocker naming the value, the option and the remedy):
+
+- ``flavour``: Blackwell GPUs (compute capability 10.0 and later) run only the open kernel
+  modules (:func:`cuda13_upgrade.driver.check_flavour`);
+- ``packages``: apt resolves the target's packages from the host's repositories, without removing
+  a package outside the driver or touching the kernel (:func:`judge_transaction`);
+- ``headers``: a DKMS module package in the transaction builds against
+  ``/lib/modules/<kernel release>/build``; without it DKMS fails ("Your kernel headers for kernel
+  ... cannot be found");
+- ``secure_boot``: with Secure Boot on, the module DKMS builds is signed with its key
+  (``/var/lib/dkms/mok.pub``), which the firmware must trust; an untrusted key makes modprobe fail
+  with "Key was rejected by service", and enrolling one (``mokutil --import``) needs the console at
+  the next boot, which an unattended window does not have;
+- ``activation``: with ``cuda13_driver_activation: reload``, a process holding ``/dev/nvidia*``
+  outside the serving unit, ``nvidia-persistenced`` and ``cuda13_driver_gpu_clients`` (which the
+  window stops) would keep the module loaded ("Module nvidia is in use"), so the host is refused;
+  with ``reload_or_reboot`` it is planned as a reboot;
+- ``fabric_manager``: on an NVSwitch system the fabric manager must be packaged at the target
+  driver's exact version (NVIDIA Fabric Manager User Guide; NVIDIA/gpu-operator#2781: a mismatch
+  leaves the fabric "In Progress" and CUDA fails with error 802).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from cuda13_upgrade import aptplan, driver, nvidia_smi
+from cuda13_upgrade.errors import Cuda13Error
+from cuda13_upgrade.versions import parse_driver_version
+
+__all__ = ["judge", "judge_transaction", "describe", "requests_for"]
+
+TARGET_OPTION = "cuda13_driver_target"
+FLAVOUR_OPTION = "cuda13_driver_flavour"
+ACTIVATION_OPTION = "cuda13_driver_activation"
+CLIENTS_OPTION = "cuda13_driver_gpu_clients"
+
+#: Ubuntu's prebuilt, signed kernel module packages (no DKMS build on the host).
+_PREBUILT = ("linux-modules-nvidia-", "linux-objects-nvidia-", "linux-signatures-nvidia-")
+
+#: Units the window stops itself besides the serving unit and cuda13_driver_gpu_clients.
+ALWAYS_STOPPED = ("nvidia-persistenced.service",)
+
+
+def _key(version: str) -> tuple[int, int, int]:
+    return parse_driver_version(version, option=None)
+
+
+def judge_transaction(text: str, requested: Sequence[str]) -> dict[str, Any]:
+    """Judge ``apt-get -s install --no-install-recommends <requested>`` for a driver move.
+
+    Unlike the toolkit's transaction (:func:`cuda13_upgrade.aptplan.check_transaction`), the
+    driver's own packages (``nvidia-*``, ``libnvidia-*``, ``libcuda1``, ``*-dkms``, ...) may be
+    installed, upgraded or removed: that is the move. Refused: any action on a kernel package
+    (``linux-image-*``, ``linux-headers-*``, ...), and the removal or change of an installed
+    package outside the driver. Returns ``{"ok", "actions", "changes": [text], "refused": [text],
+    "reason"}``; a simulation that installs none of ``requested`` is ``ok`` False with apt's own
+    errors as the reason.
+    """
+    actions = aptplan.parse_simulation(text)
+    names = {a["package"].split(":", 1)[0] for a in actions}
+    missing = [r for r in requested if r.split("=", 1)[0] not in names]
+    changes = [_describe(a) for a in actions]
+    if missing:
+        return {
+            "ok": False,
+            "actions": actions,
+            "changes": changes,
+            "refused": [],
+            "reason": f"apt cannot install {', '.join(missing)}: {aptplan.apt_errors(text)}",
+        }
+    refused = []
+    for a in actions:
+        kind = aptplan.package_kind(a["package"])
+        if kind == "kernel" or (kind is None and a["action"] != "install"):
+            refused.append(f"{_describe(a)} ({kind or 'installed package'})")
+    reason = ""
+    if refused:
+        reason = (
+            f"installing {', '.join(requested)} would also {'; '.join(refused)}: the driver window changes"
+            " the driver's packages only. Fix: make the other change in a window of its own first, or pin"
+            " the target to a version whose dependencies the host satisfies"
+        )
+    return {"ok": not refused, "actions": actions, "changes": changes, "refused": refused, "reason": reason}
+
+
+def _describe(action: Mapping[str, Any]) -> str:
+    name = action["package"]
+    if action["action"] == "install":
+        return f"install {name} {action['version']}"
+    if action["action"] == "upgrade":
+        return f"upgrade {name} {action['old_version']} -> {action['version']}"
+    return f"{action['action']} {name} {action['old_version'] or ''}".rstrip()
+
+
+def requests_for(target: Mapping[str, Any], *, flavour: str, distro: str) -> dict[str, Any]:
+    """The apt requests of the move (:func:`cuda13_upgrade.driver.install_packages`)."""
+    return driver.install_packages(target, flavour=flavour, distro=distro)
+
+
+def _blocker(check: str, value: Any, option: str | None, problem: str, remedy: str) -> dict[str, Any]:
+    return {"check": check, "value": value, "option": option, "problem": problem, "remedy": remedy}
+
+
+def _secure_boot(facts: Mapping[str, Any]) -> bool | None:
+    sb = facts.get("secure_boot") or {}
+    text = "\n".join(str(sb.get(k) or "") for k in ("stdout", "stderr"))
+    state = driver.parse_mokutil_sb_state(text) if text.strip() else None
+    if state == "enabled":
+        return True
+    if state in ("disabled", "unsupported"):
+        return False
+    efi = facts.get("efi_secure_boot")
+    return bool(efi) if efi is not None else None
+
+
+def _key_enrolled(facts: Mapping[str, Any]) -> bool | None:
+    test = facts.get("mok_test_key")
+    if not test:
+        return None
+    return driver.parse_mokutil_test_key("\n".join(str(test.get(k) or "") for k in ("stdout", "stderr")))
+
+
+def _clients(facts: Mapping[str, Any], *, service: str, known_units: Iterable[str]) -> list[dict[str, Any]]:
+    known = {service, *ALWAYS_STOPPED, *known_units}
+    out = []
+    for holder in facts.get("device_holders") or []:
+        unit = holder.get("unit")
+        out.append(
+            {
+                "pid": holder.get("pid"),
+                "comm": holder.get("comm"),
+                "unit": unit,
+                "known": bool(unit) and unit in known,
+            }
+        )
+    return out
+
+
+def judge(
+    *,
+    current: str,
+    floor: str,
+    target: Mapping[str, Any] | None,
+    settings: Mapping[str, Any],
+    compute_capabilities: Sequence[str],
+    proc_version: str | None,
+    facts: Mapping[str, Any],
+    transaction: Mapping[str, Any] | None,
+    requests: Sequence[str],
+    service: str,
+) -> dict[str, Any]:
+    """The plan record of the module docstring for one host.
+
+    ``settings``: ``{"flavour", "activation", "gpu_clients"}`` (the options ``cuda13_driver_*``);
+    ``facts``: ``cuda13_upgrade.hostscripts.driver_facts.facts``; ``transaction``:
+    :func:`judge_transaction` of the simulated install of ``requests`` (None when it was not
+    simulated); ``service``: the serving unit. Raises nothing for odd facts: what cannot be read is
+    a blocker or a note.
+    """
+    record: dict[str, Any] = {
+        "current": current,
+        "floor": floor,
+        "needs_move": False,
+        "target": None,
+        "current_branch": None,
+        "target_branch": None,
+        "flavour": settings.get("flavour") or "open",
+        "loaded_flavour": None,
+        "activation": None,
+        "activation_why": "",
+        "requests": list(requests),
+        "changes": [],
+        "held": [],
+        "clients": [],
+        "blockers": [],
+        "notes": [],
+        "ready": False,
+    }
+    try:
+        record["needs_move"] = _key(current) < _key(floor)
+    except Cuda13Error:
+        record["blockers"].append(
+            _blocker(
+                "driver", current, None, "the running driver's version cannot be read", "check nvidia-smi"
+            )
+        )
+        return record
+    if target:
+        record["target"] = target.get("version") or f"R{target['branch']}"
+        record["target_branch"] = target.get("branch")
+    record["current_branch"] = _key(current)[0]
+    if not record["needs_move"]:
+        record["ready"] = True
+        return record
+    blockers: list[dict[str, Any]] = record["blockers"]
+    if proc_version and "NVRM version" in proc_version:
+        try:
+            record["loaded_flavour"] = nvidia_smi.kernel_module_flavour(proc_version).get("flavour")
+        except Cuda13Error:
+            record["notes"].append(
+                "the loaded kernel module's flavour cannot be read (/proc/driver/nvidia/version)"
+            )
+    try:
+        driver.check_flavour(record["flavour"], list(compute_capabilities), option=FLAVOUR_OPTION)
+    except Cuda13Error as exc:
+        blockers.append(_blocker("flavour", record["flavour"], FLAVOUR_OPTION, exc.problem, exc.remedy or ""))
+    record["held"] = [str(p.get("name")) for p in facts.get("packages") or [] if p.get("held")]
+    if transaction is not None:
+        record["changes"] = list(transaction.get("changes") or [])
+        if not transaction.get("ok"):
+            blockers.append(
+                _blocker(
+                    "packages",
+                    list(requests),
+                    TARGET_OPTION,
+                    str(transaction.get("reason") or "apt cannot install the target's packages"),
+                    "add NVIDIA's CUDA repository for this distribution (it carries the driver), or choose a"
+                    " target it offers (apt-cache madison nvidia-open)",
+                )
+            )
+    # DKMS builds the module unless the transaction brings a prebuilt one (Ubuntu's
+    # linux-modules-nvidia-*) and no *-dkms package; a failed simulation shows neither.
+    actions = (transaction or {}).get("actions") or []
+    prebuilt = any(str(a["package"]).startswith(_PREBUILT) for a in actions)
+    dkms = any(str(a["package"]).split(":", 1)[0].endswith("-dkms") for a in actions) or not prebuilt
+    kernel = str(facts.get("kernel_release") or "")
+    headers = facts.get("headers") or {}
+    if dkms and not headers.get("exists"):
+        blockers.append(
+            _blocker(
+                "headers",
+                kernel,
+                None,
+                f"DKMS builds the new kernel module against /lib/modules/{kernel}/build, which is missing"
+                " (the kernel headers of the running kernel are not installed): the build would fail",
+                f"install linux-headers-{kernel} (or the prebuilt module package for this kernel),"
+                " then run again",
+            )
+        )
+    secure = _secure_boot(facts)
+    if secure is None:
+        record["notes"].append("Secure Boot's state is unknown (no mokutil, no EFI variables): assumed off")
+    elif secure and dkms:
+        enrolled = _key_enrolled(facts)
+        if not enrolled:
+            blockers.append(
+                _blocker(
+                    "secure_boot",
+                    "enabled",
+                    None,
+                    "Secure Boot is on and DKMS's signing key (/var/lib/dkms/mok.pub) is "
+                    + ("not enrolled" if enrolled is False else "missing")
+                    + ': the new module would be refused ("Key was rejected by service")',
+                    "enrol the key with mokutil --import /var/lib/dkms/mok.pub and confirm it at the console"
+                    " on the next boot (MOK manager), before the window",
+                )
+            )
+    clients = _clients(facts, service=service, known_units=settings.get("gpu_clients") or [])
+    record["clients"] = clients
+    unknown = [c for c in clients if not c["known"]]
+    activation = settings.get("activation") or "reload_or_reboot"
+    if activation == "reboot":
+        record["activation"] = "reboot"
+        record["activation_why"] = f"{ACTIVATION_OPTION} is reboot"
+    elif not unknown:
+        record["activation"] = "reload"
+        record["activation_why"] = "nothing outside the stopped units holds the GPUs"
+    else:
+        holders = ", ".join(f"{c['comm']} (pid {c['pid']}, {c['unit'] or 'no unit'})" for c in unknown)
+        if activation == "reload":
+            blockers.append(
+                _blocker(
+                    "activation",
+                    activation,
+                    ACTIVATION_OPTION,
+                    f"{holders} hold(s) /dev/nvidia* outside the units the window stops: the module could not"
+                    ' be unloaded ("Module nvidia is in use")',
+                    f"add their units to {CLIENTS_OPTION}, stop them, or allow a reboot"
+                    f" ({ACTIVATION_OPTION}: reload_or_reboot)",
+                )
+            )
+        else:
+            record["activation"] = "reboot"
+            record["activation_why"] = f"{holders} hold(s) the GPUs outside the units the window stops"
+    if int(facts.get("nvswitch") or 0) > 0:
+        _fabric_manager(record, facts, transaction)
+    record["ready"] = not blockers
+    return record
+
+
+_FM = re.compile(r"^(?:nvidia-fabricmanager|cuda-drivers-fabricmanager)(?:-\d+)?$")
+
+
+def _fabric_manager(
+    record: dict[str, Any], facts: Mapping[str, Any], transaction: Mapping[str, Any] | None
+) -> None:
+    """On an NVSwitch system the transaction must bring the fabric manager at the driver's version."""
+    actions = (transaction or {}).get("actions") or []
+    drivers = [
+        a for a in actions if str(a["package"]).startswith(("nvidia-driver", "nvidia-open", "libcuda1"))
+    ]
+    fms = [a for a in actions if _FM.match(str(a["package"]).split(":", 1)[0])]
+    upstream = {str(a["version"]).split("-", 1)[0] for a in drivers if a.get("version")}
+    if not fms or (upstream and {str(a["version"]).split("-", 1)[0] for a in fms} != upstream):
+        record["blockers"].append(
+            _blocker(
+                "fabric_manager",
+                [f"{a['package']} {a['version']}" for a in fms] or None,
+                None,
+                f"this host has {facts.get('nvswitch')} NVSwitch device(s); the move does not bring the"
+                " fabric manager at the new driver's exact version, so the fabric would stay"
+                ' "In Progress" and CUDA would fail with error 802 (NVIDIA/gpu-operator#2781)',
+                "add the fabric manager package of the target branch (nvidia-fabricmanager) pinned to the"
+                " driver's version to the host's repository, then run again",
+            )
+        )
+
+
+def describe(plan: Mapping[str, Any]) -> list[str]:
+    """The plan's lines as ``plan`` and the refusal show them."""
+    if not plan.get("needs_move"):
+        return [f"driver {plan.get('current')} meets the floor {plan.get('floor')}: no driver change"]
+    lines = [
+        f"driver window: {plan.get('current')} -> {plan.get('target')} ({plan.get('flavour')} kernel modules;"
+        f" below the floor {plan.get('floor')})",
+    ]
+    for branch, role in ((plan.get("current_branch"), "running"), (plan.get("target_branch"), "target")):
+        info = driver.branch_info(branch) if isinstance(branch, int) else None
+        if info:
+            kind = info["type"] or "no type published"
+            end = f", end of life {info['end_of_life']}" if info["end_of_life"] else ""
+            lines.append(f"  {role} branch R{branch}: {kind}{end} ({info['source']})")
+    if plan.get("requests"):
+        lines.append(f"  apt installs: {' '.join(plan['requests'])}")
+    for change in plan.get("changes") or []:
+        lines.append(f"    {change}")
+    if plan.get("held"):
+        lines.append(f"  held now (released, then held at the new version): {', '.join(plan['held'])}")
+    if plan.get("activation"):
+        lines.append(f"  activation: {plan['activation']} ({plan.get('activation_why')})")
+    for client in plan.get("clients") or []:
+        state = "stopped by the window" if client["known"] else "not stopped by the window"
+        lines.append(
+            f"  GPU client: {client['comm']} (pid {client['pid']}, {client['unit'] or 'no unit'}): {state}"
+        )
+    for note in plan.get("notes") or []:
+        lines.append(f"  note: {note}")
+    for b in plan.get("blockers") or []:
+        option = f" Option: {b['option']}." if b.get("option") else ""
+        lines.append(f"  blocker ({b['check']}): {b['problem']}.{option} Fix: {b['remedy']}.")
+    if plan.get("ready"):
+        lines.append("  every check of the move passes")
+    return lines
