@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from cuda13_upgrade import space
+from cuda13_upgrade import plan, space
 from cuda13_upgrade.steps import fleet, planning
 
 REPO = Path(__file__).resolve().parents[1]
@@ -167,3 +167,31 @@ def test_the_rollout_puts_the_hosts_in_batches_with_the_windows_and_the_budgets_
     )
     stopped = planning.rollout([_host("gpu-node-01"), refused], the_fleet, "r1")
     assert stopped["summary"]["stops"] is True and stopped["summary"]["changes"] == 0
+
+
+def test_the_driver_windows_lines_are_planned_and_shown_under_the_host():
+    window = {
+        "current": "570.86.15",
+        "floor": "580.95.05",
+        "needs_move": True,
+        "target": "580.95.05",
+        "current_branch": 570,
+        "target_branch": 580,
+        "flavour": "open",
+        "requests": ["nvidia-driver-pinning-580.95.05", "nvidia-open"],
+        "changes": [],
+        "activation": "reload",
+        "activation_why": "nothing outside the stopped units holds the GPUs",
+        "blockers": [],
+        "ready": True,
+    }
+    planned = _host(preflight={**PREFLIGHT, "driver_window": window})
+    assert planned["driver"][0] == (
+        "driver window: 570.86.15 -> 580.95.05 (open kernel modules; below the floor 580.95.05)"
+    )
+    assert "  apt installs: nvidia-driver-pinning-580.95.05 nvidia-open" in planned["driver"]
+    text = plan.render_text({"hosts": [planned], "summary": {"lines": []}})
+    assert "gpu-node-01: full (no batch): never upgraded\n  driver window: 570.86.15 -> 580.95.05" in text, (
+        text
+    )
+    assert _host()["driver"] == []

@@ -281,3 +281,12 @@ def test_without_a_driver_target_the_preflight_reads_no_driver_facts(tmp_path):
     host = FakeHost()
     record = _check(host, _opts(tmp_path), tmp_path)
     assert record["driver_window"] is None and host.called("cuda13_driver_facts") == []
+
+
+def test_plan_keeps_the_driver_windows_plan_of_a_refused_host(tmp_path, monkeypatch):
+    monkeypatch.setenv("NVIDIA_SMI_DOUBLE_STATE", str(NVIDIA_SMI_STATES / "driver-too-old.json"))
+    host = FakeHost(handlers={"cuda13_apt_simulate": _apt_not_found})
+    record = _check(host, _opts(tmp_path, cuda13_driver_target="R580"), tmp_path, refuse=False)
+    assert not record["ok"] and "- driver window (cuda13_driver_target=R580)" in record["refusals"][0]
+    assert record["driver_window"]["target"] == "R580"
+    assert host.called("cuda13_apt_simulate")[0]["requests"] == ["nvidia-driver-pinning-580", "nvidia-open"]

@@ -113,6 +113,7 @@ def host_plan(
     service: str = "the service",
     gpu_model: str = "",
     soak_s: int | None = None,
+    driver: Sequence[str] = (),
 ) -> dict[str, Any]:
     """One host's plan.
 
@@ -141,6 +142,8 @@ def host_plan(
         gpu_model: the host's GPU model(s) as the preflight's nvidia-smi names them ("" unknown);
             soak_s: ``cuda13_soak_seconds`` (None unknown). With ``profiles`` they are what the
             estimate of the night reads (:mod:`cuda13_upgrade.estimate`).
+        driver: the driver window's lines (:func:`cuda13_upgrade.driverplan.describe`), or none
+            without ``cuda13_driver_target``.
 
     Returns:
         ``{"host", "path", "why", "refusals": [str], "notice": str,
@@ -149,7 +152,8 @@ def host_plan(
         "space": [str], "restarts": {"upgrade", "rollback", "lines": [str]} | None,
         "drain": {"drain", "undrain"}, "warnings": [str],
         "out_of_service_s": float | None, "estimate_from": str, "gpu_model": str,
-        "profile_count": int, "soak_s": int | None}``; ``batch`` is added by :func:`rollout_plan`.
+        "profile_count": int, "soak_s": int | None, "driver": [str]}``; ``batch`` is added by
+        :func:`rollout_plan`.
     """
     verdict = verdict or {}
     previous = verdict.get("previous") if isinstance(verdict.get("previous"), Mapping) else {}
@@ -176,6 +180,7 @@ def host_plan(
         "gpu_model": str(gpu_model or ""),
         "profile_count": len(profiles),
         "soak_s": soak_s,
+        "driver": [str(line) for line in driver],
     }
     for failure in (preflight or {}).get("failures") or []:
         message = str(failure.get("message") or "") if isinstance(failure, Mapping) else str(failure)
@@ -389,6 +394,7 @@ def render_text(plan: Mapping[str, Any]) -> str:
             first, *rest = refusal.splitlines() or [""]
             out.append(f"  refused: {first}")
             out += [f"    {line}" for line in rest]
+        out += [f"  {line}" for line in r.get("driver") or []]
         if r.get("notice"):
             out += [f"  notice: {line}" for line in r["notice"].splitlines()]
         out += _must_set_lines(r.get("must_set_from") or {})

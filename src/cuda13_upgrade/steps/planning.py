@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from cuda13_upgrade import estimate, plan, space
+from cuda13_upgrade import driverplan, estimate, plan, space
 
 
 def _failed(record: Any) -> str:
@@ -78,6 +78,9 @@ def host(
             sorted({str(g.get("name")) for g in preflight.get("gpus") or [] if isinstance(g, Mapping)})
         ),
         soak_s=_soak(options.get("cuda13_soak_seconds")),
+        driver=driverplan.describe(preflight["driver_window"])
+        if isinstance(preflight.get("driver_window"), Mapping)
+        else [],
     )
 
 

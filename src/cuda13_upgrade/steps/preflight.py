@@ -373,6 +373,8 @@ def check(
         if refuse:
             raise StepFailed(exc.msg, _failed_record({**record, **exc.record})) from exc
         record["refusals"].append(exc.msg)
+        if "driver_window" in exc.record:
+            record["driver_window"] = exc.record["driver_window"]
         return record
     record["ok"] = True
     return record
