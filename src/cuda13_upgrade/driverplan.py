@@ -236,6 +236,12 @@ def judge(
     record["held"] = [str(p.get("name")) for p in facts.get("packages") or [] if p.get("held")]
     if transaction is not None:
         record["changes"] = list(transaction.get("changes") or [])
+        if len(requests) > 1 and target and target.get("kind") == "branch":
+            record["notes"].append(
+                "apt simulated the pinning package and the metapackage in one transaction, resolved"
+                " before the pin file exists: the versions shown are the repository's newest, the move"
+                " installs the pin in an apt run of its own first"
+            )
         if not transaction.get("ok"):
             blockers.append(
                 _blocker(
@@ -244,7 +250,8 @@ def judge(
                     TARGET_OPTION,
                     str(transaction.get("reason") or "apt cannot install the target's packages"),
                     "add NVIDIA's CUDA repository for this distribution (it carries the driver), or choose a"
-                    " target it offers (apt-cache madison nvidia-open)",
+                    " target it offers: a branch ('R580', its pinning package nvidia-driver-pinning-580),"
+                    " or a version whose own pinning package it has (apt-cache search nvidia-driver-pinning)",
                 )
             )
     # DKMS builds the module unless the transaction brings a prebuilt one (Ubuntu's

@@ -122,12 +122,12 @@ def refusal_text(plan: Mapping[str, Any]) -> str:
     """What the preflight's refusal adds for a host below the floor with a driver window planned."""
     target = f"{driverplan.TARGET_OPTION}={plan.get('target')}"
     if plan.get("ready"):
+        pin, *rest = list(plan.get("requests") or []) or [""]
         return (
             f"- driver window ({target}): every check of the move to {plan.get('target')} passes"
             f" (activation: {plan.get('activation')}); the driver is moved by your driver process, not by"
-            f" this run: install {' '.join(plan.get('requests') or [])} (the plan's lines above),"
-            " activate it,"
-            " then run again"
+            f" this run: install {pin} in an apt run of its own (apt resolves a transaction before its pin"
+            f" file exists), then {' '.join(rest)} (the plan's lines above), activate it, then run again"
         )
     reasons = []
     for b in plan.get("blockers") or []:
