@@ -21,7 +21,11 @@ options:
   dev: {description: The device directory., type: path, default: /dev}
   lib_modules: {description: Where the kernel's modules and build links are., type: path, default: /lib/modules}
   efivars: {description: The EFI variables., type: path, default: /sys/firmware/efi/efivars}
-  mok_key: {description: DKMS's module signing certificate., type: path, default: /var/lib/dkms/mok.pub}
+  mok_key:
+    description: DKMS's module signing certificate; empty to take the mok_certificate of O(dkms_framework), else the first of /var/lib/shim-signed/mok/MOK.der (Ubuntu) and /var/lib/dkms/mok.pub that exists.
+    type: str
+    default: ""
+  dkms_framework: {description: DKMS's framework.conf., type: path, default: /etc/dkms/framework.conf}
   units: {description: More systemd units that open the GPUs (cuda13_driver_gpu_clients)., type: list, elements: str, default: []}
   timeout: {description: Seconds each command may take., type: int, default: 30}
 attributes:
@@ -40,7 +44,7 @@ facts:
   description: >-
     packages ([{name, version, status, held}]), dpkg_query (its raw text), dpkg_query_exit ({rc, stderr}),
     kernel_release, headers ({path, exists, link, target}), secure_boot ({rc, stdout, stderr}), efi_secure_boot
-    (bool or null), mok_test_key ({rc, stdout, stderr} or null), device_holders ([{pid, comm, device, unit}]),
+    (bool or null), efi (booted through UEFI), mok_key (the signing certificate's path), mok_key_exists, mok_test_key ({rc, stdout, stderr} or null), device_holders ([{pid, comm, device, unit}]),
     modules ([{name, size, refcount, users, state}]),
     proc_version (text or null), fabric_manager ({rc, stdout, stderr}), nvswitch (count), persistenced, units
     ({unit - {rc, stdout, stderr}}).

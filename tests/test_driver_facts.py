@@ -473,3 +473,29 @@ def test_facts_of_this_machine():
     else:  # this sandbox: no NVIDIA driver
         assert got["proc_version"] is None
         assert got["modules"] == [] and got["device_holders"] == [] and got["nvswitch"] == 0
+
+
+def test_the_dkms_signing_key_is_framework_confs_else_the_first_that_exists(tmp_path):
+    framework = tmp_path / "framework.conf"
+    ubuntu, upstream = tmp_path / "MOK.der", tmp_path / "mok.pub"
+    candidates = (str(ubuntu), str(upstream))
+    # Nothing there: the upstream DKMS key's path, which DKMS makes at its first signed build.
+    assert driver_facts.mok_certificate(str(framework), candidates) == str(upstream)
+    ubuntu.write_bytes(b"0")
+    assert driver_facts.mok_certificate(str(framework), candidates) == str(ubuntu)
+    framework.write_text('# mok_certificate=/ignored\nmok_certificate="/etc/keys/dkms.der"\n')
+    assert driver_facts.mok_certificate(str(framework), candidates) == "/etc/keys/dkms.der"
+
+
+def test_facts_name_the_key_they_tested_and_whether_the_host_booted_through_uefi(tmp_path):
+    params = _empty_tree(tmp_path)
+    params["efivars"] = str(tmp_path / "no-firmware" / "efi" / "efivars")
+    found = driver_facts.facts(params)
+    assert (found["mok_key"], found["mok_key_exists"], found["mok_test_key"]) == (
+        params["mok_key"],
+        False,
+        None,
+    )
+    assert found["efi"] is False
+    (tmp_path / "no-firmware" / "efi" / "efivars").mkdir(parents=True)
+    assert driver_facts.facts(params)["efi"] is True

@@ -417,6 +417,25 @@ def test_a_driver_target_that_is_malformed_or_below_the_floor_is_refused(specs, 
     assert "Option: cuda13_driver_target" in failure["message"]
 
 
+def test_an_unquoted_driver_version_is_refused_with_the_advice_to_quote_it(specs):
+    # YAML reads cuda13_driver_target: 580.95 as the number 580.95.
+    [failure] = options.validate({"cuda13_driver_target": 580.95}, specs)["failures"]
+    assert failure["message"].startswith("cuda13_driver_target is a YAML number: 580.95.")
+    assert "the version quoted (YAML reads 580.10 as 580.1)" in failure["message"]
+
+
+def test_a_target_below_a_later_releases_floor_is_refused_with_that_floors_branch(specs):
+    given = {"cuda13_driver_target": "R580", "nvidia_driver_check_toolkit_release": "13.1"}
+    [failure] = options.validate(given, specs)["failures"]
+    assert "is below 590.44.01, the driver floor of CUDA 13.1" in failure["message"]
+    assert "e.g. 'R590' or '590.44.01'" in failure["message"]
+
+
+def test_driver_gpu_clients_may_name_a_containers_scope(specs):
+    given = {"cuda13_driver_gpu_clients": ["nvidia-dcgm.service", "docker-4f2a.scope"]}
+    assert options.validate(given, specs)["ok"]
+
+
 def test_driver_gpu_clients_are_unit_names(specs):
     report = options.validate({"cuda13_driver_gpu_clients": ["nvidia-dcgm.service", "dcgm exporter"]}, specs)
     [failure] = report["failures"]

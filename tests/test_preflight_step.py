@@ -228,16 +228,21 @@ def test_plan_records_the_drain_refusal_and_reads_nothing(tmp_path):
 
 
 def _apt_not_found(args: dict) -> dict:
-    """apt's answer when the host's repositories do not carry the target's packages (apt 2.6's
-    "E: Unable to locate package" for the first name it misses)."""
-    first = args["requests"][0].split("=", 1)[0]
+    """apt's answer when the host's sources carry none of the requests: the recorded output of
+    tests/fixtures/apt/apt-get-install-unable-to-locate.txt with the names requested here."""
+    recorded = (
+        Path(__file__).parent / "fixtures" / "apt" / "apt-get-install-unable-to-locate.txt"
+    ).read_text()
+    head, _, _ = recorded.partition("E: Unable to locate package")
+    names = [r.split("=", 1)[0] for r in args["requests"]]
+    stderr = "".join(f"E: Unable to locate package {name}\n" for name in names)
     return {
         "changed": False,
         "update_rc": 0,
         "update_stderr": "",
         "rc": 100,
-        "stdout": "",
-        "stderr": f"E: Unable to locate package {first}\n",
+        "stdout": head,
+        "stderr": stderr,
     }
 
 
@@ -262,7 +267,8 @@ def test_a_driver_below_the_floor_with_a_driver_window_gets_its_plan_in_the_refu
     assert (
         "- driver window (cuda13_driver_target=580.95.05): the move to 580.95.05 cannot be made here:"
         " apt cannot install nvidia-driver-pinning-580.95.05, nvidia-open:"
-        " E: Unable to locate package nvidia-driver-pinning-580.95.05 (Option: cuda13_driver_target)."
+        " E: Unable to locate package nvidia-driver-pinning-580.95.05; E: Unable to locate package nvidia-open"
+        " (Option: cuda13_driver_target)."
     ) in msg
     assert (
         "driver window: 570.86.15 -> 580.95.05 (open kernel modules; below the floor 580.95.05)" in host.told
@@ -290,3 +296,25 @@ def test_plan_keeps_the_driver_windows_plan_of_a_refused_host(tmp_path, monkeypa
     assert not record["ok"] and "- driver window (cuda13_driver_target=R580)" in record["refusals"][0]
     assert record["driver_window"]["target"] == "R580"
     assert host.called("cuda13_apt_simulate")[0]["requests"] == ["nvidia-driver-pinning-580", "nvidia-open"]
+
+
+def test_a_ready_move_is_refused_with_its_steps_for_the_operators_driver_process():
+    from cuda13_upgrade.steps import driver_window
+
+    plan = {
+        "target": "580.95.05",
+        "ready": True,
+        "requests": ["nvidia-driver-pinning-580.95.05", "nvidia-open"],
+        "held": ["nvidia-driver"],
+        "activation": "reload",
+        "clients": [{"comm": "python3", "pid": 2211, "unit": "sglang.service", "known": True}],
+    }
+    text = driver_window.refusal_text(plan)
+    assert text.startswith(
+        "- driver window (cuda13_driver_target=580.95.05): every check of the move to 580.95.05 passes;"
+        " the driver is moved by your driver process, not by this run: (1) apt-mark unhold nvidia-driver;"
+        " (2) install nvidia-driver-pinning-580.95.05 in an apt run of its own"
+    )
+    assert "(3) install nvidia-open; (4) stop sglang.service, unload the loaded ones of nvidia_drm," in text
+    assert text.endswith("(5) hold the driver's packages at the new version; then run again")
+    assert "(4) reboot;" in driver_window.refusal_text({**plan, "activation": "reboot"})

@@ -129,7 +129,7 @@ def check_target(target: Mapping[str, Any] | None, *, floor: str, option: str = 
     :func:`cuda13_upgrade.versions.driver_supports`).
 
     Raises:
-        Cuda13Error: the target is below the floor; the remedy names R580.
+        Cuda13Error: the target is below the floor; the remedy names the floor's branch.
         Cuda13Error: a malformed floor.
     """
     if target is None:
@@ -143,7 +143,10 @@ def check_target(target: Mapping[str, Any] | None, *, floor: str, option: str = 
         shown = target["version"]
     if too_old:
         problem = f"driver target is older than {floor}, the driver this CUDA release needs"
-        remedy = f"target the R580 branch ('R580': its newest release) or a version of {floor} or newer"
+        remedy = (
+            f"target the R{floor_key[0]} branch ('R{floor_key[0]}': its newest release) or a version of"
+            f" {floor} or newer"
+        )
         raise Cuda13Error(problem, shown, option=option, remedy=remedy)
 
 

@@ -83,10 +83,13 @@ def judge_transaction(text: str, requested: Sequence[str]) -> dict[str, Any]:
     (``linux-image-*``, ``linux-headers-*``, ...), and the removal or change of an installed
     package outside the driver. Returns ``{"ok", "actions", "changes": [text], "refused": [text],
     "reason"}``; a simulation that installs none of ``requested`` is ``ok`` False with apt's own
-    errors as the reason.
+    errors as the reason (a request apt reports "is already the newest version" is satisfied).
     """
+    text = text if isinstance(text, str) else ""
     actions = aptplan.parse_simulation(text)
     names = {a["package"].split(":", 1)[0] for a in actions}
+    # "nvidia-driver-pinning-580 is already the newest version (580-1ubuntu1)." (apt-get)
+    names |= set(re.findall(r"(?m)^(\S+?)(?::\S+)? is already the newest version", text))
     missing = [r for r in requested if r.split("=", 1)[0] not in names]
     changes = [_describe(a) for a in actions]
     if missing:
@@ -130,30 +133,51 @@ def _blocker(check: str, value: Any, option: str | None, problem: str, remedy: s
     return {"check": check, "value": value, "option": option, "problem": problem, "remedy": remedy}
 
 
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _mappings(value: Any) -> list[Mapping[str, Any]]:
+    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list | tuple) else []
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _run_text(run: Any) -> str:
+    run = _mapping(run)
+    return "\n".join(str(run.get(k) or "") for k in ("stdout", "stderr"))
+
+
 def _secure_boot(facts: Mapping[str, Any]) -> bool | None:
-    sb = facts.get("secure_boot") or {}
-    text = "\n".join(str(sb.get(k) or "") for k in ("stdout", "stderr"))
-    state = driver.parse_mokutil_sb_state(text) if text.strip() else None
-    if state == "enabled":
-        return True
-    if state in ("disabled", "unsupported"):
-        return False
+    """On, off, or None (unknown). mokutil's "enabled"/"disabled" decide; else the firmware's
+    SecureBoot variable; else a host that did not boot through UEFI (no /sys/firmware/efi) has no
+    Secure Boot. mokutil's "EFI variables are not supported" alone decides nothing: a UEFI kernel
+    without EFI runtime access still enforces module signatures."""
+    state = driver.parse_mokutil_sb_state(_run_text(facts.get("secure_boot")))
+    if state in ("enabled", "disabled"):
+        return state == "enabled"
     efi = facts.get("efi_secure_boot")
-    return bool(efi) if efi is not None else None
+    if isinstance(efi, bool):
+        return efi
+    if facts.get("efi") is False:
+        return False
+    return None
 
 
 def _key_enrolled(facts: Mapping[str, Any]) -> bool | None:
     test = facts.get("mok_test_key")
-    if not test:
+    if not isinstance(test, Mapping):
         return None
-    return driver.parse_mokutil_test_key("\n".join(str(test.get(k) or "") for k in ("stdout", "stderr")))
+    return driver.parse_mokutil_test_key(_run_text(test))
 
 
 def _clients(facts: Mapping[str, Any], *, service: str, known_units: Iterable[str]) -> list[dict[str, Any]]:
     known = {service, *ALWAYS_STOPPED, *known_units}
     out = []
-    for holder in facts.get("device_holders") or []:
-        unit = holder.get("unit")
+    for holder in _mappings(facts.get("device_holders")):
+        unit = holder.get("unit") if isinstance(holder.get("unit"), str) else None
         out.append(
             {
                 "pid": holder.get("pid"),
@@ -163,6 +187,15 @@ def _clients(facts: Mapping[str, Any], *, service: str, known_units: Iterable[st
             }
         )
     return out
+
+
+def _drm_in_use(facts: Mapping[str, Any]) -> bool:
+    """``nvidia_drm`` loaded and used (a console or display server on the GPU): unloading it
+    fails ("Module nvidia_drm is in use"), whatever process list the host shows."""
+    return any(
+        m.get("name") == "nvidia_drm" and (m.get("refcount") is None or _count(m.get("refcount")) > 0)
+        for m in _mappings(facts.get("modules"))
+    )
 
 
 def judge(
@@ -233,34 +266,48 @@ def judge(
         driver.check_flavour(record["flavour"], list(compute_capabilities), option=FLAVOUR_OPTION)
     except Cuda13Error as exc:
         blockers.append(_blocker("flavour", record["flavour"], FLAVOUR_OPTION, exc.problem, exc.remedy or ""))
-    record["held"] = [str(p.get("name")) for p in facts.get("packages") or [] if p.get("held")]
-    if transaction is not None:
+    record["held"] = [str(p.get("name")) for p in _mappings(facts.get("packages")) if p.get("held")]
+    transaction = transaction if isinstance(transaction, Mapping) else None
+    if transaction is None:
+        blockers.append(
+            _blocker(
+                "packages",
+                list(requests),
+                TARGET_OPTION,
+                "apt's transaction of the move was not simulated",
+                "check that the host's apt works (apt-get -s install), then run again",
+            )
+        )
+    else:
         record["changes"] = list(transaction.get("changes") or [])
-        if len(requests) > 1 and target and target.get("kind") == "branch":
+        if len(requests) > 1:
             record["notes"].append(
-                "apt simulated the pinning package and the metapackage in one transaction, resolved"
-                " before the pin file exists: the versions shown are the repository's newest, the move"
-                " installs the pin in an apt run of its own first"
+                "apt simulated the pinning package and the metapackages in one transaction, resolved before"
+                " the pin file exists: a version shown may be the repository's newest; the move installs the"
+                " pin in an apt run of its own first"
             )
         if not transaction.get("ok"):
-            blockers.append(
-                _blocker(
-                    "packages",
-                    list(requests),
-                    TARGET_OPTION,
-                    str(transaction.get("reason") or "apt cannot install the target's packages"),
-                    "add NVIDIA's CUDA repository for this distribution (it carries the driver), or choose a"
-                    " target it offers: a branch ('R580', its pinning package nvidia-driver-pinning-580),"
-                    " or a version whose own pinning package it has (apt-cache search nvidia-driver-pinning)",
+            reason = str(transaction.get("reason") or "apt cannot install the target's packages")
+            if "held broken packages" in reason or "held packages were changed" in reason.lower():
+                remedy = (
+                    "release the holds of the driver's packages first"
+                    f" (apt-mark unhold {' '.join(record['held']) or '<held packages>'}), then run again"
                 )
-            )
+            else:
+                remedy = (
+                    "add NVIDIA's CUDA repository for this distribution (it carries the driver), or choose"
+                    " a target it offers: a branch ('R580', its pinning package nvidia-driver-pinning-580),"
+                    " or a version whose own pinning package it has (apt-cache search nvidia-driver-pinning)"
+                )
+            blockers.append(_blocker("packages", list(requests), TARGET_OPTION, reason, remedy))
     # DKMS builds the module unless the transaction brings a prebuilt one (Ubuntu's
     # linux-modules-nvidia-*) and no *-dkms package; a failed simulation shows neither.
-    actions = (transaction or {}).get("actions") or []
-    prebuilt = any(str(a["package"]).startswith(_PREBUILT) for a in actions)
-    dkms = any(str(a["package"]).split(":", 1)[0].endswith("-dkms") for a in actions) or not prebuilt
-    kernel = str(facts.get("kernel_release") or "")
-    headers = facts.get("headers") or {}
+    actions = _mappings((transaction or {}).get("actions"))
+    names = [str(a.get("package") or "").split(":", 1)[0] for a in actions]
+    prebuilt = any(n.startswith(_PREBUILT) for n in names)
+    dkms = any(n.endswith("-dkms") for n in names) or not prebuilt
+    kernel = str(facts.get("kernel_release") or "") or "<the running kernel>"
+    headers = _mapping(facts.get("headers"))
     if dkms and not headers.get("exists"):
         blockers.append(
             _blocker(
@@ -275,50 +322,73 @@ def judge(
         )
     secure = _secure_boot(facts)
     if secure is None:
-        record["notes"].append("Secure Boot's state is unknown (no mokutil, no EFI variables): assumed off")
+        blockers.append(
+            _blocker(
+                "secure_boot",
+                None,
+                None,
+                "Secure Boot's state cannot be read (mokutil answered "
+                + repr(" ".join(_run_text(facts.get("secure_boot")).split())[:120] or "nothing")
+                + ", no SecureBoot EFI variable): with Secure Boot on, an unsigned or untrusted module"
+                " is refused at load",
+                "install mokutil (mokutil --sb-state), or make the firmware's state readable, then run again",
+            )
+        )
     elif secure and dkms:
         enrolled = _key_enrolled(facts)
+        key = str(facts.get("mok_key") or "/var/lib/dkms/mok.pub")
         if not enrolled:
-            blockers.append(
-                _blocker(
-                    "secure_boot",
-                    "enabled",
-                    None,
-                    "Secure Boot is on and DKMS's signing key (/var/lib/dkms/mok.pub) is "
-                    + ("not enrolled" if enrolled is False else "missing")
-                    + ': the new module would be refused ("Key was rejected by service")',
-                    "enrol the key with mokutil --import /var/lib/dkms/mok.pub and confirm it at the console"
-                    " on the next boot (MOK manager), before the window",
+            if facts.get("mok_key_exists") is False or enrolled is None:
+                problem = (
+                    f"Secure Boot is on and DKMS has no signing key yet ({key} is missing): DKMS makes one at"
+                    " its first signed build, which the firmware does not trust, so the new module would be"
+                    ' refused ("Key was rejected by service")'
                 )
-            )
+                remedy = (
+                    f"create DKMS's key ({key}, the mok_certificate of /etc/dkms/framework.conf), enrol it"
+                    " with mokutil --import and confirm it at the console on the next boot (MOK manager),"
+                    " before the window"
+                )
+            else:
+                problem = (
+                    f"Secure Boot is on and DKMS's signing key ({key}) is not enrolled: the new module would"
+                    ' be refused ("Key was rejected by service")'
+                )
+                remedy = (
+                    f"enrol it with mokutil --import {key} and confirm it at the console on the next boot"
+                    " (MOK manager), before the window"
+                )
+            blockers.append(_blocker("secure_boot", "enabled", None, problem, remedy))
     clients = _clients(facts, service=service, known_units=settings.get("gpu_clients") or [])
     record["clients"] = clients
     unknown = [c for c in clients if not c["known"]]
     activation = settings.get("activation") or "reload_or_reboot"
+    holders = ", ".join(f"{c['comm']} (pid {c['pid']}, {c['unit'] or 'no unit'})" for c in unknown)
+    if _drm_in_use(facts):
+        holders = ", ".join(h for h in (holders, "nvidia_drm (a console or display server)") if h)
     if activation == "reboot":
         record["activation"] = "reboot"
         record["activation_why"] = f"{ACTIVATION_OPTION} is reboot"
-    elif not unknown:
+    elif not holders:
         record["activation"] = "reload"
-        record["activation_why"] = "nothing outside the stopped units holds the GPUs"
+        record["activation_why"] = "nothing outside the units to stop holds the GPUs"
     else:
-        holders = ", ".join(f"{c['comm']} (pid {c['pid']}, {c['unit'] or 'no unit'})" for c in unknown)
         if activation == "reload":
             blockers.append(
                 _blocker(
                     "activation",
                     activation,
                     ACTIVATION_OPTION,
-                    f"{holders} hold(s) /dev/nvidia* outside the units the window stops: the module could not"
-                    ' be unloaded ("Module nvidia is in use")',
+                    f"{holders} hold(s) the GPUs outside the units to stop: the module could not be"
+                    ' unloaded ("Module nvidia is in use")',
                     f"add their units to {CLIENTS_OPTION}, stop them, or allow a reboot"
                     f" ({ACTIVATION_OPTION}: reload_or_reboot)",
                 )
             )
         else:
             record["activation"] = "reboot"
-            record["activation_why"] = f"{holders} hold(s) the GPUs outside the units the window stops"
-    if int(facts.get("nvswitch") or 0) > 0:
+            record["activation_why"] = f"{holders} hold(s) the GPUs outside the units to stop"
+    if _count(facts.get("nvswitch")):
         _fabric_manager(record, facts, transaction)
     record["ready"] = not blockers
     return record
@@ -330,26 +400,46 @@ _FM = re.compile(r"^(?:nvidia-fabricmanager|cuda-drivers-fabricmanager)(?:-\d+)?
 def _fabric_manager(
     record: dict[str, Any], facts: Mapping[str, Any], transaction: Mapping[str, Any] | None
 ) -> None:
-    """On an NVSwitch system the transaction must bring the fabric manager at the driver's version."""
-    actions = (transaction or {}).get("actions") or []
+    """On an NVSwitch system the transaction must bring the fabric manager at the driver's exact version
+    ("the version of fabricmanager must match the NVIDIA driver installed", NVIDIA's
+    apt-packaging-fabric-manager README); the driver window asks for it (:func:`fabric_manager_package`)."""
+    actions = _mappings((transaction or {}).get("actions"))
+
+    def upstream(action: Mapping[str, Any]) -> str:
+        return str(action.get("version") or "").split("-", 1)[0]
+
     drivers = [
-        a for a in actions if str(a["package"]).startswith(("nvidia-driver", "nvidia-open", "libcuda1"))
+        a
+        for a in actions
+        if str(a.get("package") or "").startswith(
+            ("nvidia-driver", "nvidia-open", "libcuda1", "libnvidia-ml")
+        )
+        and not str(a.get("package") or "").startswith("nvidia-driver-pinning")
     ]
-    fms = [a for a in actions if _FM.match(str(a["package"]).split(":", 1)[0])]
-    upstream = {str(a["version"]).split("-", 1)[0] for a in drivers if a.get("version")}
-    if not fms or (upstream and {str(a["version"]).split("-", 1)[0] for a in fms} != upstream):
+    fms = [a for a in actions if _FM.match(str(a.get("package") or "").split(":", 1)[0])]
+    versions = {upstream(a) for a in drivers if a.get("version")}
+    if not fms or (versions and {upstream(a) for a in fms} != versions):
         record["blockers"].append(
             _blocker(
                 "fabric_manager",
-                [f"{a['package']} {a['version']}" for a in fms] or None,
+                [f"{a.get('package')} {a.get('version')}" for a in fms] or None,
                 None,
-                f"this host has {facts.get('nvswitch')} NVSwitch device(s); the move does not bring the"
-                " fabric manager at the new driver's exact version, so the fabric would stay"
-                ' "In Progress" and CUDA would fail with error 802 (NVIDIA/gpu-operator#2781)',
-                "add the fabric manager package of the target branch (nvidia-fabricmanager) pinned to the"
-                " driver's version to the host's repository, then run again",
+                f"this host has {_count(facts.get('nvswitch'))} NVSwitch device(s); the move does not bring"
+                " the fabric manager at the new driver's exact version"
+                + (f" (driver {', '.join(sorted(versions))})" if versions else "")
+                + ', so the fabric would stay "In Progress" and CUDA would fail with error 802'
+                " (NVIDIA/gpu-operator#2781)",
+                "make the host's repository offer the fabric manager of the target branch at the driver's"
+                " version (cuda-drivers-fabricmanager-<branch>), then run again",
             )
         )
+
+
+def fabric_manager_package(target: Mapping[str, Any]) -> str:
+    """The fabric manager's package for the target branch on Debian and Ubuntu,
+    ``cuda-drivers-fabricmanager-<branch>`` (NVIDIA's apt-packaging-fabric-manager README: "apt-get
+    install cuda-drivers-fabricmanager-XXX", XXX the driver's branch)."""
+    return f"cuda-drivers-fabricmanager-{target['branch']}"
 
 
 def describe(plan: Mapping[str, Any]) -> list[str]:
@@ -371,11 +461,11 @@ def describe(plan: Mapping[str, Any]) -> list[str]:
     for change in plan.get("changes") or []:
         lines.append(f"    {change}")
     if plan.get("held"):
-        lines.append(f"  held now (released, then held at the new version): {', '.join(plan['held'])}")
+        lines.append(f"  held now (to release, then hold at the new version): {', '.join(plan['held'])}")
     if plan.get("activation"):
         lines.append(f"  activation: {plan['activation']} ({plan.get('activation_why')})")
     for client in plan.get("clients") or []:
-        state = "stopped by the window" if client["known"] else "not stopped by the window"
+        state = "to stop" if client["known"] else "not among the units to stop"
         lines.append(
             f"  GPU client: {client['comm']} (pid {client['pid']}, {client['unit'] or 'no unit'}): {state}"
         )

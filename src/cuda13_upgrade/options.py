@@ -241,18 +241,29 @@ def _unit(value: Any) -> tuple[str, str] | None:
     return None
 
 
+_CLIENT_UNIT_RE = re.compile(r"^[A-Za-z0-9:_.\\@-]+\.(?:service|scope)$")
+
+
 def _units(value: Any) -> tuple[str, str] | None:
-    """a list of systemd service unit names (NAME.service)"""
+    """a list of systemd unit names (NAME.service, or NAME.scope for a container)"""
     if not isinstance(value, list):
         return "is not a list", "a list of unit names, e.g. ['nvidia-dcgm.service']"
     for unit in value:
-        if _unit(unit):
-            return f"holds {unit!r}, which is not a systemd service unit name", "unit names with their suffix"
+        if not isinstance(unit, str) or not _CLIENT_UNIT_RE.match(unit):
+            return (
+                f"holds {unit!r}, which is not a systemd unit name",
+                "unit names with their suffix (.service, or .scope for a container)",
+            )
     return None
 
 
 def _driver_target(value: Any) -> tuple[str, str] | None:
     """'' (no driver window), a driver version ('580.95.05') or a branch ('R580')"""
+    if isinstance(value, float):
+        return (
+            "is a YAML number",
+            "the version quoted (YAML reads 580.10 as 580.1), e.g. '580.95.05', or a branch such as 'R580'",
+        )
     try:
         driver.parse_target(value, option=None)
     except ValueError:
@@ -998,7 +1009,7 @@ def _driver_target_failures(values: Mapping[str, Any]) -> list[dict[str, Any]]:
                 "cuda13_driver_target",
                 values.get("cuda13_driver_target"),
                 f"is below {floor}, the driver floor of CUDA {release}",
-                f"a target at or above {floor}, e.g. 'R580' or '580.95.05'",
+                f"a target at or above {floor}, e.g. 'R{floor.split('.', 1)[0]}' or '{floor}'",
             )
         ]
     return []

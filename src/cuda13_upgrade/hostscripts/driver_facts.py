@@ -75,7 +75,8 @@ DEFAULTS = {
     "dev": "/dev",
     "lib_modules": "/lib/modules",
     "efivars": "/sys/firmware/efi/efivars",
-    "mok_key": "/var/lib/dkms/mok.pub",
+    "mok_key": "",
+    "dkms_framework": "/etc/dkms/framework.conf",
     "units": [],
     "timeout": 30,
 }
@@ -118,6 +119,24 @@ def parse_packages(text: str) -> list:
             continue
         found.append({"name": parts[0], "version": parts[1], "status": parts[3], "held": parts[2][:1] == "h"})
     return found
+
+
+#: Where DKMS's signing certificate is when framework.conf names none: Ubuntu's DKMS signs with the
+#: shim-signed MOK (update-secureboot-policy), upstream DKMS 3 makes /var/lib/dkms/mok.pub.
+MOK_CANDIDATES = ("/var/lib/shim-signed/mok/MOK.der", "/var/lib/dkms/mok.pub")
+
+
+def mok_certificate(framework: str, candidates=MOK_CANDIDATES) -> str:
+    """DKMS's module signing certificate: ``mok_certificate=`` of ``framework`` (DKMS's
+    framework.conf) when set, else the first of ``candidates`` that exists, else the last."""
+    text = _read(framework) or ""
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("mok_certificate="):
+            value = line.split("=", 1)[1].strip().strip('"').strip("'")
+            if value:
+                return value
+    return next((path for path in candidates if os.path.isfile(path)), candidates[-1])
 
 
 def headers(lib_modules: str, release: str) -> dict:
@@ -235,7 +254,8 @@ def facts(params: dict) -> dict:
     ``params`` as :data:`FACTS_SPEC`, each optional (:data:`DEFAULTS`). Returns ``{"packages":
     [{"name", "version", "status", "held"}], "dpkg_query": dpkg-query's stdout, "dpkg_query_exit":
     {"rc", "stderr"}, "kernel_release", "headers": {"path", "exists", "link", "target"},
-    "secure_boot": RUN, "efi_secure_boot": bool or None, "mok_test_key": RUN or None,
+    "secure_boot": RUN, "efi_secure_boot": bool or None, "efi": bool (booted through UEFI),
+    "mok_key": the DKMS signing certificate's path, "mok_key_exists": bool, "mok_test_key": RUN or None,
     "device_holders": [{"pid", "comm", "device", "unit"}], "modules": [{"name", "size", "refcount",
     "users", "state"}], "proc_version": text or None, "fabric_manager": RUN, "nvswitch": int,
     "persistenced": RUN, "units": {unit: RUN}}`` where RUN is :func:`_run`'s record. Raises nothing.
@@ -252,7 +272,11 @@ def facts(params: dict) -> dict:
     out["headers"] = headers(p["lib_modules"], out["kernel_release"])
     out["secure_boot"] = _run(["mokutil", "--sb-state"], timeout)
     out["efi_secure_boot"] = efi_secure_boot(p["efivars"])
-    mok_key = p["mok_key"]
+    mok_key = p["mok_key"] or mok_certificate(p["dkms_framework"])
+    out["mok_key"] = mok_key
+    out["mok_key_exists"] = os.path.isfile(mok_key)
+    # Booted through UEFI: the firmware's directory; without it there is no Secure Boot.
+    out["efi"] = os.path.isdir(os.path.dirname(p["efivars"].rstrip("/")))
     out["mok_test_key"] = (
         _run(["mokutil", "--test-key", mok_key], timeout) if os.path.isfile(mok_key) else None
     )
@@ -272,7 +296,8 @@ FACTS_SPEC = {
     "dev": {"type": "path", "default": "/dev"},
     "lib_modules": {"type": "path", "default": "/lib/modules"},
     "efivars": {"type": "path", "default": "/sys/firmware/efi/efivars"},
-    "mok_key": {"type": "path", "default": "/var/lib/dkms/mok.pub"},
+    "mok_key": {"type": "str", "default": ""},
+    "dkms_framework": {"type": "path", "default": "/etc/dkms/framework.conf"},
     "units": {"type": "list", "elements": "str", "default": []},
     "timeout": {"type": "int", "default": 30},
 }

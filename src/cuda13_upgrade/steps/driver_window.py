@@ -97,6 +97,8 @@ def readiness(
             "remedy": exc.remedy or "",
         }
     facts = host.module("cuda13_driver_facts", {"units": settings["gpu_clients"]}, check_mode=False)["facts"]
+    if requests and isinstance(facts.get("nvswitch"), int) and facts["nvswitch"] > 0:
+        requests.append(driverplan.fabric_manager_package(target))
     if requests:
         simulated = host.module(
             "cuda13_apt_simulate", {"requests": requests, "apt_dir": "/etc/apt"}, check_mode=False
@@ -119,15 +121,34 @@ def readiness(
 
 
 def refusal_text(plan: Mapping[str, Any]) -> str:
-    """What the preflight's refusal adds for a host below the floor with a driver window planned."""
+    """What the preflight's refusal adds for a host below the floor with a driver window planned:
+    the steps of the move for the operator's driver process when every check passes, else each
+    blocker with its fix."""
     target = f"{driverplan.TARGET_OPTION}={plan.get('target')}"
     if plan.get("ready"):
         pin, *rest = list(plan.get("requests") or []) or [""]
+        units = sorted(
+            {str(c["unit"]) for c in plan.get("clients") or [] if c.get("known") and c.get("unit")}
+        )
+        steps = []
+        if plan.get("held"):
+            steps.append(f"apt-mark unhold {' '.join(plan['held'])}")
+        steps.append(
+            f"install {pin} in an apt run of its own (apt resolves a transaction before its pin file exists)"
+        )
+        if rest:
+            steps.append(f"install {' '.join(rest)}")
+        if plan.get("activation") == "reload":
+            stop = f"stop {', '.join(units)}, " if units else ""
+            order = ", ".join(["nvidia_drm", *driver.module_unload_order()])
+            steps.append(f"{stop}unload the loaded ones of {order} in this order (modprobe -r), load nvidia")
+        else:
+            steps.append("reboot")
+        steps.append("hold the driver's packages at the new version")
+        numbered = "; ".join(f"({i}) {s}" for i, s in enumerate(steps, 1))
         return (
-            f"- driver window ({target}): every check of the move to {plan.get('target')} passes"
-            f" (activation: {plan.get('activation')}); the driver is moved by your driver process, not by"
-            f" this run: install {pin} in an apt run of its own (apt resolves a transaction before its pin"
-            f" file exists), then {' '.join(rest)} (the plan's lines above), activate it, then run again"
+            f"- driver window ({target}): every check of the move to {plan.get('target')} passes; the driver"
+            f" is moved by your driver process, not by this run: {numbered}; then run again"
         )
     reasons = []
     for b in plan.get("blockers") or []:
