@@ -195,3 +195,39 @@ def test_the_driver_windows_lines_are_planned_and_shown_under_the_host():
         text
     )
     assert _host()["driver"] == []
+
+
+def test_the_summary_counts_the_hosts_below_the_driver_floor_ready_or_blocked():
+    at_floor = {
+        "current": "590.48.01",
+        "floor": "580.95.05",
+        "needs_move": False,
+        "ready": True,
+        "blockers": [],
+    }
+    ready = {**at_floor, "current": "570.86.15", "needs_move": True, "target": "R580", "blockers": []}
+    blocked = {
+        **ready,
+        "ready": False,
+        "blockers": [{"check": "headers", "problem": "p", "remedy": "r", "option": None, "value": "k"}],
+    }
+    refusal = ["gpu-node: fails the preflight for CUDA 13.0.2; nothing was changed"]
+    hosts = [
+        _host("gpu-node-01", preflight={**PREFLIGHT, "driver_window": at_floor}),
+        _host("gpu-node-02", preflight={**PREFLIGHT, "driver_window": ready, "refusals": refusal}),
+        _host("gpu-node-03", preflight={**PREFLIGHT, "driver_window": blocked, "refusals": refusal}),
+    ]
+    assert [h["driver_move"]["state"] for h in hosts] == ["at_floor", "ready", "blocked"]
+    lines = plan.rollout_plan(hosts)["summary"]["lines"]
+    assert (
+        "driver window: 2 hosts below the driver floor, 1 ready for the move (gpu-node-02), 1 blocked:"
+        " gpu-node-03 (headers); your driver process moves them (docs/driver.md), the rollout refuses them"
+        " until then"
+    ) in lines
+    assert (
+        "driver window: the host meets the driver floor, no driver change"
+        in plan.rollout_plan(hosts[:1])["summary"]["lines"]
+    )
+    assert not any(
+        line.startswith("driver window") for line in plan.rollout_plan([_host()])["summary"]["lines"]
+    )

@@ -114,6 +114,7 @@ def host_plan(
     gpu_model: str = "",
     soak_s: int | None = None,
     driver: Sequence[str] = (),
+    driver_move: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One host's plan.
 
@@ -143,7 +144,8 @@ def host_plan(
             soak_s: ``cuda13_soak_seconds`` (None unknown). With ``profiles`` they are what the
             estimate of the night reads (:mod:`cuda13_upgrade.estimate`).
         driver: the driver window's lines (:func:`cuda13_upgrade.driverplan.describe`), or none
-            without ``cuda13_driver_target``.
+            without ``cuda13_driver_target``; driver_move: the window's verdict,
+            ``{"state": "at_floor"|"ready"|"blocked", "blockers": [check]}`` (None without it).
 
     Returns:
         ``{"host", "path", "why", "refusals": [str], "notice": str,
@@ -152,7 +154,8 @@ def host_plan(
         "space": [str], "restarts": {"upgrade", "rollback", "lines": [str]} | None,
         "drain": {"drain", "undrain"}, "warnings": [str],
         "out_of_service_s": float | None, "estimate_from": str, "gpu_model": str,
-        "profile_count": int, "soak_s": int | None, "driver": [str]}``; ``batch`` is added by
+        "profile_count": int, "soak_s": int | None, "driver": [str], "driver_move": dict | None}``;
+        ``batch`` is added by
         :func:`rollout_plan`.
     """
     verdict = verdict or {}
@@ -181,6 +184,7 @@ def host_plan(
         "profile_count": len(profiles),
         "soak_s": soak_s,
         "driver": [str(line) for line in driver],
+        "driver_move": dict(driver_move) if driver_move else None,
     }
     for failure in (preflight or {}).get("failures") or []:
         message = str(failure.get("message") or "") if isinstance(failure, Mapping) else str(failure)
@@ -348,6 +352,7 @@ def rollout_plan(
                 f"no drain hook for {', '.join(undrained)} (cuda13_allow_undrained): traffic reaches them"
                 " while they restart"
             )
+    lines += _driver_lines(records)
     lines += [str(line) for line in batch_lines] + [str(line) for line in fleet_lines]
     return {
         "run_id": run_id,
@@ -381,6 +386,31 @@ def _must_set_lines(sources: Mapping[str, str]) -> list[str]:
     if defaults:
         lines.append(f"  role default: {', '.join(defaults)}")
     return lines
+
+
+def _driver_lines(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The driver window's line of the summary: the hosts below the floor, ready for the move or
+    blocked (with the checks that block each)."""
+    moves = [(r["host"], r["driver_move"]) for r in records if r.get("driver_move")]
+    below = [(host, move) for host, move in moves if move.get("state") in ("ready", "blocked")]
+    if not below:
+        if not moves:
+            return []
+        who = "the host meets" if len(moves) == 1 else f"all {len(moves)} hosts meet"
+        return [f"driver window: {who} the driver floor, no driver change"]
+    ready = [host for host, move in below if move["state"] == "ready"]
+    blocked = [
+        f"{host} ({', '.join(move.get('blockers') or [])})"
+        for host, move in below
+        if move["state"] == "blocked"
+    ]
+    parts = [f"{len(ready)} ready for the move" + (f" ({', '.join(ready)})" if ready else "")]
+    if blocked:
+        parts.append(f"{len(blocked)} blocked: {'; '.join(blocked)}")
+    return [
+        f"driver window: {_count(len(below), 'host')} below the driver floor, {', '.join(parts)};"
+        " your driver process moves them (docs/driver.md), the rollout refuses them until then"
+    ]
 
 
 def render_text(plan: Mapping[str, Any]) -> str:

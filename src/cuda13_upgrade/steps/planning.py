@@ -81,7 +81,18 @@ def host(
         driver=driverplan.describe(preflight["driver_window"])
         if isinstance(preflight.get("driver_window"), Mapping)
         else [],
+        driver_move=_driver_move(preflight.get("driver_window")),
     )
+
+
+def _driver_move(window: Any) -> dict[str, Any] | None:
+    """The driver window's verdict for the plan's summary (:func:`cuda13_upgrade.plan.host_plan`)."""
+    if not isinstance(window, Mapping):
+        return None
+    if not window.get("needs_move"):
+        return {"state": "at_floor", "blockers": []}
+    checks = [str(b.get("check")) for b in window.get("blockers") or [] if isinstance(b, Mapping)]
+    return {"state": "ready" if window.get("ready") and not checks else "blocked", "blockers": checks}
 
 
 def _soak(value: Any) -> int | None:
