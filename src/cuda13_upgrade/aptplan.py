@@ -29,6 +29,7 @@ The line formats are apt's own (``apt-get -s`` prints ``Inst NAME [OLD] (NEW ORI
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 _INST = re.compile(
@@ -117,7 +118,9 @@ def parse_simulation(text: str) -> list[dict[str, Any]]:
     return actions
 
 
-def _describe(action: dict[str, Any]) -> str:
+def describe_action(action: Mapping[str, Any]) -> str:
+    """One action of :func:`parse_simulation` in words, e.g.
+    ``"upgrade nvidia-driver 570.86.15-1 -> 580.95.05-1"``."""
     name = action["package"]
     if action["action"] == "install":
         return f"install {name} {action['version']}"
@@ -174,7 +177,7 @@ def check_transaction(text: str, requested: list[str]) -> dict[str, Any]:
                     "package": a["package"],
                     "action": a["action"],
                     "kind": kind or "installed package",
-                    "text": _describe(a),
+                    "text": describe_action(a),
                 }
             )
     reason = ""

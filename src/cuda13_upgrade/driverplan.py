@@ -91,7 +91,7 @@ def judge_transaction(text: str, requested: Sequence[str]) -> dict[str, Any]:
     # "nvidia-driver-pinning-580 is already the newest version (580-1ubuntu1)." (apt-get)
     names |= set(re.findall(r"(?m)^(\S+?)(?::\S+)? is already the newest version", text))
     missing = [r for r in requested if r.split("=", 1)[0] not in names]
-    changes = [_describe(a) for a in actions]
+    changes = [aptplan.describe_action(a) for a in actions]
     if missing:
         return {
             "ok": False,
@@ -104,7 +104,7 @@ def judge_transaction(text: str, requested: Sequence[str]) -> dict[str, Any]:
     for a in actions:
         kind = aptplan.package_kind(a["package"])
         if kind == "kernel" or (kind is None and a["action"] != "install"):
-            refused.append(f"{_describe(a)} ({kind or 'installed package'})")
+            refused.append(f"{aptplan.describe_action(a)} ({kind or 'installed package'})")
     reason = ""
     if refused:
         reason = (
@@ -113,15 +113,6 @@ def judge_transaction(text: str, requested: Sequence[str]) -> dict[str, Any]:
             " the target to a version whose dependencies the host satisfies"
         )
     return {"ok": not refused, "actions": actions, "changes": changes, "refused": refused, "reason": reason}
-
-
-def _describe(action: Mapping[str, Any]) -> str:
-    name = action["package"]
-    if action["action"] == "install":
-        return f"install {name} {action['version']}"
-    if action["action"] == "upgrade":
-        return f"upgrade {name} {action['old_version']} -> {action['version']}"
-    return f"{action['action']} {name} {action['old_version'] or ''}".rstrip()
 
 
 def requests_for(target: Mapping[str, Any], *, flavour: str, distro: str) -> dict[str, Any]:

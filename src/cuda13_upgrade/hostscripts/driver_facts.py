@@ -41,6 +41,8 @@ from __future__ import annotations
 import os
 import subprocess
 
+from .preflight_facts import _read
+
 #: dpkg-query's --showformat (dpkg-query itself reads the ``\t`` and ``\n`` escapes); the first three
 #: fields are in the order ``cuda13_upgrade.aptplan.driver_packages`` reads.
 DPKG_FORMAT = "${binary:Package}\\t${Version}\\t${db:Status-Abbrev}\\t${Status}\\n"
@@ -97,14 +99,6 @@ def _run(argv: list, timeout: float) -> dict:
     except (OSError, ValueError) as exc:
         return {"rc": 126, "stdout": "", "stderr": str(exc)}
     return {"rc": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
-
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read()
-    except OSError:
-        return None
 
 
 def parse_packages(text: str) -> list:
