@@ -318,3 +318,25 @@ def test_a_ready_move_is_refused_with_its_steps_for_the_operators_driver_process
     assert "(3) install nvidia-open; (4) stop sglang.service, unload the loaded ones of nvidia_drm," in text
     assert text.endswith("(5) hold the driver's packages at the new version; then run again")
     assert "(4) reboot;" in driver_window.refusal_text({**plan, "activation": "reboot"})
+
+
+def test_a_host_outside_debian_and_ubuntu_gets_the_guides_remedy_without_an_option(tmp_path, monkeypatch):
+    from cuda13_upgrade.steps import driver_window
+
+    # Rocky Linux 9's /etc/os-release names it ID="rocky", ID_LIKE="rhel centos fedora".
+    os_release = {
+        "read": {"/etc/os-release": {"exists": True, "content": 'ID="rocky"\nID_LIKE="rhel centos fedora"\n'}}
+    }
+    host = FakeHost(handlers={"cuda13_record": lambda args: os_release})
+    opts = {
+        "cuda13_driver_target": "R580",
+        "nvidia_driver_check_toolkit_release": "13.0.2",
+        "cuda13_service_name": "sglang.service",
+    }
+    plan = driver_window.readiness(
+        host, opts, current="570.86.15", compute_capabilities=["12.0"], proc_version=None
+    )
+    first = plan["blockers"][0]
+    assert (first["check"], first["value"], first["option"]) == ("packages", "rocky", None)
+    assert first["problem"] == "NVIDIA's pinning packages are documented for Debian and Ubuntu only"
+    assert host.called("cuda13_apt_simulate") == [] and not plan["ready"]

@@ -92,7 +92,7 @@ def readiness(
         blocked = {
             "check": "packages",
             "value": exc.value,
-            "option": exc.option,
+            "option": exc.option if exc.option != "distro" else None,  # the host's, not an option
             "problem": exc.problem,
             "remedy": exc.remedy or "",
         }
