@@ -441,3 +441,10 @@ def test_driver_gpu_clients_are_unit_names(specs):
     [failure] = report["failures"]
     assert failure["option"] == "cuda13_driver_gpu_clients"
     assert "'dcgm exporter'" in failure["message"]
+
+
+def test_driver_packages_are_apt_requests(specs):
+    given = {"cuda13_driver_packages": ["nvidia-driver-580-open", "libcuda1:amd64=580.95.05-1"]}
+    assert options.validate(given, specs)["ok"]
+    [failure] = options.validate({"cuda13_driver_packages": ["nvidia driver"]}, specs)["failures"]
+    assert failure["option"] == "cuda13_driver_packages" and "'nvidia driver'" in failure["message"]

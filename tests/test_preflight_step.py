@@ -340,3 +340,20 @@ def test_a_host_outside_debian_and_ubuntu_gets_the_guides_remedy_without_an_opti
     assert (first["check"], first["value"], first["option"]) == ("packages", "rocky", None)
     assert first["problem"] == "NVIDIA's pinning packages are documented for Debian and Ubuntu only"
     assert host.called("cuda13_apt_simulate") == [] and not plan["ready"]
+
+
+def test_the_hosts_own_driver_packages_replace_nvidias_repositorys(tmp_path, monkeypatch):
+    from cuda13_upgrade.steps import driver_window
+
+    monkeypatch.setenv("NVIDIA_SMI_DOUBLE_STATE", str(NVIDIA_SMI_STATES / "driver-too-old.json"))
+    host = FakeHost(handlers={"cuda13_apt_simulate": _apt_not_found})
+    opts = _opts(tmp_path, cuda13_driver_target="R580", cuda13_driver_packages=["nvidia-driver-580-open"])
+    with pytest.raises(StepFailed) as failed:
+        _check(host, opts, tmp_path)
+    assert host.called("cuda13_apt_simulate")[0]["requests"] == ["nvidia-driver-580-open"]
+    window = failed.value.record["driver_window"]
+    assert not any("pinning package" in note for note in window["notes"])
+    ready = {**window, "ready": True, "blockers": [], "held": [], "activation": "reboot", "clients": []}
+    text = driver_window.refusal_text(ready)
+    assert "(1) install nvidia-driver-580-open; (2) reboot; (3) hold the driver's packages" in text
+    assert "apt run of its own" not in text

@@ -62,6 +62,7 @@ TARGET_OPTION = "cuda13_driver_target"
 FLAVOUR_OPTION = "cuda13_driver_flavour"
 ACTIVATION_OPTION = "cuda13_driver_activation"
 CLIENTS_OPTION = "cuda13_driver_gpu_clients"
+PACKAGES_OPTION = "cuda13_driver_packages"
 
 #: Ubuntu's prebuilt, signed kernel module packages (no DKMS build on the host).
 _PREBUILT = ("linux-modules-nvidia-", "linux-objects-nvidia-", "linux-signatures-nvidia-")
@@ -115,9 +116,20 @@ def judge_transaction(text: str, requested: Sequence[str]) -> dict[str, Any]:
     return {"ok": not refused, "actions": actions, "changes": changes, "refused": refused, "reason": reason}
 
 
-def requests_for(target: Mapping[str, Any], *, flavour: str, distro: str) -> dict[str, Any]:
-    """The apt requests of the move (:func:`cuda13_upgrade.driver.install_packages`)."""
+def requests_for(
+    target: Mapping[str, Any], *, flavour: str, distro: str, given: Sequence[str] = ()
+) -> dict[str, Any]:
+    """The apt requests of the move: ``given`` (``cuda13_driver_packages``) when there are any, else
+    NVIDIA's repository's (:func:`cuda13_upgrade.driver.install_packages`). Returns ``{"packages",
+    "pinning": the pinning package or None}``."""
+    if given:
+        return {"packages": list(given), "pinning": None, "source": PACKAGES_OPTION}
     return driver.install_packages(target, flavour=flavour, distro=distro)
+
+
+def is_pin(request: str) -> bool:
+    """Whether an apt request is one of NVIDIA's pinning packages (``nvidia-driver-pinning-*``)."""
+    return str(request).startswith("nvidia-driver-pinning-")
 
 
 def _blocker(check: str, value: Any, option: str | None, problem: str, remedy: str) -> dict[str, Any]:
@@ -271,7 +283,7 @@ def judge(
         )
     else:
         record["changes"] = list(transaction.get("changes") or [])
-        if len(requests) > 1:
+        if len(requests) > 1 and is_pin(requests[0]):
             record["notes"].append(
                 "apt simulated the pinning package and the metapackages in one transaction, resolved before"
                 " the pin file exists: a version shown may be the repository's newest; the move installs the"
@@ -288,7 +300,8 @@ def judge(
                 remedy = (
                     "add NVIDIA's CUDA repository for this distribution (it carries the driver), or choose"
                     " a target it offers: a branch ('R580', its pinning package nvidia-driver-pinning-580),"
-                    " or a version whose own pinning package it has (apt-cache search nvidia-driver-pinning)"
+                    " or a version whose own pinning package it has (apt-cache search nvidia-driver-pinning);"
+                    f" a host that takes its driver elsewhere names its packages in {PACKAGES_OPTION}"
                 )
             blockers.append(_blocker("packages", list(requests), TARGET_OPTION, reason, remedy))
     # DKMS builds the module unless the transaction brings a prebuilt one (Ubuntu's

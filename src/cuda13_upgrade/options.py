@@ -257,6 +257,22 @@ def _units(value: Any) -> tuple[str, str] | None:
     return None
 
 
+_APT_REQUEST_RE = re.compile(r"^[a-z0-9][a-z0-9+.-]+(?::[a-z0-9]+)?(?:=[A-Za-z0-9.+~:-]+)?$")
+
+
+def _apt_requests(value: Any) -> tuple[str, str] | None:
+    """a list of apt requests, each NAME or NAME=VERSION (Debian Policy 5.6.1 and 5.6.12)"""
+    if not isinstance(value, list):
+        return "is not a list", "a list of apt requests, e.g. ['nvidia-driver-580-open']"
+    for request in value:
+        if not isinstance(request, str) or not _APT_REQUEST_RE.match(request):
+            return (
+                f"holds {request!r}, which is not an apt request",
+                "package names, each alone or as NAME=VERSION (e.g. 'nvidia-driver-580-open')",
+            )
+    return None
+
+
 def _driver_target(value: Any) -> tuple[str, str] | None:
     """'' (no driver window), a driver version ('580.95.05') or a branch ('R580')"""
     if isinstance(value, float):
@@ -590,6 +606,7 @@ RULES: dict[str, Callable[[Any], tuple[str, str] | None]] = {
     "cuda13_profile_dropin": _dropin,
     "cuda13_driver_target": _driver_target,
     "cuda13_driver_gpu_clients": _units,
+    "cuda13_driver_packages": _apt_requests,
     "cuda13_drain_tasks": _hook,
     "cuda13_undrain_tasks": _hook,
     "cuda13_router_url": _url(empty_ok=True),

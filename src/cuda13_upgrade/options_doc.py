@@ -227,6 +227,7 @@ TUNE: tuple[str, ...] = (
     "cuda13_drain_wait_seconds",
     "cuda13_allow_undrained",
     "cuda13_driver_target",
+    "cuda13_driver_packages",
     "cuda13_driver_flavour",
     "cuda13_driver_activation",
     "cuda13_driver_gpu_clients",

@@ -85,8 +85,11 @@ def readiness(
     transaction = None
     blocked = None
     try:
+        given = list(options.get(driverplan.PACKAGES_OPTION) or [])
         requests = list(
-            driverplan.requests_for(target, flavour=settings["flavour"], distro=distro)["packages"]
+            driverplan.requests_for(target, flavour=settings["flavour"], distro=distro, given=given)[
+                "packages"
+            ]
         )
     except Cuda13Error as exc:
         blocked = {
@@ -126,16 +129,21 @@ def refusal_text(plan: Mapping[str, Any]) -> str:
     blocker with its fix."""
     target = f"{driverplan.TARGET_OPTION}={plan.get('target')}"
     if plan.get("ready"):
-        pin, *rest = list(plan.get("requests") or []) or [""]
+        requests = list(plan.get("requests") or [])
+        pin, rest = (
+            (requests[0], requests[1:]) if requests and driverplan.is_pin(requests[0]) else ("", requests)
+        )
         units = sorted(
             {str(c["unit"]) for c in plan.get("clients") or [] if c.get("known") and c.get("unit")}
         )
         steps = []
         if plan.get("held"):
             steps.append(f"apt-mark unhold {' '.join(plan['held'])}")
-        steps.append(
-            f"install {pin} in an apt run of its own (apt resolves a transaction before its pin file exists)"
-        )
+        if pin:
+            steps.append(
+                f"install {pin} in an apt run of its own"
+                " (apt resolves a transaction before its pin file exists)"
+            )
         if rest:
             steps.append(f"install {' '.join(rest)}")
         if plan.get("activation") == "reload":
