@@ -39,7 +39,9 @@ an older driver upgrades the driver, as it does from NVIDIA's repository. What e
 states and where it comes from, or that it is unverified: ``records/apt/nvidia-cuda-metapackages.md``.
 
 The repository is flat (``deb [signed-by=...] URL /``): ``Packages``, ``Packages.gz``,
-``Release`` with MD5Sum/SHA1/SHA256/SHA512, ``InRelease`` (clearsigned) and ``Release.gpg``.
+``Release`` with MD5Sum/SHA1/SHA256/SHA512, ``InRelease`` (clearsigned) and ``Release.gpg``
+(``write_signed_index``, which ``driverdebs.py`` uses for the mirror's second repository,
+Ubuntu's driver packages at ``nvidia-graphics-drivers/``).
 """
 
 from __future__ import annotations
@@ -82,6 +84,18 @@ class DebPackage:
     conffiles: list[str] = field(default_factory=list)
     postinst: str | None = None
     prerm: str | None = None
+    # Further control fields, as dpkg-gencontrol orders them: ``relations`` (Conflicts,
+    # Provides, Replaces: lists of entries) after Depends, ``multi_arch`` after Architecture.
+    # The defaults below are NVIDIA's CUDA packages' (driverdebs.py sets Ubuntu's).
+    relations: dict[str, list[str]] = field(default_factory=dict)
+    multi_arch: str | None = None
+    source: str | None = None
+    maintainer: str = DEB_MAINTAINER
+    section: str = "multiverse/devel"
+    homepage: str = "http://developer.nvidia.com/cuda-zone"
+    # The extended description (lines without their leading space); None: the sandbox's
+    # standard text for NVIDIA's CUDA packages.
+    long_description: str | None = None
 
     @property
     def filename(self) -> str:
@@ -337,25 +351,37 @@ def _dpkg_newer(a: str, b: str) -> bool:
     return subprocess.run(["dpkg", "--compare-versions", a, "gt", b], check=False).returncode == 0
 
 
+_RELATION_ORDER = ("Conflicts", "Provides", "Replaces")
+_CUDA_LONG_DESCRIPTION = (
+    "Sandbox stand-in of NVIDIA's package of this name and version:\n"
+    "same names, versions, paths and maintainer scripts; no GPU code."
+)
+
+
 def _control(pkg: DebPackage, installed_kib: int) -> str:
-    fields = [
-        ("Package", pkg.name),
-        ("Version", pkg.version),
-        ("Architecture", "amd64"),
-        ("Maintainer", DEB_MAINTAINER),
+    unknown = set(pkg.relations) - set(_RELATION_ORDER)
+    if unknown:
+        raise ValueError(f"{pkg.name}: relation fields {sorted(unknown)} not among {list(_RELATION_ORDER)}")
+    fields = [("Package", pkg.name)]
+    if pkg.source:
+        fields.append(("Source", pkg.source))
+    fields += [("Version", pkg.version), ("Architecture", "amd64")]
+    if pkg.multi_arch:
+        fields.append(("Multi-Arch", pkg.multi_arch))
+    fields += [
+        ("Maintainer", pkg.maintainer),
         ("Installed-Size", str(max(installed_kib, 1))),
     ]
     if pkg.depends:
         fields.append(("Depends", ", ".join(pkg.depends)))
+    fields += [(name, ", ".join(pkg.relations[name])) for name in _RELATION_ORDER if pkg.relations.get(name)]
+    long_description = pkg.long_description or _CUDA_LONG_DESCRIPTION
+    body = "".join(f"\n {line}" if line else "\n ." for line in long_description.splitlines())
     fields += [
-        ("Section", "multiverse/devel"),
+        ("Section", pkg.section),
         ("Priority", "optional"),
-        ("Homepage", "http://developer.nvidia.com/cuda-zone"),
-        (
-            "Description",
-            f"{pkg.synopsis}\n Sandbox stand-in of NVIDIA's package of this name and version:"
-            "\n same names, versions, paths and maintainer scripts; no GPU code.",
-        ),
+        ("Homepage", pkg.homepage),
+        ("Description", f"{pkg.synopsis}{body}"),
     ]
     return "".join(f"{k}: {v}\n" for k, v in fields)
 
@@ -404,13 +430,27 @@ def build_deb(pkg: DebPackage, out_dir: Path, work: Path) -> Path:
     return out
 
 
-def _release_file(repo: Path, names: list[str]) -> bytes:
+@dataclass(frozen=True)
+class RepoLabel:
+    """The ``Origin``, ``Label`` and ``Description`` of a flat repository's ``Release``."""
+
+    origin: str
+    label: str
+    description: str
+
+
+CUDA_REPO_LABEL = RepoLabel(
+    "NVIDIA", "NVIDIA CUDA (sandbox)", "Sandbox stand-in of NVIDIA's CUDA repository for Debian 12"
+)
+
+
+def _release_file(repo: Path, names: list[str], label: RepoLabel = CUDA_REPO_LABEL) -> bytes:
     lines = [
-        "Origin: NVIDIA",
-        "Label: NVIDIA CUDA (sandbox)",
+        f"Origin: {label.origin}",
+        f"Label: {label.label}",
         "Architectures: amd64",
         f"Date: {formatdate(SOURCE_DATE_EPOCH, usegmt=True)}",
-        "Description: Sandbox stand-in of NVIDIA's CUDA repository for Debian 12",
+        f"Description: {label.description}",
     ]
     for field_name, algo in (
         ("MD5Sum", "md5"),
@@ -441,6 +481,15 @@ def build_apt_repo(repo: Path, releases: tuple[CudaRelease, ...], gpg: Gpg, fing
                 continue
             for pkg in metapackages(by_release[chain.release], chain) + chain_driver_packages(chain):
                 debs.append(build_deb(pkg, repo, Path(tmp)))
+    write_signed_index(repo, gpg, fingerprint)
+    return debs
+
+
+def write_signed_index(repo: Path, gpg: Gpg, fingerprint: str, label: RepoLabel = CUDA_REPO_LABEL) -> None:
+    """Index the .deb files in ``repo`` as a flat repository and sign it: ``Packages``,
+    ``Packages.gz``, ``Release`` (MD5Sum/SHA1/SHA256/SHA512 of both), ``InRelease``
+    (clearsigned), ``Release.gpg`` (detached) and the binary public key
+    ``catalog.APT_KEYRING_NAME`` for ``signed-by=``; every file at ``SOURCE_DATE_EPOCH``."""
     scan = subprocess.run(
         ["dpkg-scanpackages", "--multiversion", ".", "/dev/null"],
         cwd=repo,
@@ -452,7 +501,7 @@ def build_apt_repo(repo: Path, releases: tuple[CudaRelease, ...], gpg: Gpg, fing
     with open(repo / "Packages.gz", "wb") as raw:
         with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9) as gz:
             gz.write(packages)
-    release_bytes = _release_file(repo, ["Packages", "Packages.gz"])
+    release_bytes = _release_file(repo, ["Packages", "Packages.gz"], label)
     (repo / "Release").write_bytes(release_bytes)
     (repo / "InRelease").write_bytes(gpg.clearsign(fingerprint, release_bytes))
     (repo / "Release.gpg").write_bytes(gpg.detach_sign(fingerprint, release_bytes))
@@ -466,4 +515,3 @@ def build_apt_repo(repo: Path, releases: tuple[CudaRelease, ...], gpg: Gpg, fing
         APT_KEYRING_NAME,
     ):
         os.utime(repo / name, (SOURCE_DATE_EPOCH,) * 2)
-    return debs

@@ -19,7 +19,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from sandbox_mirror import apt, catalog, gitrepo, standins
+from sandbox_mirror import apt, catalog, driverdebs, gitrepo, standins
 from sandbox_mirror.gpg import Gpg
 
 MIRROR_SRC = Path(__file__).resolve().parent.parent
@@ -68,6 +68,7 @@ def compute_stamp(fingerprint: str, python_wheels: list[Path]) -> str:
 def _root_page(manifest: dict) -> str:
     items = [f'<li><a href="{p}/">{p}/</a></li>' for p in manifest["indexes"]]
     items.append(f'<li><a href="{catalog.APT_REPO_PATH}/">{catalog.APT_REPO_PATH}/</a></li>')
+    items.append(f'<li><a href="{catalog.DRIVER_REPO_PATH}/">{catalog.DRIVER_REPO_PATH}/</a></li>')
     items.append('<li><a href="git/sglang.git/">git/sglang.git/</a></li>')
     return (
         "<!DOCTYPE html>\n<html><head><title>cuda13-upgrade sandbox mirror</title></head>"
@@ -79,6 +80,9 @@ def _root_page(manifest: dict) -> str:
 
 def _build_into(tree: Path, gpg: Gpg, fingerprint: str, python_wheels: list[Path]) -> dict:
     debs = apt.build_apt_repo(tree / catalog.APT_REPO_PATH, catalog.CUDA_RELEASES, gpg, fingerprint)
+    driver_debs = driverdebs.build_driver_repo(
+        tree / catalog.DRIVER_REPO_PATH, catalog.DRIVER_BUILDS, gpg, fingerprint
+    )
     indexes = standins.build_indexes(tree, python_wheels)
     tags = gitrepo.build_sglang_repo(SGLANG_SRC, tree / "git" / "sglang.git")
     scenarios = tree / "sglang-sim" / "scenarios"
@@ -92,6 +96,12 @@ def _build_into(tree: Path, gpg: Gpg, fingerprint: str, python_wheels: list[Path
             "keyring": f"{catalog.APT_REPO_PATH}/{catalog.APT_KEYRING_NAME}",
             "key_fingerprint": fingerprint,
             "packages": sorted(p.name for p in debs),
+        },
+        "driver_apt": {
+            "path": f"{catalog.DRIVER_REPO_PATH}/",
+            "keyring": f"{catalog.DRIVER_REPO_PATH}/{catalog.APT_KEYRING_NAME}",
+            "key_fingerprint": fingerprint,
+            "packages": sorted(p.name for p in driver_debs),
         },
         "indexes": indexes,
         "git": {"sglang": {"path": "git/sglang.git", "tags": tags}},

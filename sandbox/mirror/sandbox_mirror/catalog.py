@@ -140,6 +140,61 @@ class DriverChain:
 # NVIDIA's local installer cuda-repo-<distro>-13-0-local_13.0.2-580.95.05-1).
 DRIVER_CHAINS: tuple[DriverChain, ...] = (DriverChain(release="13.0", driver="580.95.05-1"),)
 
+
+@dataclass(frozen=True)
+class DriverBuild:
+    """One build of Ubuntu's ``nvidia-graphics-drivers-<branch>`` source package (noble).
+
+    Its stand-ins (``driverdebs.py``) carry the names, version, version bounds and relations
+    of ``debian/control`` of canonical/nvidia-graphics-drivers at ``commit`` (branch
+    ``git_branch``), quoted in ``records/apt/nvidia-driver-packages-research.md`` (A1, A2);
+    what each stand-in keeps and leaves out: ``records/apt/nvidia-driver-standins.md``.
+    """
+
+    branch: str
+    upstream: str
+    version: str
+    git_branch: str
+    commit: str
+
+    @property
+    def source(self) -> str:
+        """``nvidia-graphics-drivers-580``: the source package."""
+        return f"nvidia-graphics-drivers-{self.branch}"
+
+    @property
+    def upper_bound(self) -> str:
+        """``580.142-1``: the ``(<= ...)`` bound of the packages bound to one upstream version."""
+        return f"{self.upstream}-1"
+
+
+# debian/changelog tops of the two commits (records/apt/nvidia-driver-packages-research.md, A):
+# "nvidia-graphics-drivers-570 (570.211.01-0ubuntu0.24.04.2) noble" ("Release
+# 570.211.01-0ubuntu0.24.04.2", 2026-03-06) and "nvidia-graphics-drivers-580
+# (580.142-0ubuntu0.24.04.1) noble" (2026-04-28).
+DRIVER_BUILDS: tuple[DriverBuild, ...] = (
+    DriverBuild(
+        branch="570",
+        upstream="570.211.01",
+        version="570.211.01-0ubuntu0.24.04.2",
+        git_branch="570-noble",
+        commit="a4ec295b9ea9b14bf9833e1cb3b180ad235ce2af",
+    ),
+    DriverBuild(
+        branch="580",
+        upstream="580.142",
+        version="580.142-0ubuntu0.24.04.1",
+        git_branch="580-noble",
+        commit="2eed14444f4f24b1c4c01f15323d34e5e7619f07",
+    ),
+)
+# The flat repository of these stand-ins, signed with the CUDA repository's key.
+DRIVER_REPO_PATH = "nvidia-graphics-drivers"
+# Ubuntu's debian/control (Source stanza) of both branches names these.
+UBUNTU_DRIVER_MAINTAINER = "Ubuntu Core Developers <ubuntu-devel-discuss@lists.ubuntu.com>"
+UBUNTU_DRIVER_SECTION = "non-free/libs"
+UBUNTU_DRIVER_HOMEPAGE = "http://www.nvidia.com"
+
 APT_REPO_PATH = "cuda/repos/debian12/x86_64"
 APT_KEYRING_NAME = "cuda-sandbox-keyring.gpg"
 APT_KEY_UID = "CUDA Sandbox Repository <cuda-sandbox@localhost>"
