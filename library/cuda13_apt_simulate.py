@@ -24,6 +24,12 @@ options:
     type: list
     elements: str
     default: []
+  release_holds:
+    description: Packages simulated as not held (a copy of dpkg's status with their hold released), as the driver window releases the driver's holds before it installs.
+    type: list
+    elements: str
+    default: []
+  dpkg_status: {description: dpkg's status file, copied for O(release_holds)., type: path, default: /var/lib/dpkg/status}
   apt_dir: {description: The apt configuration directory whose source files are copied., type: path, default: /etc/apt}
   add_repository: {description: Add NVIDIA's repository to the scratch sources., type: bool, default: false}
   repo_url: {description: The repository's URL (a flat repository)., type: str}

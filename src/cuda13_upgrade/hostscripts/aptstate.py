@@ -182,7 +182,26 @@ APT_SIMULATE_SPEC = {
     "install_keyring_package": {"type": "bool", "default": True},
     "keyring_package_url": {"type": "str"},
     "requests": {"type": "list", "elements": "str", "default": []},
+    "release_holds": {"type": "list", "elements": "str", "default": []},
+    "dpkg_status": {"type": "path", "default": "/var/lib/dpkg/status"},
 }
+
+
+def released_holds(status: str, names: list) -> str:
+    """dpkg's status file ``status`` with the packages ``names`` no longer held: each of their
+    stanzas' ``Status: hold ...`` line made ``Status: install ...`` (dpkg's selection state is
+    the first word; dpkg(1), "Package selection states"). Other stanzas are left as they are."""
+    wanted = set(names)
+    out, package = [], None
+    for line in status.splitlines(keepends=True):
+        if line.startswith("Package:"):
+            package = line.split(":", 1)[1].strip()
+        elif not line.strip():
+            package = None
+        if package in wanted and line.startswith("Status: hold "):
+            line = "Status: install " + line[len("Status: hold ") :]
+        out.append(line)
+    return "".join(out)
 
 
 def apt_options(scratch: str) -> list:
@@ -244,6 +263,14 @@ def _simulate_in(scratch: str, params: dict) -> dict:
         _write(os.path.join(scratch, "sources.list.d", "zzz-cuda13-upgrade.list"), line.encode("utf-8"))
     env = {**os.environ, "LANG": "C"}
     options = apt_options(scratch)
+    if params.get("release_holds"):
+        # The move releases the driver's holds first: apt resolves it with them released, in a
+        # copy of dpkg's status (apt refuses to move a held package: "E: Error,
+        # pkgProblemResolver::Resolve generated breaks, this may be caused by held packages.").
+        with open(params.get("dpkg_status") or "/var/lib/dpkg/status", encoding="utf-8") as handle:
+            text = released_holds(handle.read(), list(params["release_holds"]))
+        _write(os.path.join(scratch, "status"), text.encode("utf-8"))
+        options += ["-o", f"Dir::State::status={scratch}/status"]
     update = _run(["apt-get", "-q", "update", *options], env=env)
     requests = list(params.get("requests") or []) or [f"{params['package']}={params['version']}"]
     simulation = _run(["apt-get", "-s", "install", "--no-install-recommends", *options, *requests], env=env)
