@@ -315,3 +315,12 @@ def test_the_double_prints_the_file_as_dmesg_prints_the_ring_buffer(tmp_path):
     (tmp_path / "kmsg").write_text(f"{XID79}\n{XID79_NEXT}\n")
     proc = subprocess.run([sys.executable, str(DOUBLE)], capture_output=True, text=True, env=env, check=False)
     assert (proc.returncode, proc.stdout) == (0, f"{XID79}\n{XID79_NEXT}\n")
+
+
+def test_a_driver_rate_factor_applies_to_the_branch_nvidia_smi_reports():
+    simulation = _simulation()
+    scenario = {"driver_rate_factor": {"580": 0.9}}
+    assert simulation.driver_rate_factor(scenario, "580.142") == 0.9
+    assert simulation.driver_rate_factor(scenario, "570.211.01") == 1.0
+    assert simulation.driver_rate_factor(scenario, None) == 1.0
+    assert simulation.driver_rate_factor({}, "580.142") == 1.0

@@ -32,6 +32,10 @@ built-in ``DEFAULT_SCENARIO`` when the file does not exist. Schema::
                                  # process with SIGFPE (sgl-project/sglang PR #40485: symmetric
                                  # memory on PCIe GPUs without P2P "ends in SIGFPE (exit code
                                  # -8) ... the first real inference request kills the scheduler")
+      "driver_rate_factor": {"580": 0.9},  # optional, per driver branch: the decode rate on a
+                                 # driver of that branch times this factor (a driver change
+                                 # that slows the same stack; the branch is read from
+                                 # nvidia-smi at start-up)
       "stall_after_completions": {"cu130": 30}  # optional, per CUDA tag: once this many
                                  # generation requests finished, every later one hangs (the
                                  # stream's headers, then nothing) while /health stays 200 and
@@ -106,6 +110,15 @@ def load_scenario() -> tuple[dict, str]:
     if SCENARIO_ENV in os.environ:
         raise FileNotFoundError(f"{SCENARIO_ENV}={path}: no such scenario file")
     return dict(DEFAULT_SCENARIO), "built-in"
+
+
+def driver_rate_factor(scenario: dict, driver_version: str | None) -> float:
+    """The scenario's ``driver_rate_factor`` for the branch of ``driver_version`` (``"580.142"``
+    -> ``"580"``), 1.0 when it names none or the version is unknown."""
+    factors = scenario.get("driver_rate_factor") or {}
+    if not factors or not driver_version:
+        return 1.0
+    return float(factors.get(driver_version.strip().split(".")[0], 1.0))
 
 
 def cuda_tag(torch_cuda: str | None) -> str:

@@ -44,6 +44,7 @@ import datetime
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -588,6 +589,22 @@ def write_jit_caches(tag: str) -> list[str]:
     return written
 
 
+def _driver_version() -> str | None:
+    """The driver version nvidia-smi reports (the double's, from the driver's two halves)."""
+    try:
+        done = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = done.stdout.split()
+    return lines[0] if done.returncode == 0 and lines else None
+
+
 def launch_server(server_args: ServerArgs) -> None:
     """Load the stack, simulate loading the model, serve until SIGTERM/SIGINT."""
     log(f"server_args={server_args!r}")
@@ -596,6 +613,11 @@ def launch_server(server_args: ServerArgs) -> None:
     tag = simulation.cuda_tag(stack["torch"]["cuda"])
     profile = simulation.profile_for(server_args.speculative_algorithm)
     model = simulation.DecodeModel.from_scenario(scenario, tag, profile)
+    if scenario.get("driver_rate_factor"):
+        driver = _driver_version()
+        factor = simulation.driver_rate_factor(scenario, driver)
+        model = dataclasses.replace(model, rate_tok_s=model.rate_tok_s * factor)
+        log(f"Simulated driver {driver}: decode rate x{factor}")
     log(
         f"Load weight begin. tp_size={server_args.tp_size}, torch {stack['torch']['version']}, "
         f"sgl-kernel {stack['sgl_kernel']}, flashinfer {stack['flashinfer_python']}"
