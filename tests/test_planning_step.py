@@ -221,8 +221,8 @@ def test_the_summary_counts_the_hosts_below_the_driver_floor_ready_or_blocked():
     lines = plan.rollout_plan(hosts)["summary"]["lines"]
     assert (
         "driver window: 2 hosts below the driver floor, 1 ready for the move (gpu-node-02), 1 blocked:"
-        " gpu-node-03 (headers); your driver process moves them (docs/driver.md), the rollout refuses them"
-        " until then"
+        " gpu-node-03 (headers); the rollout moves the ready ones first, measured and rolled back like the"
+        " stack (docs/driver.md), and refuses the blocked ones"
     ) in lines
     assert (
         "driver window: the host meets the driver floor, no driver change"

@@ -298,7 +298,7 @@ def test_plan_keeps_the_driver_windows_plan_of_a_refused_host(tmp_path, monkeypa
     assert host.called("cuda13_apt_simulate")[0]["requests"] == ["nvidia-driver-pinning-580", "nvidia-open"]
 
 
-def test_a_ready_move_is_refused_with_its_steps_for_the_operators_driver_process():
+def test_a_ready_move_of_a_host_refused_for_another_cause_lists_its_steps():
     from cuda13_upgrade.steps import driver_window
 
     plan = {
@@ -312,11 +312,11 @@ def test_a_ready_move_is_refused_with_its_steps_for_the_operators_driver_process
     text = driver_window.refusal_text(plan)
     assert text.startswith(
         "- driver window (cuda13_driver_target=580.95.05): every check of the move to 580.95.05 passes;"
-        " the driver is moved by your driver process, not by this run: (1) apt-mark unhold nvidia-driver;"
+        " the run makes it once the checks above pass: (1) apt-mark unhold nvidia-driver;"
         " (2) install nvidia-driver-pinning-580.95.05 in an apt run of its own"
     )
     assert "(3) install nvidia-open; (4) stop sglang.service, unload the loaded ones of nvidia_drm," in text
-    assert text.endswith("(5) hold the driver's packages at the new version; then run again")
+    assert text.endswith("(5) hold the driver's packages at the new version")
     assert "(4) reboot;" in driver_window.refusal_text({**plan, "activation": "reboot"})
 
 
@@ -357,3 +357,50 @@ def test_the_hosts_own_driver_packages_replace_nvidias_repositorys(tmp_path, mon
     text = driver_window.refusal_text(ready)
     assert "(1) install nvidia-driver-580-open; (2) reboot; (3) hold the driver's packages" in text
     assert "apt run of its own" not in text
+
+
+def test_a_host_below_the_floor_with_a_ready_driver_window_passes_with_the_targets_driver(
+    tmp_path, monkeypatch
+):
+    """The window installs the target first: the host's other checks are made with its version,
+    and the record says the move is to be made (driver_window.move) from the driver it runs now."""
+    from cuda13_upgrade.steps import driver_window
+
+    monkeypatch.setenv("NVIDIA_SMI_DOUBLE_STATE", str(NVIDIA_SMI_STATES / "driver-too-old.json"))
+    ready = {"needs_move": True, "ready": True, "target": "580.95.05", "floor": "580.95.05", "blockers": []}
+    monkeypatch.setattr(driver_window, "readiness", lambda host, options, **kw: dict(ready))
+    host = FakeHost()
+    record = _check(host, _opts(tmp_path, cuda13_driver_target="580.95.05"), tmp_path)
+    assert record["ok"] is True and record["refusals"] == []
+    assert record["driver_version"] == "580.95.05" and record["driver_version_now"] == "570.86.15"
+    assert record["driver_window"]["move"] is True
+    assert (
+        "gpu-node-01: driver window: 570.86.15 is below the floor; the run moves the driver to 580.95.05"
+        " first, then every other check passes"
+    ) in host.told
+
+
+def test_a_blocked_driver_window_leaves_the_host_refused(tmp_path, monkeypatch):
+    from cuda13_upgrade.steps import driver_window
+
+    monkeypatch.setenv("NVIDIA_SMI_DOUBLE_STATE", str(NVIDIA_SMI_STATES / "driver-too-old.json"))
+    blocked = {
+        "needs_move": True,
+        "ready": False,
+        "target": "580.95.05",
+        "floor": "580.95.05",
+        "blockers": [
+            {
+                "check": "headers",
+                "value": None,
+                "option": None,
+                "problem": "no headers",
+                "remedy": "install them",
+            }
+        ],
+    }
+    monkeypatch.setattr(driver_window, "readiness", lambda host, options, **kw: dict(blocked))
+    with pytest.raises(StepFailed) as failed:
+        _check(FakeHost(), _opts(tmp_path, cuda13_driver_target="580.95.05"), tmp_path)
+    assert "no headers. Fix: install them" in failed.value.msg
+    assert "move" not in failed.value.record["driver_window"]

@@ -121,6 +121,7 @@ def _result(host: str, **over: Any) -> dict[str, Any]:
         "restarts": 0,
         "leftover_processes": [],
         "kernel_log": None,
+        "driver_window": None,
     }
     result.update(over)
     return result

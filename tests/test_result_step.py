@@ -190,3 +190,51 @@ def test_a_kept_host_walked_without_measuring_completes_its_verified_record_with
     written = json.loads((tmp_path / "state" / "result.json").read_text())
     assert written == {**previous, "stack_digest": done["result"]["stack_digest"]}
     assert written["stack_digest"]["digest"] == DIGEST
+
+
+def test_a_driver_window_rolled_back_is_recorded_with_its_move(tmp_path):
+    host = Host()
+    reason = "The stack on the new driver fails the gate: plain -9.8 %"
+    window = {
+        "cache": {"driver_version": "570.211.01", "dir": "/var/lib/cuda13-upgrade/driver-cache/570.211.01"},
+        "moved": {"activation": "reload", "reboot": False},
+        "checked": {"driver_version": "580.142"},
+        "measured": {"rollback": True, "reason_to_roll_back": reason},
+        "restored": {"check": {"driver_version": "570.211.01"}},
+    }
+    rollback = {"status": "rolled_back", "failed_step": "driver", "error": reason}
+    done, _ = _record(host, tmp_path, {"driver_window": window, "rollback": rollback})
+    recorded = done["result"]
+    assert recorded["status"] == "rolled_back" and recorded["error"] == reason
+    assert recorded["driver_window"] == {
+        "from": "570.211.01",
+        "to": "580.142",
+        "activation": "reload",
+        "reboot": False,
+        "kept": False,
+        "restored": True,
+        "reason": reason,
+        "baseline_recorded": False,
+        "activation_seconds": None,
+        "measure_seconds": None,
+    }
+
+
+def test_a_driver_that_could_not_be_put_back_fails_the_host_whatever_the_stacks_rollback_says(tmp_path):
+    host = Host()
+    failed = "gpu-node-01: apt could not put the old driver's packages back: E: ..."
+    window = {
+        "cache": {"driver_version": "570.211.01"},
+        "moved": {"activation": "reload"},
+        "restored": {"restore_failed": True, "msg": failed},
+    }
+    rollback = {"status": "rolled_back", "failed_step": "driver", "error": "the checks after failed"}
+    done, _ = _record(host, tmp_path, {"driver_window": window, "rollback": rollback})
+    assert done["result"]["status"] == "failed" and done["result"]["error"] == failed
+
+
+def test_a_run_without_a_driver_window_records_none():
+    from cuda13_upgrade.steps import driver_move
+
+    assert driver_move.summary(None) is None
+    assert driver_move.summary({"cache": {}, "moved": {"skipped": True}}) is None

@@ -211,3 +211,60 @@ def test_a_host_not_planned_for_a_watch_or_in_check_mode_is_not_watched(tmp_path
     checking = server.fake(check_mode=True)
     assert _soak(checking, opts, switch)["outcome"] == "not watched"
     assert host.calls == [] and checking.calls == []
+
+
+def _driver_after(tmp_path: Path, rate: float):
+    """The driver window's measurement (cuda13_upgrade.steps.driver_move.measure_after): the old
+    stack, unchanged, measured on the new driver against its baseline on the old one."""
+    from stepdoubles import OLD_EXEC, OLD_VENV
+
+    from cuda13_upgrade.steps import driver_move
+
+    opts, _, switch = _setup(tmp_path)
+    server = Server(
+        tmp_path,
+        {"plain": {"args": [], "trials": trials(rate, 5), "probe": PROBE}},
+        running=[],
+        exec_start=OLD_EXEC,
+    )
+    host = server.fake()
+    record = driver_move.measure_after(
+        host,
+        {**opts, "cuda13_old_venv": OLD_VENV},
+        run_id="r1",
+        baseline={"baseline": _baseline()},
+        manifest={"service": {"exec_start": OLD_EXEC, "user": "root"}, "venv": {"path": OLD_VENV}},
+        moved={"kernel_log_mark": switch["kernel_log_mark"], "check": {"driver_version": "580.142"}},
+        prompts=PROMPTS,
+    )
+    return record, host, opts
+
+
+def test_the_old_stack_slower_on_the_new_driver_rolls_the_driver_back(tmp_path):
+    record, host, opts = _driver_after(tmp_path, rate=80.0)
+    assert record["rollback"] is True and record["kept"] is False
+    assert record["reason_to_roll_back"].startswith(
+        "The stack on the new driver fails the gate: plain: median 80."
+    )
+    assert not (Path(opts["cuda13_state_dir"]) / "baseline.json").exists()
+
+
+def test_the_old_stack_as_fast_on_the_new_driver_keeps_it_and_becomes_the_stacks_baseline(tmp_path):
+    import json
+
+    record, host, opts = _driver_after(tmp_path, rate=89.5)
+    assert record["rollback"] is False and record["kept"] is True and record["baseline_recorded"] is True
+    written = json.loads((Path(opts["cuda13_state_dir"]) / "baseline.json").read_text())
+    assert written["driver_version"] == "580.142" and set(written["profiles"]) == {"plain"}
+    assert restarts.recorded_baseline(written, PROFILES, max_age_hours=1, now=written["taken_at_epoch"] + 1)[
+        "usable"
+    ]
+    assert any(line.startswith("driver window gate: plain: median 89.") for line in host.told)
+
+
+def test_the_driver_windows_measurement_is_a_series_of_its_own_beside_the_baseline(tmp_path):
+    """The bench appends each phase's trials to one file per phase and profile and returns the
+    run's series whole: the measurement on the new driver must not read the old driver's trials."""
+    _, host, _ = _driver_after(tmp_path, rate=89.5)
+    (bench,) = [a for a in host.called("cuda13_bench") if a["mode"] == "trials"]
+    assert bench["series"] == "r1/driver-580.142" and bench["append"].endswith("/baseline-plain.json")

@@ -169,7 +169,9 @@ def host_result(facts: dict[str, Any]) -> dict[str, Any]:
       ``hostscripts/kernel_log.py`` before the switch and before the decision
       (``kernel_log`` in the record, :func:`cuda13_upgrade.xid.kernel_log_verdict`;
       null when the mark was not taken); ``regressed``: the throughput gate's own
-      verdict, for the reason.
+      verdict, for the reason;
+    - ``driver_window``: the driver window's move in short, or None when the run made none
+      (:func:`cuda13_upgrade.steps.driver_move.summary`).
 
     Returns the record (plain data). A host already kept keeps the stacks
     before and after of the run that verified it. Raises ``ValueError`` for
@@ -290,6 +292,8 @@ def host_result(facts: dict[str, Any]) -> dict[str, Any]:
         "reason": reason,
         # The driver's Xid lines logged between the switch and the decision (cuda13_upgrade.xid).
         "kernel_log": kernel_log,
+        # The driver window's move, when the run made one (cuda13_upgrade.steps.driver_move.summary).
+        "driver_window": facts.get("driver_window") or None,
         "rollback": {
             "performed": status == "rolled_back",
             "seconds": facts.get("rollback_seconds"),

@@ -231,6 +231,7 @@ TUNE: tuple[str, ...] = (
     "cuda13_driver_flavour",
     "cuda13_driver_activation",
     "cuda13_driver_gpu_clients",
+    "cuda13_driver_reboot_timeout",
     "cuda13_extra_vars_allowed",
     "cuda13_reverify",
     "cuda13_rollback_verify",

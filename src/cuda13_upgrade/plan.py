@@ -409,7 +409,8 @@ def _driver_lines(records: Sequence[Mapping[str, Any]]) -> list[str]:
         parts.append(f"{len(blocked)} blocked: {'; '.join(blocked)}")
     return [
         f"driver window: {_count(len(below), 'host')} below the driver floor, {', '.join(parts)};"
-        " your driver process moves them (docs/driver.md), the rollout refuses them until then"
+        " the rollout moves the ready ones first, measured and rolled back like the stack (docs/driver.md),"
+        " and refuses the blocked ones"
     ]
 
 

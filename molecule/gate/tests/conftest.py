@@ -32,3 +32,13 @@ def stall():
 @pytest.fixture(scope="module")
 def batch_fault():
     return testinfra.get_host("podman://cuda13-gate-6")
+
+
+@pytest.fixture(scope="module")
+def r570():
+    return testinfra.get_host("podman://cuda13-gate-7")
+
+
+@pytest.fixture(scope="module")
+def r570_slower():
+    return testinfra.get_host("podman://cuda13-gate-8")

@@ -253,3 +253,49 @@ def test_output_wrong_only_in_a_batch_rolls_back_naming_prompt_batch_size_and_to
     ) in result["reason"]
     summary = (RUN / "summary.md").read_text()
     assert "- cuda13-gate-6 eagle3, prompts sent together (batch sizes 8): eagle3: output changes" in summary
+
+
+def test_an_r570_host_moves_to_the_target_driver_then_to_cuda13(r570):
+    result = _result(r570)
+    assert result["status"] == "kept", result["reason"]
+    window = result["driver_window"]
+    assert (window["from"], window["to"]) == ("570.211.01", "580.142"), window
+    assert window["activation"] == "reload" and window["kept"] and window["baseline_recorded"]
+    assert _serving_venv(r570) == "/opt/ml-env-cu130/bin/python"
+    # The new driver answers, both halves at 580.142, and its packages are held.
+    assert (
+        r570.check_output("nvidia-smi --query-gpu=driver_version --format=csv,noheader").split()
+        == ["580.142"] * 8
+    )
+    held = r570.check_output("apt-mark showhold").split()
+    assert "nvidia-driver-580-open" in held and "libnvidia-compute-580" in held
+    assert not [name for name in held if "570" in name]
+    # The old driver's packages stay on the host for a rollback, each at its version.
+    cached = r570.check_output("ls /var/lib/cuda13-upgrade/driver-cache/570.211.01").split()
+    assert "nvidia-driver-570-open_570.211.01-0ubuntu0.24.04.2_amd64.deb" in cached
+    assert len(cached) == 5
+    # The stack upgrade reused the driver window's measurement as its baseline (the old stack on
+    # the new driver): its restart plan has no baseline phase of its own.
+    assert result["restart_plan"]["baseline"] is None
+    assert set(result["throughput"]["baseline"]) == {"plain", "eagle3"}
+
+
+def test_an_r570_host_slower_on_the_new_driver_is_put_back_on_its_old_driver(r570_slower):
+    result = _result(r570_slower)
+    assert result["status"] == "rolled_back", result
+    assert "The stack on the new driver fails the gate" in result["error"]
+    window = result["driver_window"]
+    assert (window["from"], window["to"], window["restored"], window["kept"]) == (
+        "570.211.01",
+        "580.142",
+        True,
+        False,
+    )
+    assert _serving_venv(r570_slower) == "/opt/ml-env/bin/python"
+    assert (
+        r570_slower.check_output("nvidia-smi --query-gpu=driver_version --format=csv,noheader").split()
+        == ["570.211.01"] * 8
+    )
+    held = r570_slower.check_output("apt-mark showhold").split()
+    assert "nvidia-driver-570-open" in held and not [name for name in held if "580" in name]
+    assert not r570_slower.file("/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.580.142").exists

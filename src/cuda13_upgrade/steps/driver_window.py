@@ -103,8 +103,11 @@ def readiness(
     if requests and isinstance(facts.get("nvswitch"), int) and facts["nvswitch"] > 0:
         requests.append(driverplan.fabric_manager_package(target))
     if requests:
+        held = [str(p["name"]).split(":", 1)[0] for p in facts.get("packages") or [] if p.get("held")]
         simulated = host.module(
-            "cuda13_apt_simulate", {"requests": requests, "apt_dir": "/etc/apt"}, check_mode=False
+            "cuda13_apt_simulate",
+            {"requests": requests, "apt_dir": "/etc/apt", "release_holds": held},
+            check_mode=False,
         )
         text = "\n".join(str(simulated.get(key) or "") for key in ("update_stderr", "stdout", "stderr"))
         transaction = driverplan.judge_transaction(text, requests)
@@ -121,6 +124,17 @@ def readiness(
     for line in driverplan.describe(plan):
         host.tell(line)
     return plan
+
+
+def planned_version(plan: Mapping[str, Any] | None) -> str | None:
+    """The driver version a ready window installs, for the preflight's checks of the host after the
+    move: the target's version, or for a branch target the floor (apt picks the branch's newest,
+    at or above it; :func:`cuda13_upgrade.steps.driver_move.check` reads the real one). None when
+    no move is planned or the plan is not ready."""
+    if not plan or not plan.get("needs_move") or not plan.get("ready"):
+        return None
+    target = str(plan.get("target") or "")
+    return str(plan.get("floor") or "") if target.upper().startswith("R") else target
 
 
 def refusal_text(plan: Mapping[str, Any]) -> str:
@@ -155,8 +169,8 @@ def refusal_text(plan: Mapping[str, Any]) -> str:
         steps.append("hold the driver's packages at the new version")
         numbered = "; ".join(f"({i}) {s}" for i, s in enumerate(steps, 1))
         return (
-            f"- driver window ({target}): every check of the move to {plan.get('target')} passes; the driver"
-            f" is moved by your driver process, not by this run: {numbered}; then run again"
+            f"- driver window ({target}): every check of the move to {plan.get('target')} passes; the run"
+            f" makes it once the checks above pass: {numbered}"
         )
     reasons = []
     for b in plan.get("blockers") or []:

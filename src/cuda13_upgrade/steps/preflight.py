@@ -229,6 +229,28 @@ def evaluate(
             compute_capabilities=capabilities,
             proc_version=proc,
         )
+    current = facts["driver_version"]
+    planned = driver_window.planned_version(window)
+    if not report["ok"] and planned:
+        # A driver below the floor with a ready window: the host passes when every other check
+        # passes with the target's driver, which the window installs before anything else.
+        after = preflight.evaluate(
+            {
+                **facts,
+                "driver_version": planned,
+                "cuda_driver_version": None,
+                "nvidia_smi_version": planned if facts["nvidia_smi_version"] else None,
+            },
+            settings(options),
+        ).to_dict()
+        if after["ok"]:
+            report = {**after, "driver_moves_from": current}
+            facts["driver_version"] = planned
+            host.tell(
+                f"{host.name}: driver window: {current} is below the floor; the run moves the driver to"
+                f" {window['target']} first, then every other check passes"
+            )
+            window = {**window, "move": True}
     if not report["ok"]:
         below = window is not None and window.get("needs_move")
         raise StepFailed(
@@ -242,6 +264,7 @@ def evaluate(
         "gpus": gpus,
         "compute_capabilities": capabilities,
         "driver_version": facts["driver_version"],
+        "driver_version_now": current,
         "driver_window": window,
     }
 

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from cuda13_upgrade import hostresult, metrics
+from cuda13_upgrade.steps import driver_move
 from cuda13_upgrade.steps import lost as lost_host
 from cuda13_upgrade.steps.host import Host, begin_step, json_text, now_iso
 from cuda13_upgrade.steps.host_state import resolved_pins
@@ -35,6 +36,7 @@ RECORDS = (
     "verify",
     "batch_soak",
     "rollback",
+    "driver_window",
 )
 
 
@@ -50,9 +52,16 @@ def status_of(records: Mapping[str, Any], mode: str) -> str:
     """How the host ends: a rescue's record decides (its status; ``failed`` when the rescue itself
     failed); without one the block ran through - ``kept``, or ``staged`` for the stage."""
     rescue = _ok(records, "rollback")
+    if _ok(_ok(records, "driver_window"), "restored").get("restore_failed"):
+        return "failed"  # the old driver could not be put back (cuda13_upgrade.steps.driver_move)
     if rescue:
         return "failed" if rescue.get("failed") else str(rescue.get("status") or "failed")
     return "staged" if mode == "stage" else "kept"
+
+
+def _driver_restore_error(records: Mapping[str, Any]) -> str | None:
+    restored = _ok(_ok(records, "driver_window"), "restored")
+    return str(restored.get("msg")) if restored.get("restore_failed") else None
 
 
 def _phase(record: Mapping[str, Any], key: str = "measured") -> dict[str, Any]:
@@ -105,7 +114,9 @@ def facts(
         "after_probe": after_probe,
         "failed_step": rescue.get("failed_step"),
         "failed_task": rescue.get("failed_task"),
-        "error": rescue.get("error") or (rescue.get("msg") if rescue.get("failed") else None),
+        "error": _driver_restore_error(records)
+        or rescue.get("error")
+        or (rescue.get("msg") if rescue.get("failed") else None),
         "diagnosis": rescue.get("diagnosis") or {},
         "target": run.get("target") or {},
         "staged": bool(state.get("staged")),
@@ -132,6 +143,7 @@ def facts(
         "batch_soak": soak if soak.get("outcome") not in (None, "not watched") else {},
         "reason": verify.get("reason"),
         "regressed": bool(verify.get("regressed")),
+        "driver_window": driver_move.summary(records.get("driver_window")),
         "kernel_log_mark": switch.get("kernel_log_mark") or {},
         "kernel_log_read": verify.get("kernel_log_read") or rescue.get("kernel_log_read") or {},
         "rollback_seconds": rescue.get("seconds"),

@@ -1,0 +1,567 @@
+"""The driver window's change: a host's NVIDIA driver moved to ``cuda13_driver_target``, checked,
+measured against the serving stack's baseline, and put back from cached packages when it is not
+kept (action ``cuda13_driver``).
+
+The preflight planned the move read-only (:func:`cuda13_upgrade.steps.driver_window.readiness`,
+the plan record of :func:`cuda13_upgrade.driverplan.judge`); these functions carry it out, one per
+state of the action:
+
+* :func:`cache` (``cached``): the installed driver packages, each at its installed version, as
+  ``.deb`` files in ``<cuda13_state_dir>/driver-cache/<driver version>/`` - apt's own cache
+  (``/var/cache/apt/archives``) first, else ``apt-get download name=version``; a package found in
+  neither refuses the move, before any change, since the rollback could not put it back.
+* :func:`move` (``moved``): stop the serving unit and every GPU client the plan found
+  (``nvidia-persistenced``, ``cuda13_driver_gpu_clients``), release the driver's holds, install the
+  pinning package in an apt run of its own when there is one (apt resolves a transaction before
+  the pin file exists: dsx-ai-factory/infra-controller PR #6049), then the target's packages
+  (``ansible.builtin.apt``), hold the driver's packages at their new versions, mark the kernel log,
+  and activate: unload ``nvidia_drm``, ``nvidia_modeset``, ``nvidia_uvm``, ``nvidia_peermem``,
+  ``nvidia_fs``, ``gdrdrv``, ``nvidia`` in this order (k8s-driver-manager's order) and load the
+  modules that were loaded; a module still in use ("Module nvidia is in use") falls back to a
+  reboot under ``reload_or_reboot`` (the record's ``reboot``: the play reboots the host with
+  Ansible's ``reboot``) and fails the step under ``reload``.
+* :func:`check` (``checked``): ``nvidia-smi`` answers with the target's version (a branch target:
+  a version of that branch at or above the floor), without the library/module mismatch ("Failed to
+  initialize NVML: Driver/library version mismatch"), with the same GPUs (bus ids) as before; the
+  clients stopped are started again.
+* :func:`measure_after` (``measured``): the serving stack, unchanged, measured on the new driver and
+  judged by the stack's gate against the baseline taken on the old driver
+  (:func:`cuda13_upgrade.steps.verify.gate`); the kernel log since the activation is read as the
+  verify reads it.
+* :func:`restore` (``restored``): the cached packages installed again in one apt transaction (they
+  depend on each other at one exact version) with the packages the move added removed, held,
+  activated and checked at the old version, and the service started on its stack.
+
+Every change goes through Ansible's modules (``ansible.builtin.systemd_service``,
+``.dpkg_selections``, ``.apt``, ``.command``, ``.file``), so that check mode changes nothing.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from cuda13_upgrade import driver, driverplan, nvidia_smi, xid
+from cuda13_upgrade.errors import ParseError
+from cuda13_upgrade.steps import measure
+from cuda13_upgrade.steps.host import Host, StepFailed, json_text, now_iso
+from cuda13_upgrade.steps.serve import stack_context
+from cuda13_upgrade.steps.verify import gate, read_kernel_log
+from cuda13_upgrade.versions import parse_driver_version
+
+#: apt's cache of downloaded packages (apt.conf's Dir::Cache::archives).
+APT_ARCHIVES = "/var/cache/apt/archives"
+#: The modules a reload unloads first (a display driver above nvidia_modeset).
+DRM = "nvidia_drm"
+#: The modules every NVIDIA driver package ships (NVIDIA's README, "Installed Components").
+DRIVER_MODULES = ("nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm")
+#: The nvidia-smi query of the checks after an activation.
+CHECK_FIELDS = ("driver_version", "pci.bus_id", "persistence_mode")
+#: kmod's text for a module something still holds (tools/modprobe.c, tools/rmmod.c).
+_IN_USE = re.compile(r"Module \S+ is in use")
+
+
+def _versionless(name: str) -> str:
+    return name.split("=", 1)[0].split(":", 1)[0]
+
+
+def deb_file_name(name: str, version: str, arch: str) -> str:
+    """The file name apt gives a downloaded package: ``<name>_<version>_<arch>.deb`` with the epoch's
+    colon written ``%3a`` (apt-pkg's ``QuoteString`` of ``:``), e.g.
+    ``libnvidia-compute-570_570.211.01-0ubuntu0.24.04.2_amd64.deb``."""
+    return f"{name}_{version.replace(':', '%3a')}_{arch}.deb"
+
+
+def cache_dir(options: Mapping[str, Any], version: str) -> str:
+    """Where the old driver's packages are kept: ``<cuda13_state_dir>/driver-cache/<version>``."""
+    return f"{str(options['cuda13_state_dir']).rstrip('/')}/driver-cache/{version}"
+
+
+def _facts(host: Host, units: Sequence[str] = ()) -> dict[str, Any]:
+    return host.module("cuda13_driver_facts", {"units": list(units)}, check_mode=False)["facts"]
+
+
+def _installed(facts: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The driver's packages dpkg has installed (``install ok installed`` or held)."""
+    return [
+        p
+        for p in facts.get("packages") or []
+        if isinstance(p, Mapping) and str(p.get("status") or "").endswith("ok installed")
+    ]
+
+
+def _command(host: Host, argv: Sequence[str], *, check_mode: bool | None = None, **kw: Any) -> dict[str, Any]:
+    """``ansible.builtin.command`` with ``argv`` and its arguments ``kw`` (``chdir``), never failing
+    the step by itself; ``check_mode`` False runs a read in --check too."""
+    return host.module(
+        "ansible.builtin.command", {"argv": list(argv), **kw}, check_mode=check_mode, allow_failure=True
+    )
+
+
+def _text(result: Mapping[str, Any]) -> str:
+    return "\n".join(str(result.get(k) or "") for k in ("stdout", "stderr", "msg")).strip()
+
+
+def cache(host: Host, options: Mapping[str, Any], plan: Mapping[str, Any]) -> dict[str, Any]:
+    """Keep the old driver's packages on the host (see the module docstring).
+
+    Returns ``{"dir", "driver_version": the running driver, "packages": [{"name", "version",
+    "arch", "file", "from": "apt-cache" | "download"}]}``. Raises StepFailed naming each package
+    that could not be kept (nothing else on the host changed: the cache directory only).
+    """
+    current = str(plan.get("current") or "")
+    facts = _facts(host)
+    packages = _installed(facts)
+    if not packages:
+        raise StepFailed(
+            f"{host.name}: dpkg lists no installed package of the NVIDIA driver ({current}), so a rollback"
+            " could not put it back; the driver window moves only a driver installed from packages."
+            " Nothing on the host was changed."
+        )
+    arch_run = _command(host, ["dpkg", "--print-architecture"], check_mode=False)
+    arch = str(arch_run.get("stdout") or "").strip() or "amd64"
+    where = cache_dir(options, current)
+    host.module("ansible.builtin.file", {"path": where, "state": "directory", "mode": "0755"})
+    kept, missing = [], []
+    for p in packages:
+        name = str(p["name"]).split(":", 1)[0]
+        pkg_arch = str(p["name"]).split(":", 1)[1] if ":" in str(p["name"]) else arch
+        file_name = deb_file_name(name, str(p["version"]), pkg_arch)
+        target = f"{where}/{file_name}"
+        entry = {"name": name, "version": str(p["version"]), "arch": pkg_arch, "file": target}
+        if host.check_mode:
+            kept.append({**entry, "from": None})
+            continue
+        copied = host.module(
+            "ansible.builtin.copy",
+            {"src": f"{APT_ARCHIVES}/{file_name}", "dest": target, "remote_src": True, "mode": "0644"},
+            allow_failure=True,
+        )
+        if not copied.get("failed"):
+            kept.append({**entry, "from": "apt-cache"})
+            continue
+        got = _command(host, ["apt-get", "download", f"{name}:{pkg_arch}={p['version']}"], chdir=where)
+        if got.get("rc") == 0:
+            kept.append({**entry, "from": "download"})
+        else:
+            missing.append(f"{name} {p['version']} ({(_text(got).splitlines() or ['no output'])[-1]})")
+    if missing:
+        raise StepFailed(
+            f"{host.name}: the old driver's packages must be kept on the host before the move, so that a"
+            f" rollback needs no repository; these are neither in {APT_ARCHIVES} nor downloadable:"
+            f" {'; '.join(missing)}. Fix: make the installed versions available from a configured"
+            " repository (or put their .deb files into apt's cache) and run again. Only the cache"
+            f" directory {where} was created."
+        )
+    return {"dir": where, "driver_version": current, "packages": kept}
+
+
+def _units_to_stop(
+    options: Mapping[str, Any], plan: Mapping[str, Any], facts: Mapping[str, Any]
+) -> list[str]:
+    """The serving unit, then the clients the window stops that are active now."""
+    units = [str(options["cuda13_service_name"])]
+    wanted = [*driverplan.ALWAYS_STOPPED, *(options.get(driverplan.CLIENTS_OPTION) or [])]
+    wanted += [str(c["unit"]) for c in plan.get("clients") or [] if c.get("known") and c.get("unit")]
+    active = facts.get("units") or {}
+    for unit in dict.fromkeys(wanted):
+        if unit in units:
+            continue
+        state = active.get(unit) or {}
+        if unit == "nvidia-persistenced.service":
+            state = facts.get("persistenced") or state
+        if str(state.get("stdout") or "").strip() == "active":
+            units.append(unit)
+    return units
+
+
+def _hold(host: Host, names: Sequence[str], selection: str) -> None:
+    for name in names:
+        host.module("ansible.builtin.dpkg_selections", {"name": name, "selection": selection})
+
+
+def _loaded_modules(facts: Mapping[str, Any]) -> list[str]:
+    names = [str(m.get("name")) for m in facts.get("modules") or [] if isinstance(m, Mapping)]
+    return [n for n in names if n.startswith("nvidia") or n == "gdrdrv"]
+
+
+def activate(host: Host, options: Mapping[str, Any], *, loaded: Sequence[str]) -> dict[str, Any]:
+    """Unload the driver's modules in order and load those that were ``loaded`` (``nvidia`` at least).
+
+    Returns ``{"activation": "reload", "unloaded": [names], "loaded": [names]}``, or
+    ``{"activation": "reboot", "reason"}`` when a module is in use and ``cuda13_driver_activation``
+    allows a reboot. Raises StepFailed when a module is in use under ``reload``, or the load fails
+    (the text of modprobe, e.g. "Key was rejected by service").
+    """
+    # The driver's own four modules are in modules.dep wherever it is installed (modprobe -r skips
+    # one not loaded); the others (nvidia_peermem, nvidia_fs, gdrdrv...) only when loaded, since
+    # modprobe fails on a module it cannot find.
+    order = [m for m in [DRM, *driver.module_unload_order()] if m in DRIVER_MODULES or m in set(loaded)]
+    if host.check_mode:
+        return {"activation": "reload", "unloaded": order, "loaded": ["nvidia"]}
+    unload = _command(host, ["modprobe", "-r", *order])
+    if unload.get("rc") != 0:
+        text = _text(unload)
+        setting = str(options.get(driverplan.ACTIVATION_OPTION) or "reload_or_reboot")
+        if _IN_USE.search(text) and setting == "reload_or_reboot":
+            return {"activation": "reboot", "reason": text.splitlines()[-1]}
+        raise StepFailed(
+            f"{host.name}: the driver's modules could not be unloaded: {text}. The new packages are"
+            " installed; the rollback puts the old ones back. Fix: stop what holds the GPU (lsof"
+            f" /dev/nvidia*), name its unit in {driverplan.CLIENTS_OPTION}, or allow a reboot"
+            f" ({driverplan.ACTIVATION_OPTION}: reload_or_reboot)."
+        )
+    wanted = [m for m in reversed(order) if m in set(loaded) and m != DRM] or ["nvidia"]
+    if "nvidia" not in wanted:
+        wanted.insert(0, "nvidia")
+    load = _command(host, ["modprobe", "-a", *wanted])
+    if load.get("rc") != 0:
+        raise StepFailed(
+            f"{host.name}: the new driver's modules did not load: {_text(load)}."
+            " The rollback puts the old driver back. Fix: see docs/driver.md (Secure Boot, DKMS)."
+        )
+    return {"activation": "reload", "unloaded": order, "loaded": wanted}
+
+
+def move(host: Host, options: Mapping[str, Any], plan: Mapping[str, Any]) -> dict[str, Any]:
+    """Install the target driver and activate it (see the module docstring).
+
+    ``plan``: the preflight's driver window plan (``ready``, ``requests``, ``held``, ``clients``,
+    ``activation``). Returns ``{"stopped": [units], "unheld", "installed": [apt requests],
+    "held": [names], "kernel_log_mark", "activation": "reload" | "reboot", "reboot": bool,
+    "reason", "unloaded", "loaded", "changed": True}``. Raises StepFailed when the plan is not
+    ready (nothing changed) or a change fails (the rescue restores the cached packages).
+    """
+    if not plan.get("ready") or not plan.get("needs_move"):
+        raise StepFailed(
+            f"{host.name}: the driver window's plan is not ready to move the driver"
+            f" ({', '.join(b.get('check', '?') for b in plan.get('blockers') or []) or 'no move planned'});"
+            " nothing on the host was changed. Fix: run the preflight and fix what it names."
+        )
+    facts = _facts(host, list(options.get(driverplan.CLIENTS_OPTION) or []))
+    loaded = _loaded_modules(facts)
+    record: dict[str, Any] = {"changed": True, "loaded_before": loaded}
+    stopped = _units_to_stop(options, plan, facts)
+    for unit in stopped:
+        host.module("ansible.builtin.systemd_service", {"name": unit, "state": "stopped"})
+    record["stopped"] = stopped
+    held = [str(p["name"]).split(":", 1)[0] for p in _installed(facts) if p.get("held")]
+    _hold(host, held, "install")
+    record["unheld"] = held
+    requests = [str(r) for r in plan.get("requests") or []]
+    runs = [[requests[0]], requests[1:]] if requests and driverplan.is_pin(requests[0]) else [requests]
+    for names in runs:
+        if not names:
+            continue
+        if host.check_mode:
+            # apt's own check mode resolves against the holds, which check mode did not release.
+            host.tell(f"check mode: apt would install {' '.join(names)}")
+            continue
+        result = host.module(
+            "ansible.builtin.apt",
+            {"name": names, "state": "present", "install_recommends": False, "update_cache": False},
+            allow_failure=True,
+        )
+        if result.get("failed"):
+            raise StepFailed(
+                f"{host.name}: apt could not install {' '.join(names)}: {_text(result)}."
+                " The rollback puts the old driver's packages back.",
+                {**record, "installed": requests},
+            )
+    record["installed"] = requests
+    after = _facts(host)
+    new_held = [str(p["name"]).split(":", 1)[0] for p in _installed(after)]
+    _hold(host, new_held, "hold")
+    record["held"] = new_held
+    record["packages_after"] = [{"name": p["name"], "version": p["version"]} for p in _installed(after)]
+    record["kernel_log_mark"] = (
+        None
+        if host.check_mode
+        else host.module(
+            "cuda13_kernel_log",
+            {"action": "mark", "command": options["cuda13_kernel_log_command"]},
+            allow_failure=True,
+        ).get("log")
+    )
+    planned = str(plan.get("activation") or "reboot")
+    if planned == "reboot":
+        record.update(activation="reboot", reboot=True, reason=str(plan.get("activation_why") or ""))
+        return record
+    started = time.monotonic()
+    done = activate(host, options, loaded=loaded)
+    record.update(done, reboot=done["activation"] == "reboot")
+    record["activation_seconds"] = round(time.monotonic() - started, 1)
+    record.setdefault("reason", "")
+    return record
+
+
+def _expected(plan: Mapping[str, Any]) -> tuple[str, int]:
+    target = str(plan.get("target") or "")
+    branch = plan.get("target_branch")
+    return target, int(branch) if branch is not None else 0
+
+
+def _version_ok(found: str, target: str, branch: int, floor: str) -> bool:
+    if re.fullmatch(r"R?\d+", target, re.IGNORECASE):
+        try:
+            key = parse_driver_version(found, option=None)
+            return key[0] == branch and (not floor or key >= parse_driver_version(floor, option=None))
+        except ParseError:
+            return False
+    return found == target
+
+
+def check(
+    host: Host,
+    options: Mapping[str, Any],
+    *,
+    expected: str,
+    branch: int = 0,
+    floor: str = "",
+    gpus: Sequence[Mapping[str, Any]] = (),
+    start: Sequence[str] = (),
+) -> dict[str, Any]:
+    """The checks after an activation (see the module docstring).
+
+    ``expected``: a version (``"580.142"``) or a branch (``"R580"`` with ``branch`` 580 and the
+    ``floor``); ``gpus``: the GPUs before (each with ``pci.bus_id`` or ``pci_bus_id``); ``start``:
+    units to start again afterwards. Returns ``{"driver_version", "gpus": [bus ids], "persistence":
+    [..], "started": [units]}``. Raises StepFailed naming what differs and what to do.
+    """
+    record: dict[str, Any] = {"driver_version": None, "gpus": [], "persistence": [], "started": []}
+    if host.check_mode:
+        return record
+    smi = str(options.get("nvidia_driver_check_nvidia_smi") or "nvidia-smi")
+    run = _command(
+        host,
+        [*shlex.split(smi), f"--query-gpu={','.join(CHECK_FIELDS)}", "--format=csv,noheader"],
+        check_mode=False,
+    )
+    failure = nvidia_smi.classify_failure(
+        run.get("rc"), str(run.get("stdout") or ""), str(run.get("stderr") or "")
+    )
+    if failure.code != "ok":
+        raise StepFailed(
+            f"{host.name}: after the driver's activation nvidia-smi fails: {failure.detail or _text(run)}"
+            f" ({failure.code}). Fix: {failure.remedy}. The rollback puts the old driver back.",
+            record,
+        )
+    rows = nvidia_smi.parse_query_gpu(
+        str(run.get("stdout") or ""), CHECK_FIELDS, "csv,noheader", rc=run.get("rc")
+    )
+    versions = sorted({str(r["driver_version"]) for r in rows})
+    record.update(
+        driver_version=versions[0] if len(versions) == 1 else ",".join(versions),
+        gpus=[str(r["pci.bus_id"]) for r in rows],
+        persistence=[r["persistence_mode"] for r in rows],
+    )
+    problems = []
+    if len(versions) != 1 or not _version_ok(versions[0], expected, branch, floor):
+        problems.append(f"the driver version is {record['driver_version']}, not {expected}")
+    before = sorted(str(g.get("pci.bus_id") or g.get("pci_bus_id") or "") for g in gpus)
+    if before and before != sorted(record["gpus"]):
+        problems.append(f"the GPUs are {', '.join(sorted(record['gpus']))}, before {', '.join(before)}")
+    if problems:
+        raise StepFailed(
+            f"{host.name}: the driver's checks after activation fail: {'; '.join(problems)}."
+            " The rollback puts the old driver back.",
+            record,
+        )
+    for unit in start:
+        host.module("ansible.builtin.systemd_service", {"name": unit, "state": "started"})
+        record["started"].append(unit)
+    return record
+
+
+def measure_after(
+    host: Host,
+    options: Mapping[str, Any],
+    *,
+    run_id: str,
+    baseline: Mapping[str, Any],
+    manifest: Mapping[str, Any],
+    moved: Mapping[str, Any],
+    prompts: Mapping[str, Any] | None = None,
+    on_trial: Any = None,
+) -> dict[str, Any]:
+    """The serving stack measured on the new driver and judged against ``baseline`` (the baseline
+    step's record, taken on the old driver). Returns ``{"measured", "verdict", "kernel_log_read",
+    "kernel_log", "rollback": bool, "reason_to_roll_back"}``; nothing is measured in check mode."""
+    record: dict[str, Any] = {
+        "measured": None,
+        "verdict": None,
+        "rollback": False,
+        "reason_to_roll_back": "",
+        "baseline_recorded": False,
+        # The new driver passed the gate: it stays, also when the stack upgrade after it rolls back.
+        "kept": False,
+    }
+    if host.check_mode:
+        return record
+    profiles_before = dict((baseline.get("baseline") or {}).get("profiles") or {})
+    exec_start = str((manifest.get("service") or {}).get("exec_start") or "")
+    old = stack_context(options, "old", manifest)
+    started = time.monotonic()
+    # The old stack's own phase: its profiles without the new stack's arguments, so that the
+    # record stands as the stack upgrade's baseline (restarts.recorded_baseline).
+    measured = measure.phase(
+        host,
+        phase="baseline",
+        options=options,
+        profiles=list(options["cuda13_profiles"]),
+        venv=old["venv"],
+        exec_start=exec_start,
+        # A series of its own in the phase's trial file: the baseline on the old driver is this
+        # run's "baseline" series, and the bench returns a series' trials whole.
+        run_id=f"{run_id}/driver-{(moved.get('check') or {}).get('driver_version') or 'new'}",
+        plan=None,
+        service_user=(manifest.get("service") or {}).get("user") or "",
+        prompts=prompts,
+        on_trial=on_trial,
+        stack=old,
+    )
+    # No soak here: the old stack's phase serves no soak traffic, and its baseline has none.
+    verdict = gate({**options, "verify_throughput_soak_requests": 0}, measured["results"], profiles_before)
+    for decision in (verdict.get("decisions") or {}).values():
+        host.tell(f"driver window gate: {decision.get('reason')}")
+    log = read_kernel_log(host, options, moved)
+    logged = xid.kernel_log_verdict(moved["kernel_log_mark"], log) if moved.get("kernel_log_mark") else None
+    reasons = ([logged["reason"]] if logged and logged["gated"] else []) + (
+        [verdict["reason"]] if verdict["regressed"] else []
+    )
+    record.update(
+        measured=measured,
+        verdict=verdict,
+        kernel_log_read=log,
+        kernel_log=logged,
+        seconds=round(time.monotonic() - started, 1),
+    )
+    if reasons:
+        record.update(
+            rollback=True,
+            reason_to_roll_back=f"The stack on the new driver fails the gate: {'; '.join(reasons)}",
+        )
+        return record
+    # Kept: this measurement is the serving stack's baseline on the driver it now runs on, which
+    # the stack upgrade's baseline step reuses instead of measuring again.
+    written = {
+        "run_id": run_id,
+        "taken_at": now_iso(),
+        "taken_at_epoch": time.time(),
+        "driver_version": str((moved.get("check") or {}).get("driver_version") or ""),
+        "profiles": measured["results"],
+    }
+    host.module(
+        "cuda13_record",
+        {
+            "files": [
+                {
+                    "path": f"{options['cuda13_state_dir']}/baseline.json",
+                    "content": json_text(written),
+                    "mode": "0600",
+                }
+            ]
+        },
+    )
+    record.update(baseline_recorded=True, kept=True)
+    return record
+
+
+def restore(
+    host: Host,
+    options: Mapping[str, Any],
+    *,
+    cached: Mapping[str, Any],
+    moved: Mapping[str, Any],
+    gpus: Sequence[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
+    """Put the old driver back from ``cached`` (:func:`cache`'s record) after ``moved``
+    (:func:`move`'s record, possibly partial); the stack's rollback that follows in the rescue
+    starts the service on the old stack and measures it again. Returns ``{"restored": [files],
+    "removed": [names], "activation", "reboot", "check"}``; a ``reboot`` True means the play
+    reboots and checks again. Raises StepFailed when apt or the checks fail (the host needs the
+    operator)."""
+    record: dict[str, Any] = {"changed": True, "restored": [], "removed": [], "reboot": False}
+    files = [str(p["file"]) for p in cached.get("packages") or []]
+    if not files:
+        raise StepFailed(
+            f"{host.name}: no cached packages of the old driver to restore; see {cached.get('dir')}."
+        )
+    old_names = {str(p["name"]) for p in cached.get("packages") or []}
+    added = [
+        str(p["name"]).split(":", 1)[0]
+        for p in moved.get("packages_after") or []
+        if str(p["name"]).split(":", 1)[0] not in old_names
+    ]
+    facts = _facts(host)
+    _hold(host, [str(p["name"]).split(":", 1)[0] for p in _installed(facts) if p.get("held")], "install")
+    for unit in [str(options["cuda13_service_name"])]:
+        host.module("ansible.builtin.systemd_service", {"name": unit, "state": "stopped"})
+    # One transaction: the old packages depend on each other at one exact version, and the
+    # packages the move added go in the same run (Ansible's apt module takes one .deb per call).
+    argv = ["apt-get", "install", "-y", "--allow-downgrades", "--no-install-recommends", *files]
+    argv += [f"{name}-" for name in added]
+    if not host.check_mode:
+        done = _command(host, argv)
+        if done.get("rc") != 0:
+            raise StepFailed(
+                f"{host.name}: apt could not put the old driver's packages back: {_text(done)}."
+                f" The packages are in {cached.get('dir')}; install them with: {shlex.join(argv)}",
+                record,
+            )
+    record.update(restored=files, removed=added)
+    _hold(host, sorted(old_names), "hold")
+    done = activate(host, options, loaded=moved.get("loaded_before") or ["nvidia"])
+    record.update(activation=done["activation"], reboot=done["activation"] == "reboot")
+    if record["reboot"]:
+        return record
+    record["check"] = check(host, options, expected=str(cached.get("driver_version") or ""), gpus=gpus)
+    return record
+
+
+def summary(records: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The driver window of a host's run in short, for its result: ``{"from", "to", "activation",
+    "reboot", "kept": bool, "restored": bool, "reason", "baseline_recorded", "activation_seconds",
+    "measure_seconds"}``, or None when the run
+    moved no driver (``records``: ``{"cache", "moved", "checked", "measured", "restored"}``, each a
+    step's record, ``{}`` or skipped when it did not run)."""
+
+    def ran(name: str) -> dict[str, Any]:
+        value = (records or {}).get(name)
+        return dict(value) if isinstance(value, Mapping) and not value.get("skipped") else {}
+
+    cached, moved, checked, measured, restored = (
+        ran(n) for n in ("cache", "moved", "checked", "measured", "restored")
+    )
+    if not moved:
+        return None
+    return {
+        "from": cached.get("driver_version"),
+        "to": checked.get("driver_version"),
+        "activation": moved.get("activation"),
+        "reboot": bool(moved.get("reboot")),
+        "kept": bool(measured.get("kept")) and not restored,
+        "restored": bool(restored),
+        "reason": measured.get("reason_to_roll_back") or moved.get("msg") or checked.get("msg") or "",
+        "baseline_recorded": bool(measured.get("baseline_recorded")),
+        # Seconds: the reload's unload and load (a reboot is the play's own task), and the stack's
+        # measurement on the new driver (its restarts included).
+        "activation_seconds": moved.get("activation_seconds"),
+        "measure_seconds": measured.get("seconds"),
+    }
+
+
+__all__ = [
+    "summary",
+    "cache",
+    "move",
+    "activate",
+    "check",
+    "measure_after",
+    "restore",
+    "deb_file_name",
+    "cache_dir",
+]
