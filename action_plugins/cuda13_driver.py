@@ -24,6 +24,7 @@ class ActionModule(StepAction):
         "snapshot": {"type": "dict", "default": {}},
         "baseline": {"type": "dict", "default": {}},
         "gpus": {"type": "list", "elements": "dict", "default": []},
+        "in_rescue": {"type": "bool", "default": False},
     }
 
     def _begin(self, host, step):
@@ -44,6 +45,22 @@ class ActionModule(StepAction):
             return driver_move.move(host, options, plan)
         if state == "checked":
             target = str(plan.get("target") or "")
+            if args["in_rescue"]:
+                # The old driver after the rescue's reboot: a failure is recorded (the host's result
+                # is failed with it) and the stack's rollback still runs.
+                try:
+                    return {
+                        **driver_move.check(
+                            host,
+                            options,
+                            expected=target,
+                            gpus=args["gpus"],
+                            start=[u for u in args["moved"].get("clients") or [] if u != service],
+                        ),
+                        "changed": False,
+                    }
+                except StepFailed as exc:
+                    return {**exc.record, "restore_failed": True, "msg": exc.msg, "changed": False}
             return {
                 **driver_move.check(
                     host,

@@ -75,6 +75,12 @@ options:
     type: list
     elements: dict
     default: []
+  in_rescue:
+    description: >-
+      With C(checked), in the rescue after a reboot onto the old driver - a failed check returns
+      C(restore_failed) true with C(msg) instead of failing, so that the stack's rollback still runs.
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: partial

@@ -31,6 +31,9 @@ DPKG_ARGV = [
     "cuda-drivers*",
     "xserver-xorg-video-nvidia*",
     "firmware-nvidia-gsp*",
+    "linux-modules-nvidia-*",
+    "linux-objects-nvidia-*",
+    "linux-signatures-nvidia-*",
 ]
 NO_SYSTEMD = {
     "rc": 1,

@@ -87,6 +87,7 @@ class Machine:
                 "ansible.builtin.systemd_service": self.systemd,
                 "ansible.builtin.file": self.directory,
                 "ansible.builtin.copy": self.copy,
+                "ansible.builtin.stat": lambda args: {"stat": {"exists": Path(args["path"]).exists()}},
                 "cuda13_kernel_log": lambda args: {"log": {"mark": "m1"}},
             }
         )
@@ -322,18 +323,24 @@ def test_other_gpus_after_the_move_fail_the_check(machine):
 def test_the_restore_puts_the_cached_packages_back_in_one_transaction(machine):
     cached = driver_move.cache(machine.host, machine.options, _plan())
     moved = driver_move.move(machine.host, machine.options, _plan())
-    # Ubuntu's packages of another branch carry other names: the move's are removed in the same run.
-    moved["packages_after"] = [{"name": "nvidia-driver-580-open", "version": NEW_DEB}]
+    driver_move.check(machine.host, machine.options, expected=NEW, start=["nvidia-persistenced.service"])
     restored = driver_move.restore(machine.host, machine.options, cached=cached, moved=moved)
     (install,) = [
         c["argv"] for c in machine.host.called("ansible.builtin.command") if c["argv"][1:2] == ["install"]
     ]
     assert install[:5] == ["apt-get", "install", "-y", "--allow-downgrades", "--no-install-recommends"]
-    assert sorted(install[5:-1]) == sorted(p["file"] for p in cached["packages"])
-    assert install[-1] == "nvidia-driver-580-open-"
-    assert restored["removed"] == ["nvidia-driver-580-open"]
+    assert install[5:9] == ["-o", "Dpkg::Options::=--force-confdef", "-o", "Dpkg::Options::=--force-confold"]
+    files = [a for a in install if a.endswith(".deb")]
+    assert sorted(files) == sorted(p["file"] for p in cached["packages"])
+    # Ubuntu's packages of another branch carry other names: the move's are removed in the same run.
+    new_names = sorted(p["name"] for p in _packages("580", NEW_DEB, False))
+    assert restored["removed"] == new_names and install[-5:] == [f"{n}-" for n in new_names]
     assert restored["check"]["driver_version"] == OLD and machine.loaded() == OLD
     assert all(p["held"] for p in machine.packages)
+    # nvidia-persistenced, started again after the move's check, was stopped for the reload and
+    # started again after the restore's.
+    assert restored["clients"] == ["nvidia-persistenced.service"]
+    assert "nvidia-persistenced.service" in machine.active and SERVICE not in machine.active
 
 
 def test_a_ready_window_passes_the_preflight_with_the_targets_version(monkeypatch):
@@ -353,3 +360,37 @@ def test_check_mode_changes_nothing_and_says_what_apt_would_install(tmp_path):
     assert "check mode: apt would install nvidia-driver-580-open" in machine.host.told
     assert moved["activation"] == "reload" and machine.loaded() == OLD
     assert driver_move.check(machine.host, machine.options, expected=NEW)["driver_version"] is None
+
+
+def test_a_restore_under_reboot_activation_leaves_the_reload_to_the_plays_reboot(machine):
+    cached = driver_move.cache(machine.host, machine.options, _plan())
+    moved = driver_move.move(machine.host, machine.options, _plan(activation="reboot"))
+    restored = driver_move.restore(machine.host, machine.options, cached=cached, moved=moved)
+    assert restored["reboot"] is True and "check" not in restored
+    assert not [c for c in machine.host.called("ansible.builtin.command") if c["argv"][0] == "modprobe"]
+
+
+def test_a_host_between_two_drivers_is_refused_before_anything_is_kept(machine):
+    # The 580 library installed while the 570 module runs (a package change without a reload).
+    machine.packages = _packages("580", NEW_DEB, held=False)
+    with pytest.raises(StepFailed) as failed:
+        driver_move.cache(machine.host, machine.options, _plan())
+    assert "is installed while the driver that runs is 570.211.01: the host is between two drivers" in (
+        failed.value.msg
+    )
+    assert machine.host.called("ansible.builtin.file") == []
+
+
+def test_the_container_toolkit_is_neither_kept_nor_held(machine):
+    machine.packages.append(
+        {
+            "name": "nvidia-container-toolkit",
+            "version": "1.17.8-1",
+            "status": "hold ok installed",
+            "held": True,
+        }
+    )
+    cached = driver_move.cache(machine.host, machine.options, _plan())
+    assert "nvidia-container-toolkit" not in {p["name"] for p in cached["packages"]}
+    moved = driver_move.move(machine.host, machine.options, _plan())
+    assert "nvidia-container-toolkit" not in moved["unheld"] + moved["held"]

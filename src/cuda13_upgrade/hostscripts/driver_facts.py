@@ -56,6 +56,10 @@ DRIVER_PATTERNS = (
     "cuda-drivers*",
     "xserver-xorg-video-nvidia*",
     "firmware-nvidia-gsp*",
+    # Ubuntu's prebuilt, signed kernel modules (cuda13_upgrade.aptplan.package_kind's "driver").
+    "linux-modules-nvidia-*",
+    "linux-objects-nvidia-*",
+    "linux-signatures-nvidia-*",
 )
 #: The kernel modules of the driver, GPUDirect Storage (nvidia_fs) and GDRCopy (gdrdrv).
 NVIDIA_MODULES = (

@@ -44,7 +44,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from cuda13_upgrade import driver, driverplan, nvidia_smi, xid
+from cuda13_upgrade import aptplan, driver, driverplan, nvidia_smi, xid
 from cuda13_upgrade.errors import ParseError
 from cuda13_upgrade.steps import measure
 from cuda13_upgrade.steps.host import Host, StepFailed, json_text, now_iso
@@ -84,25 +84,80 @@ def _facts(host: Host, units: Sequence[str] = ()) -> dict[str, Any]:
     return host.module("cuda13_driver_facts", {"units": list(units)}, check_mode=False)["facts"]
 
 
+#: Packages named like the driver's that are not the driver: NVIDIA's container toolkit.
+_NOT_MOVED = re.compile(r"^(?:lib)?nvidia-container")
+
+
 def _installed(facts: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The driver's packages dpkg has installed (``install ok installed`` or held)."""
+    """The driver's packages dpkg has installed (``install ok installed`` or held): the driver and
+    its kernel module packages (:func:`cuda13_upgrade.aptplan.package_kind`), not the container
+    toolkit. Names keep their ``:arch`` (``libcuda1:i386``): dpkg's selections are per
+    architecture."""
     return [
         p
         for p in facts.get("packages") or []
-        if isinstance(p, Mapping) and str(p.get("status") or "").endswith("ok installed")
+        if isinstance(p, Mapping)
+        and str(p.get("status") or "").endswith("ok installed")
+        and aptplan.package_kind(str(p.get("name") or "")) in ("driver", "dkms")
+        and not _NOT_MOVED.match(str(p.get("name") or ""))
     ]
 
 
-def _command(host: Host, argv: Sequence[str], *, check_mode: bool | None = None, **kw: Any) -> dict[str, Any]:
+def _present(facts: Mapping[str, Any]) -> list[str]:
+    """Every driver package dpkg has in any state but "not-installed" and "config-files" (a package
+    a failed run left half-configured included)."""
+    return [
+        str(p["name"])
+        for p in facts.get("packages") or []
+        if isinstance(p, Mapping)
+        and not str(p.get("status") or "").endswith(("not-installed", "config-files"))
+        and aptplan.package_kind(str(p.get("name") or "")) in ("driver", "dkms")
+        and not _NOT_MOVED.match(str(p.get("name") or ""))
+    ]
+
+
+def _command(
+    host: Host,
+    argv: Sequence[str],
+    *,
+    check_mode: bool | None = None,
+    environment: Mapping[str, str] | None = None,
+    **kw: Any,
+) -> dict[str, Any]:
     """``ansible.builtin.command`` with ``argv`` and its arguments ``kw`` (``chdir``), never failing
     the step by itself; ``check_mode`` False runs a read in --check too."""
     return host.module(
-        "ansible.builtin.command", {"argv": list(argv), **kw}, check_mode=check_mode, allow_failure=True
+        "ansible.builtin.command",
+        {"argv": list(argv), **kw},
+        check_mode=check_mode,
+        environment=environment,
+        allow_failure=True,
     )
 
 
 def _text(result: Mapping[str, Any]) -> str:
     return "\n".join(str(result.get(k) or "") for k in ("stdout", "stderr", "msg")).strip()
+
+
+#: The packages built at the driver's own version (the library, the kernel module and their
+#: metapackages; not nvidia-settings or nvidia-modprobe, which Ubuntu versions on their own).
+_VERSIONED_WITH_DRIVER = re.compile(
+    r"^(?:libnvidia-compute-|libnvidia-ml1|libcuda1|nvidia-driver-\d|nvidia-driver$|nvidia-open|"
+    r"nvidia-kernel-|nvidia-dkms-)"
+)
+
+
+def _other_branch(name: str, version: str, current: str) -> bool:
+    """Whether the driver package ``name`` at ``version`` (Debian's, with an epoch and revision) is
+    of another branch than the running driver ``current``; False when either cannot be read as a
+    driver version (a pinning package's "580", a utility's own numbering)."""
+    if not current or not _VERSIONED_WITH_DRIVER.match(name):
+        return False
+    upstream = version.split(":", 1)[-1].split("-", 1)[0]
+    try:
+        return parse_driver_version(upstream, option=None)[0] != parse_driver_version(current, option=None)[0]
+    except (ParseError, ValueError):
+        return False
 
 
 def cache(host: Host, options: Mapping[str, Any], plan: Mapping[str, Any]) -> dict[str, Any]:
@@ -121,6 +176,18 @@ def cache(host: Host, options: Mapping[str, Any], plan: Mapping[str, Any]) -> di
             " could not put it back; the driver window moves only a driver installed from packages."
             " Nothing on the host was changed."
         )
+    # The old driver's versions only: a host between two drivers (packages moved, module not yet
+    # reloaded, or a run stopped part way) has no one driver to keep.
+    for p in packages:
+        name = str(p["name"]).split(":", 1)[0]
+        if _other_branch(name, str(p["version"]), current):
+            raise StepFailed(
+                f"{host.name}: {name} {p['version']} is installed while the driver that runs is"
+                f" {current}: the host is between two drivers, so there is no one driver to keep"
+                " for a rollback. Fix: reboot the host (or finish or undo the package change) so"
+                " that the packages and the loaded driver agree, then run again. Nothing on the"
+                " host was changed."
+            )
     arch_run = _command(host, ["dpkg", "--print-architecture"], check_mode=False)
     arch = str(arch_run.get("stdout") or "").strip() or "amd64"
     where = cache_dir(options, current)
@@ -145,6 +212,10 @@ def cache(host: Host, options: Mapping[str, Any], plan: Mapping[str, Any]) -> di
             continue
         got = _command(host, ["apt-get", "download", f"{name}:{pkg_arch}={p['version']}"], chdir=where)
         if got.get("rc") == 0:
+            # An "Architecture: all" package is named <name>_<version>_all.deb.
+            found = host.module("ansible.builtin.stat", {"path": target}, check_mode=False)
+            if not (found.get("stat") or {}).get("exists"):
+                entry["file"] = f"{where}/{deb_file_name(name, str(p['version']), 'all')}"
             kept.append({**entry, "from": "download"})
         else:
             missing.append(f"{name} {p['version']} ({(_text(got).splitlines() or ['no output'])[-1]})")
@@ -248,21 +319,25 @@ def move(host: Host, options: Mapping[str, Any], plan: Mapping[str, Any]) -> dic
     for unit in stopped:
         host.module("ansible.builtin.systemd_service", {"name": unit, "state": "stopped"})
     record["stopped"] = stopped
-    held = [str(p["name"]).split(":", 1)[0] for p in _installed(facts) if p.get("held")]
+    held = [str(p["name"]) for p in _installed(facts) if p.get("held")]
     _hold(host, held, "install")
     record["unheld"] = held
     requests = [str(r) for r in plan.get("requests") or []]
     runs = [[requests[0]], requests[1:]] if requests and driverplan.is_pin(requests[0]) else [requests]
-    for names in runs:
+    for number, names in enumerate(runs):
         if not names:
             continue
         if host.check_mode:
             # apt's own check mode resolves against the holds, which check mode did not release.
             host.tell(f"check mode: apt would install {' '.join(names)}")
             continue
+        # Unversioned requests move an installed package too (present would leave nvidia-open at
+        # its R570 version); the pinning package installed first limits what latest means. The
+        # first run reads the repositories again, as the preflight's simulation did.
+        state = "present" if any("=" in n for n in names) else "latest"
         result = host.module(
             "ansible.builtin.apt",
-            {"name": names, "state": "present", "install_recommends": False, "update_cache": False},
+            {"name": names, "state": state, "install_recommends": False, "update_cache": number == 0},
             allow_failure=True,
         )
         if result.get("failed"):
@@ -273,7 +348,7 @@ def move(host: Host, options: Mapping[str, Any], plan: Mapping[str, Any]) -> dic
             )
     record["installed"] = requests
     after = _facts(host)
-    new_held = [str(p["name"]).split(":", 1)[0] for p in _installed(after)]
+    new_held = [str(p["name"]) for p in _installed(after)]
     _hold(host, new_held, "hold")
     record["held"] = new_held
     record["packages_after"] = [{"name": p["name"], "version": p["version"]} for p in _installed(after)]
@@ -291,7 +366,10 @@ def move(host: Host, options: Mapping[str, Any], plan: Mapping[str, Any]) -> dic
         record.update(activation="reboot", reboot=True, reason=str(plan.get("activation_why") or ""))
         return record
     started = time.monotonic()
-    done = activate(host, options, loaded=loaded)
+    try:
+        done = activate(host, options, loaded=loaded)
+    except StepFailed as exc:
+        raise StepFailed(exc.msg, {**record, **exc.record}) from exc
     record.update(done, reboot=done["activation"] == "reboot")
     record["activation_seconds"] = round(time.monotonic() - started, 1)
     record.setdefault("reason", "")
@@ -481,9 +559,10 @@ def restore(
     """Put the old driver back from ``cached`` (:func:`cache`'s record) after ``moved``
     (:func:`move`'s record, possibly partial); the stack's rollback that follows in the rescue
     starts the service on the old stack and measures it again. Returns ``{"restored": [files],
-    "removed": [names], "activation", "reboot", "check"}``; a ``reboot`` True means the play
-    reboots and checks again. Raises StepFailed when apt or the checks fail (the host needs the
-    operator)."""
+    "removed": [names], "clients": [units started again after the check], "activation", "reboot",
+    "check"}``; a ``reboot`` True (the move rebooted, ``cuda13_driver_activation`` is ``reboot``,
+    or a module is in use) means the play reboots and then checks the old driver (``checked``).
+    Raises StepFailed when apt or the checks fail (the host needs the operator)."""
     record: dict[str, Any] = {"changed": True, "restored": [], "removed": [], "reboot": False}
     files = [str(p["file"]) for p in cached.get("packages") or []]
     if not files:
@@ -491,21 +570,33 @@ def restore(
             f"{host.name}: no cached packages of the old driver to restore; see {cached.get('dir')}."
         )
     old_names = {str(p["name"]) for p in cached.get("packages") or []}
-    added = [
-        str(p["name"]).split(":", 1)[0]
-        for p in moved.get("packages_after") or []
-        if str(p["name"]).split(":", 1)[0] not in old_names
-    ]
     facts = _facts(host)
-    _hold(host, [str(p["name"]).split(":", 1)[0] for p in _installed(facts) if p.get("held")], "install")
-    for unit in [str(options["cuda13_service_name"])]:
+    # What the move added: every driver package there now that the old driver did not have (from
+    # dpkg itself, so that a move that failed part way is covered too).
+    added = sorted(n for n in _present(facts) if n.split(":", 1)[0] not in old_names)
+    _hold(host, [str(p["name"]) for p in _installed(facts) if p.get("held")], "install")
+    service = str(options["cuda13_service_name"])
+    stopped = list(dict.fromkeys([service, *(moved.get("stopped") or [])]))
+    for unit in stopped:
         host.module("ansible.builtin.systemd_service", {"name": unit, "state": "stopped"})
     # One transaction: the old packages depend on each other at one exact version, and the
     # packages the move added go in the same run (Ansible's apt module takes one .deb per call).
-    argv = ["apt-get", "install", "-y", "--allow-downgrades", "--no-install-recommends", *files]
+    # No question at night: a changed configuration file keeps the host's version.
+    argv = [
+        "apt-get",
+        "install",
+        "-y",
+        "--allow-downgrades",
+        "--no-install-recommends",
+        "-o",
+        "Dpkg::Options::=--force-confdef",
+        "-o",
+        "Dpkg::Options::=--force-confold",
+        *files,
+    ]
     argv += [f"{name}-" for name in added]
     if not host.check_mode:
-        done = _command(host, argv)
+        done = _command(host, argv, environment={"DEBIAN_FRONTEND": "noninteractive"})
         if done.get("rc") != 0:
             raise StepFailed(
                 f"{host.name}: apt could not put the old driver's packages back: {_text(done)}."
@@ -513,12 +604,20 @@ def restore(
                 record,
             )
     record.update(restored=files, removed=added)
-    _hold(host, sorted(old_names), "hold")
+    # The holds the host had before the move.
+    _hold(host, list(moved.get("unheld") or []), "hold")
+    clients = [u for u in stopped if u != service]
+    record["clients"] = clients
+    if str(options.get(driverplan.ACTIVATION_OPTION) or "") == "reboot" or moved.get("reboot"):
+        record.update(activation="reboot", reboot=True)
+        return record
     done = activate(host, options, loaded=moved.get("loaded_before") or ["nvidia"])
     record.update(activation=done["activation"], reboot=done["activation"] == "reboot")
     if record["reboot"]:
         return record
-    record["check"] = check(host, options, expected=str(cached.get("driver_version") or ""), gpus=gpus)
+    record["check"] = check(
+        host, options, expected=str(cached.get("driver_version") or ""), gpus=gpus, start=clients
+    )
     return record
 
 

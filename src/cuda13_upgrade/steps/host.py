@@ -54,7 +54,7 @@ STEPS = {
 }
 
 #: The steps from which on the host has changed: a failure there rolls it back.
-CHANGING_STEPS = ("toolkit", "wheels", "sglang_build", "switch")
+CHANGING_STEPS = ("driver", "toolkit", "wheels", "sglang_build", "switch")
 
 
 class StepFailed(Exception):

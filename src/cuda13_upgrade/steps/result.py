@@ -52,7 +52,7 @@ def status_of(records: Mapping[str, Any], mode: str) -> str:
     """How the host ends: a rescue's record decides (its status; ``failed`` when the rescue itself
     failed); without one the block ran through - ``kept``, or ``staged`` for the stage."""
     rescue = _ok(records, "rollback")
-    if _ok(_ok(records, "driver_window"), "restored").get("restore_failed"):
+    if _driver_restore_error(records):
         return "failed"  # the old driver could not be put back (cuda13_upgrade.steps.driver_move)
     if rescue:
         return "failed" if rescue.get("failed") else str(rescue.get("status") or "failed")
@@ -60,8 +60,14 @@ def status_of(records: Mapping[str, Any], mode: str) -> str:
 
 
 def _driver_restore_error(records: Mapping[str, Any]) -> str | None:
-    restored = _ok(_ok(records, "driver_window"), "restored")
-    return str(restored.get("msg")) if restored.get("restore_failed") else None
+    """The message of a driver window whose old driver could not be put back (the restore, or its
+    check after the rescue's reboot), else None."""
+    window = _ok(records, "driver_window")
+    for name in ("restored", "restored_check"):
+        record = _ok(window, name)
+        if record.get("restore_failed"):
+            return str(record.get("msg"))
+    return None
 
 
 def _phase(record: Mapping[str, Any], key: str = "measured") -> dict[str, Any]:

@@ -38,9 +38,10 @@ from cuda13_upgrade.steps.verify import read_kernel_log
 #: The steps before the switch: a failure there leaves the old stack serving and the new one unused.
 BEFORE_SWITCH = ("snapshot", "artifact_cache", "toolkit", "wheels", "sglang_build", "drain", "baseline")
 
-#: The steps from which on the service runs something else than its old stack (the switch
-#: drop-in, the new stack measured, the kept host watched): a failure there restarts it.
-SERVING_STEPS = ("switch", "verify", "batch_soak")
+#: The steps from which on the service runs something else than its old stack (the driver
+#: window's move, which stops it, the switch drop-in, the new stack measured, the kept host
+#: watched): a failure there restarts it.
+SERVING_STEPS = ("driver", "switch", "verify", "batch_soak")
 
 #: What the rollback's record and line say when it restored files and links only.
 NOT_RESTARTED = "The server was not restarted: it never left the old stack."
