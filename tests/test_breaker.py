@@ -92,10 +92,16 @@ def test_only_rollbacks_and_failures_of_rollouts_count(tmp_path):
     _result(tmp_path, "interrupted", "n1", "interrupted", at)
     _result(tmp_path, "cli", "n1", "rolled_back", at, reason="slower by 4.1 %", failed_step="verify")
     _run_record(tmp_path, "cli", "rollout")
+    # cuda13-upgrade driver: a driver window rolled back counts as a rollout's rollback.
+    _result(tmp_path, "drv", "n4", "rolled_back", at, reason="slower on 580.142", failed_step="driver")
+    _run_record(tmp_path, "drv", "driver")
+    _result(tmp_path, "drvcheck", "n4", "rolled_back", at)
+    _run_record(tmp_path, "drvcheck", "driver", check=True)
     _result(tmp_path, "awx", "n2", "failed", at, error="apt failed")
     _result(tmp_path, "current", "n3", "rolled_back", at)
     the_history = breaker.history(tmp_path, NOW, 7, exclude_run="current")
-    assert _hosts(the_history) == [("n2", "awx"), ("n1", "cli")]
+    assert _hosts(the_history) == [("n2", "awx"), ("n1", "cli"), ("n4", "drv")]
+    assert the_history["records"][2]["decision"] == "rolled back at driver"
     cli = the_history["records"][1]
     assert cli["decision"] == "rolled back at verify"
     assert cli["reason"] == "slower by 4.1 %"

@@ -105,6 +105,25 @@ def test_stage_runs_the_stage_playbook_and_a_staged_host_is_fine(tmp_path, inven
     )
 
 
+def test_driver_runs_the_driver_window_alone_and_its_statuses_are_fine(tmp_path, inventory):
+    options = parser.parse_args(
+        ["driver", "-i", str(inventory), "-e", "cuda13_driver_target=R580", "--until", "06:00"], cwd=tmp_path
+    )
+    assert parser.playbook_path(options) == ROOT / "playbooks" / "driver.yml"
+    # The plan that confirms it and the playbook both see the switch (cuda13_driver_only).
+    assert json.loads(options.extra_vars[-1]) == {"cuda13_driver_only": True}
+    assert json.loads(options.extra_vars[-2]) == {"cuda13_until": "06:00"}
+    ok = parser.COMMANDS["driver"].ok_statuses
+    assert ok == ("driver_kept", "driver_current", "kept")
+    moved = [{"status": "driver_kept"}, {"status": "driver_current"}, {"status": "kept"}]
+    assert commands.exit_status(moved, 0, ok) == commands.EXIT_OK
+    assert commands.exit_status([*moved, {"status": "rolled_back"}], 2, ok) == commands.EXIT_HOSTS
+    # A rollout's exit status does not take a moved driver as an upgrade.
+    rollout = parser.COMMANDS["rollout"].ok_statuses
+    assert commands.exit_status([{"status": "driver_kept"}], 0, rollout) == commands.EXIT_HOSTS
+    assert "driver" in parser.CONFIRMED
+
+
 def test_a_host_list_is_an_inventory(tmp_path):
     options = parser.parse_args(["preflight", "-i", "node-a,node-b,"], cwd=tmp_path)
     assert options.inventory == "node-a,node-b,"

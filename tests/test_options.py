@@ -417,6 +417,17 @@ def test_a_driver_target_that_is_malformed_or_below_the_floor_is_refused(specs, 
     assert "Option: cuda13_driver_target" in failure["message"]
 
 
+@pytest.mark.parametrize("given", [{}, {"cuda13_driver_target": ""}, {"cuda13_driver_target": "  "}])
+def test_the_driver_window_alone_without_a_target_is_refused_naming_the_option(specs, given):
+    # -e cuda13_driver_only=true, as cuda13-upgrade driver passes it: a string from the command line.
+    [failure] = options.validate({"cuda13_driver_only": "true", **given}, specs)["failures"]
+    assert failure["option"] == "cuda13_driver_target"
+    assert failure["message"].startswith("cuda13_driver_target is empty, and cuda13_driver_only")
+    assert "Fix: give the driver to move to, e.g. -e cuda13_driver_target=580.95.05" in failure["message"]
+    report = options.validate({"cuda13_driver_only": "true", "cuda13_driver_target": "R580"}, specs)
+    assert report["ok"] and report["values"]["cuda13_driver_only"] is True
+
+
 def test_an_unquoted_driver_version_is_refused_with_the_advice_to_quote_it(specs):
     # YAML reads cuda13_driver_target: 580.95 as the number 580.95.
     [failure] = options.validate({"cuda13_driver_target": 580.95}, specs)["failures"]

@@ -231,3 +231,31 @@ def test_the_summary_counts_the_hosts_below_the_driver_floor_ready_or_blocked():
     assert not any(
         line.startswith("driver window") for line in plan.rollout_plan([_host()])["summary"]["lines"]
     )
+
+
+def test_the_plan_of_the_driver_window_alone_names_the_hosts_it_moves_and_no_stack_change():
+    at_floor = {
+        "current": "590.48.01",
+        "floor": "580.95.05",
+        "needs_move": False,
+        "ready": True,
+        "blockers": [],
+    }
+    ready = {**at_floor, "current": "570.86.15", "needs_move": True, "target": "R580"}
+    driver_only = {**OPTIONS, "cuda13_driver_only": True}
+    hosts = [
+        _host("gpu-node-01", options=driver_only, preflight={**PREFLIGHT, "driver_window": at_floor}),
+        _host("gpu-node-02", options=driver_only, preflight={**PREFLIGHT, "driver_window": ready}),
+    ]
+    summary = plan.rollout_plan(hosts)["summary"]
+    assert summary["driver_only"] is True and summary["driver_ready"] == ["gpu-node-02"]
+    assert (
+        "driver window: 1 host below the driver floor, 1 ready for the move (gpu-node-02);"
+        " cuda13-upgrade driver moves the ready ones, measured and rolled back like the stack"
+        " (docs/driver.md), leaves every stack as it is, and refuses the blocked ones"
+    ) in summary["lines"]
+    assert not any("service restarts in all" in line for line in summary["lines"]), summary["lines"]
+    # The rollout's plan of the same hosts: the stack changes too.
+    rollout = plan.rollout_plan([_host("gpu-node-02", preflight={**PREFLIGHT, "driver_window": ready})])
+    assert rollout["summary"]["driver_only"] is False
+    assert any("service restarts in all" in line for line in rollout["summary"]["lines"])

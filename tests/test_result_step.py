@@ -238,3 +238,60 @@ def test_a_run_without_a_driver_window_records_none():
 
     assert driver_move.summary(None) is None
     assert driver_move.summary({"cache": {}, "moved": {"skipped": True}}) is None
+
+
+KEPT_MOVE = {
+    "cache": {"driver_version": "570.211.01"},
+    "moved": {"activation": "reload", "reboot": False},
+    "checked": {"driver_version": "580.142"},
+    "measured": {"kept": True, "rollback": False, "baseline_recorded": True},
+}
+
+
+def test_the_driver_window_alone_records_a_kept_move_as_driver_kept_not_as_a_kept_stack(tmp_path):
+    host = Host()
+    done, copies = _record(
+        host, tmp_path, {"driver_window": KEPT_MOVE}, cuda13_driver_only=True, cuda13_driver_target="R580"
+    )
+    recorded = done["result"]
+    assert recorded["status"] == result.DRIVER_KEPT and copies == [recorded]
+    assert recorded["driver_window"]["kept"] is True and recorded["stack_after"]["venv"] == OLD_VENV
+    # On the host: the next rollout reads a result that is not "kept", so it walks the host.
+    written = json.loads((tmp_path / "state" / "result.json").read_text())
+    assert written["status"] == "driver_kept"
+    from cuda13_upgrade import rerun
+
+    verdict = rerun.kept_rerun(written, TARGET, digest=None, reverify=False)
+    assert verdict["already_kept"] is False and verdict["measure"] is True
+
+
+def test_the_driver_window_alone_leaves_the_record_of_a_host_that_needed_no_move(tmp_path):
+    state = tmp_path / "state"
+    state.mkdir()
+    previous = {"run_id": "r0", "status": "rolled_back"}
+    (state / "result.json").write_text(json.dumps(previous))
+    host = Host()
+    done, copies = _record(
+        host,
+        tmp_path,
+        {"driver_window": {"cache": {}, "moved": {"skipped": True}}},
+        cuda13_driver_only=True,
+        cuda13_driver_target="R580",
+        cuda13_metrics_textfile_dir=str(tmp_path / "t"),
+    )
+    assert done["result"]["status"] == result.DRIVER_CURRENT and copies == [done["result"]]
+    assert json.loads((state / "result.json").read_text()) == previous
+    assert not (tmp_path / "t").exists()
+
+
+def test_the_driver_window_alone_rolled_back_is_rolled_back(tmp_path):
+    rollback = {"status": "rolled_back", "failed_step": "driver", "error": "plain -9.8 %"}
+    window = {**KEPT_MOVE, "measured": {"rollback": True}, "restored": {"check": {}}}
+    done, _ = _record(
+        Host(),
+        tmp_path,
+        {"driver_window": window, "rollback": rollback},
+        cuda13_driver_only=True,
+        cuda13_driver_target="R580",
+    )
+    assert done["result"]["status"] == "rolled_back"

@@ -314,3 +314,11 @@ def test_a_lock_refusal_says_nothing_was_changed_and_counts_as_a_refusal(tmp_pat
     assert (
         fleetstate.refusal_of({"status": "unreachable", "error": "Nothing was changed."}, "rollback") is None
     )
+
+
+def test_the_driver_windows_statuses_are_states_of_their_own():
+    # cuda13-upgrade driver: a moved driver is not a kept stack.
+    assert fleetstate.state_of({"status": "driver_kept"}) == "driver kept"
+    assert fleetstate.state_of({"status": "driver_current"}) == "driver current"
+    assert fleetstate.state_of({"status": "kept"}) == "kept"
+    assert "driver" in fleetstate.CHANGING_COMMANDS

@@ -153,11 +153,12 @@ def _finished(result: Mapping[str, Any], path: Path) -> datetime:
 
 
 def _counted_run(run: Path) -> bool:
-    """Whether a run directory's results may count: a rollout, not in check mode."""
+    """Whether a run directory's results may count: a rollout or a driver window (``cuda13-upgrade
+    driver``), not in check mode."""
     record = hostresult.load_run_record(run)  # ValueError naming run.json
     if not record:
         return True
-    return record.get("command") == "rollout" and not record.get("check")
+    return record.get("command") in ("rollout", "driver") and not record.get("check")
 
 
 def _one_line(text: Any) -> str:

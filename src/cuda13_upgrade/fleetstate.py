@@ -35,12 +35,15 @@ STATE_OF_STATUS = {
     "rolled_back": "rolled back",
     "failed": "failed",
     "staged": "staged",
+    # cuda13-upgrade driver (cuda13_upgrade.steps.result.DRIVER_KEPT, DRIVER_CURRENT)
+    "driver_kept": "driver kept",
+    "driver_current": "driver current",
     "interrupted": "interrupted",
     "unreachable": "unreachable",
 }
 
 #: Commands whose runs change hosts; only their ``run.json`` outcomes count.
-CHANGING_COMMANDS = ("rollout", "stage", "rollback")
+CHANGING_COMMANDS = ("rollout", "driver", "stage", "rollback")
 
 #: run.json outcomes that say something about a host without a result file.
 _OUTCOMES = ("failed", "unreachable")
@@ -50,7 +53,12 @@ _OUTCOMES = ("failed", "unreachable")
 UNCHANGED = ("nothing was changed", "nothing on the host was changed")
 
 #: How status names a refused run of each command.
-REFUSED_RUN = {"rollback": "an on-demand rollback", "rollout": "a rollout", "stage": "a stage run"}
+REFUSED_RUN = {
+    "rollback": "an on-demand rollback",
+    "rollout": "a rollout",
+    "driver": "a driver window",
+    "stage": "a stage run",
+}
 
 
 def inventory_hosts(inventory: str, pattern: str, limit: str | None = None) -> list[str]:

@@ -33,7 +33,13 @@ NOT_REACHED = "not reached"
 #: The status run.json gives a host kept by an earlier run, its stack unchanged (no role ran).
 ALREADY_KEPT = "already kept"
 #: How a status reads in a sentence (the others read as they are).
-STATUS_TEXT = {"rolled_back": "rolled back", ondemand.NOTHING_TO_ROLL_BACK: "nothing to roll back"}
+STATUS_TEXT = {
+    "rolled_back": "rolled back",
+    ondemand.NOTHING_TO_ROLL_BACK: "nothing to roll back",
+    # cuda13-upgrade driver: the driver moved and kept, or at or above the floor and left alone.
+    "driver_kept": "driver kept",
+    "driver_current": "driver current",
+}
 
 
 def load_results(run_dir: str | Path, hosts: list[str] | None = None) -> list[dict[str, Any]]:

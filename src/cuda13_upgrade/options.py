@@ -69,6 +69,7 @@ PLAY_OPTIONS: dict[str, dict[str, Any]] = {
     "cuda13_preflight_allow_partial": {"type": "bool"},
     "cuda13_break_lock": {"type": "bool"},
     "cuda13_target_hosts": {"type": "str"},
+    "cuda13_driver_only": {"type": "bool"},
 }
 
 _UNIT_RE = re.compile(r"^[A-Za-z0-9:_.\\@-]+\.service$")
@@ -1000,6 +1001,16 @@ def _cross_checks(values: Mapping[str, Any], given: Mapping[str, Any]) -> list[d
             )
         )
     failures.extend(_driver_target_failures(values))
+    if values.get("cuda13_driver_only") and not str(values.get("cuda13_driver_target") or "").strip():
+        failures.append(
+            _failure(
+                "cuda13_driver_target",
+                values.get("cuda13_driver_target"),
+                "is empty, and cuda13_driver_only (cuda13-upgrade driver, playbooks/driver.yml) moves each"
+                " host's driver to it",
+                "the driver to move to, e.g. -e cuda13_driver_target=580.95.05 or R580 (docs/driver.md)",
+            )
+        )
     failures.extend(pip_environment_failures(values))
     return failures
 

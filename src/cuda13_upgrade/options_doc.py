@@ -161,6 +161,14 @@ PLAY_OPTION_DOCS: dict[str, dict[str, Any]] = {
         "(only when that run is known to be dead); a lock of a dead run past its lease is taken over "
         "without it.",
     },
+    "cuda13_driver_only": {
+        "default": False,
+        "description": "The driver window alone: each host below the driver floor is moved to "
+        "cuda13_driver_target (cached, drained, measured on both drivers, rolled back where slower or "
+        "failing) and its stack is left as it is; a host already at or above the floor is left alone. "
+        "Set by cuda13-upgrade driver and playbooks/driver.yml; the stack follows on a later rollout "
+        "(docs/driver.md).",
+    },
     "cuda13_target_hosts": {
         "default": "blackwell",
         "description": "The inventory group (or host pattern) the playbooks upgrade; the inventory must "
@@ -232,6 +240,7 @@ TUNE: tuple[str, ...] = (
     "cuda13_driver_activation",
     "cuda13_driver_gpu_clients",
     "cuda13_driver_reboot_timeout",
+    "cuda13_driver_only",
     "cuda13_extra_vars_allowed",
     "cuda13_reverify",
     "cuda13_rollback_verify",

@@ -282,8 +282,10 @@ def rollout_plan(
         "summary": {"hosts", "paths": {path: [host]}, "refused": [host],
         "unreachable": [host], "stops": bool,
         "changes": int, "restarts": int, "wheels_bytes": int | None,
-        "out_of_service_s": float | None, "lines": [str]}}``; ``stops``: the
-        rollout would stop at its preflight, changing no host.
+        "out_of_service_s": float | None, "driver_only": bool, "driver_ready": [host],
+        "lines": [str]}}``; ``stops``: the rollout would stop at its preflight, changing no host;
+        ``driver_ready``: the hosts whose driver the run moves (none when it stops);
+        ``driver_only``: a plan of ``cuda13-upgrade driver`` (the stack lines left out).
 
     Raises:
         ValueError: a bad ``serial`` or ``max_parallel``, naming the option.
@@ -330,7 +332,8 @@ def rollout_plan(
         )
     elif stopped_by:
         lines.append(f"{'; '.join(stopped_by)}; cuda13_preflight_allow_partial=true upgrades the others")
-    if changing and not stops:
+    driver_only = any(r.get("driver_only") for r in records)
+    if changing and not stops and not driver_only:
         lines.append(
             f"{_count(len(changing), 'host')} {'changes' if len(changing) == 1 else 'change'},"
             f" in {_count(len(batch_list), 'batch')};"
@@ -352,7 +355,7 @@ def rollout_plan(
                 f"no drain hook for {', '.join(undrained)} (cuda13_allow_undrained): traffic reaches them"
                 " while they restart"
             )
-    lines += _driver_lines(records)
+    lines += _driver_lines(records, driver_only=driver_only)
     lines += [str(line) for line in batch_lines] + [str(line) for line in fleet_lines]
     return {
         "run_id": run_id,
@@ -368,6 +371,8 @@ def rollout_plan(
             "restarts": restarts_total,
             "wheels_bytes": total_bytes,
             "out_of_service_s": max(outs) if outs and None not in outs else None,
+            "driver_only": driver_only,
+            "driver_ready": [] if stops else _driver_ready(records),
             "lines": lines,
         },
     }
@@ -388,9 +393,15 @@ def _must_set_lines(sources: Mapping[str, str]) -> list[str]:
     return lines
 
 
-def _driver_lines(records: Sequence[Mapping[str, Any]]) -> list[str]:
+def _driver_ready(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The hosts whose driver the run moves: below the floor, every check of the move passed."""
+    return [r["host"] for r in records if (r.get("driver_move") or {}).get("state") == "ready"]
+
+
+def _driver_lines(records: Sequence[Mapping[str, Any]], *, driver_only: bool = False) -> list[str]:
     """The driver window's line of the summary: the hosts below the floor, ready for the move or
-    blocked (with the checks that block each)."""
+    blocked (with the checks that block each). ``driver_only``: the run is ``cuda13-upgrade
+    driver`` (``cuda13_driver_only``), which moves drivers and leaves the stacks."""
     moves = [(r["host"], r["driver_move"]) for r in records if r.get("driver_move")]
     below = [(host, move) for host, move in moves if move.get("state") in ("ready", "blocked")]
     if not below:
@@ -398,6 +409,13 @@ def _driver_lines(records: Sequence[Mapping[str, Any]]) -> list[str]:
             return []
         who = "the host meets" if len(moves) == 1 else f"all {len(moves)} hosts meet"
         return [f"driver window: {who} the driver floor, no driver change"]
+    what = (
+        "cuda13-upgrade driver moves the ready ones, measured and rolled back like the stack"
+        " (docs/driver.md), leaves every stack as it is,"
+        if driver_only
+        else "the rollout moves the ready ones first, measured and rolled back like the stack"
+        " (docs/driver.md),"
+    )
     ready = [host for host, move in below if move["state"] == "ready"]
     blocked = [
         f"{host} ({', '.join(move.get('blockers') or [])})"
@@ -409,8 +427,7 @@ def _driver_lines(records: Sequence[Mapping[str, Any]]) -> list[str]:
         parts.append(f"{len(blocked)} blocked: {'; '.join(blocked)}")
     return [
         f"driver window: {_count(len(below), 'host')} below the driver floor, {', '.join(parts)};"
-        " the rollout moves the ready ones first, measured and rolled back like the stack (docs/driver.md),"
-        " and refuses the blocked ones"
+        f" {what} and refuses the blocked ones"
     ]
 
 

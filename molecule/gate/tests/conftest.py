@@ -42,3 +42,8 @@ def r570():
 @pytest.fixture(scope="module")
 def r570_slower():
     return testinfra.get_host("podman://cuda13-gate-8")
+
+
+@pytest.fixture(scope="module")
+def two_nights():
+    return testinfra.get_host("podman://cuda13-gate-9")

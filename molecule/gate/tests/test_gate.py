@@ -299,3 +299,29 @@ def test_an_r570_host_slower_on_the_new_driver_is_put_back_on_its_old_driver(r57
     held = r570_slower.check_output("apt-mark showhold").split()
     assert "nvidia-driver-570-open" in held and not [name for name in held if "580" in name]
     assert not r570_slower.file("/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.580.142").exists
+
+
+def test_the_driver_window_alone_moves_the_driver_and_the_next_rollout_the_stack(two_nights):
+    night = RUN.parent / "molecule-gate-driver"
+    moved = json.loads((night / "cuda13-gate-9" / "result.json").read_text())
+    assert moved["status"] == "driver_kept", moved
+    window = moved["driver_window"]
+    assert (window["from"], window["to"], window["kept"]) == ("570.211.01", "580.142", True), window
+    assert window["baseline_recorded"] and moved["stack_after"]["venv"] == "/opt/ml-env"
+    record = json.loads((night / "run.json").read_text())
+    assert record["command"] == "driver" and record["outcomes"] == {
+        "cuda13-gate-9": {"status": "driver_kept"}
+    }
+    assert "driver kept" in (night / "summary.md").read_text()
+    # The rollout after it: the driver at the floor (no window), the stack walked, not "already kept",
+    # and the driver night's measurement on the new driver stood for its baseline.
+    result = _result(two_nights)
+    assert result["status"] == "kept" and result["measured"] and not result["already_kept"], result
+    assert result["driver_window"] is None
+    assert result["restart_plan"]["baseline"] is None
+    assert set(result["throughput"]["baseline"]) == {"plain", "eagle3"}
+    assert _serving_venv(two_nights) == "/opt/ml-env-cu130/bin/python"
+    assert (
+        two_nights.check_output("nvidia-smi --query-gpu=driver_version --format=csv,noheader").split()
+        == ["580.142"] * 8
+    )

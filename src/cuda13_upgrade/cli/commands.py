@@ -237,11 +237,11 @@ def run_command(options: Options, stream: TextIO | None = None) -> int:
             print("\n".join(f"  {line}" for line in run.doing), file=sys.stderr)
         return _after_interrupt(options, command, run, hosts, log, out)
     rows = _show_report(run_dir, hosts, out) if hosts else []
-    status = exit_status(rows, run.rc, [command.ok_status])
-    refused = breaker_refused(run_dir, started) if command.name == "rollout" else None
+    status = exit_status(rows, run.rc, command.ok_statuses)
+    refused = breaker_refused(run_dir, started) if command.name in _FLEET_NIGHTS else None
     if refused is not None and status != EXIT_OK:
         print(
-            f"The breaker refused the rollout; no host was changed (exit status {EXIT_BREAKER}): "
+            f"The breaker refused the {command.name}; no host was changed (exit status {EXIT_BREAKER}): "
             f"{refused.get('reason')} (full output: {log})",
             file=sys.stderr,
         )
@@ -258,7 +258,11 @@ def run_command(options: Options, stream: TextIO | None = None) -> int:
 
 
 #: Commands whose playbooks take the hosts' locks (action cuda13_lock).
-_LOCKING = ("rollout", "stage", "rollback")
+_LOCKING = ("rollout", "driver", "stage", "rollback")
+
+#: Commands that run the rollout's fleet night (playbooks/upgrade.yml: batches, budget, window,
+#: breaker, notifications).
+_FLEET_NIGHTS = ("rollout", "driver")
 
 
 def _after_interrupt(
@@ -309,7 +313,9 @@ def _tell_end(options: Options, command: Command, run_dir: Path) -> bool:
     the summary, closes the estimate and tells the end) after ``run.json`` is written, whose hosts'
     outcomes the end's counts take, then records the sends in ``run.json``. Returns whether it
     ran; never raises for the playbook's failure (its output is in ``ansible-report.log``)."""
-    if command.name != "rollout" or options.check or options.inventory is None or options.run_id is None:
+    if command.name not in _FLEET_NIGHTS or options.check:
+        return False
+    if options.inventory is None or options.run_id is None:
         return False
     state = notify.load_state(run_dir)
     if not state.get("started") or state.get("ended"):
@@ -410,8 +416,8 @@ def report_command(options: Options, stream: TextIO | None = None) -> int:
     record = load_run_record(run_dir)
     rows = _show_report(run_dir, None, out)
     command = COMMANDS.get(str(record.get("command")), COMMANDS["rollout"])
-    ok = record.get("ok_status") or command.ok_status
-    return exit_status(rows, record.get("runner_rc"), [ok])
+    ok = record.get("ok_status")
+    return exit_status(rows, record.get("runner_rc"), [ok, *command.also_ok] if ok else command.ok_statuses)
 
 
 def target_group(extra_vars: Iterable[str]) -> str:
@@ -595,7 +601,8 @@ def confirm_command(
 
     Not asked with ``--yes``, in check mode, or for other commands. Without a
     terminal on ``stdin`` the command is refused (:class:`UsageError`: pass
-    ``--yes``). ``rollout`` first runs the plan (:func:`run_plan`, same run id:
+    ``--yes``). ``rollout`` and ``driver`` first run the plan (``driver``: with no host to
+    move, 0 and nothing asked) (:func:`run_plan`, same run id:
     ``plan.json`` stays in the run's report directory) and prints it; a plan in
     which the rollout would stop at its preflight ends here (1), nothing asked.
     ``rollback`` lists the hosts it takes with their last state
@@ -611,7 +618,7 @@ def confirm_command(
             f"pass --yes to {options.command} without asking (automation), or run 'cuda13-upgrade plan' first"
         )
     assert options.inventory is not None
-    if options.command == "rollout":
+    if options.command in _FLEET_NIGHTS:
         from cuda13_upgrade import plan
 
         status, the_plan = run_plan(options, out)
@@ -621,9 +628,19 @@ def confirm_command(
         print(plan.render_text(the_plan), file=out, end="")
         summary = the_plan["summary"]
         if summary["stops"]:
-            print("\nThe rollout would stop at its preflight; nothing was changed.", file=out)
+            print(f"\nThe {options.command} would stop at its preflight; nothing was changed.", file=out)
             return EXIT_HOSTS
-        question = f"Roll out the CUDA 13 stack to {summary['changes']} of {summary['hosts']} hosts now?"
+        if options.command == "driver":
+            ready = summary.get("driver_ready") or []
+            if not ready:
+                print("\nNo host's driver needs the move; nothing was changed.", file=out)
+                return EXIT_OK
+            question = (
+                f"Move the NVIDIA driver of {len(ready)} of {summary['hosts']} hosts "
+                f"({', '.join(ready)}) now? Each is drained and its service restarts on both drivers"
+            )
+        else:
+            question = f"Roll out the CUDA 13 stack to {summary['changes']} of {summary['hosts']} hosts now?"
     else:
         from cuda13_upgrade import fleetstate
 

@@ -31,14 +31,22 @@ _RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 class Command:
     """A subcommand: the playbook it runs (relative to the checkout; None for
     ``report``), the result status of a host that did what the command is
-    for, and the status of a host that ran without failing but left no result
-    file (``"not reached"`` where the playbook writes results)."""
+    for (and ``also_ok``, other such statuses), and the status of a host that
+    ran without failing but left no result file (``"not reached"`` where the
+    playbook writes results)."""
 
     name: str
     playbook: str | None
     ok_status: str
     no_result_status: str
     help: str
+    #: Other result statuses of a host that did what the command is for.
+    also_ok: tuple[str, ...] = ()
+
+    @property
+    def ok_statuses(self) -> tuple[str, ...]:
+        """``ok_status`` and ``also_ok``: the statuses :func:`exit_status` takes as done."""
+        return (self.ok_status, *self.also_ok)
 
 
 COMMANDS: dict[str, Command] = {
@@ -50,6 +58,17 @@ COMMANDS: dict[str, Command] = {
         "upgrade hosts to the CUDA 13 stack, keep it where it is not slower, roll back elsewhere; "
         "restarts the service into each profile on both stacks and sends load (drained with "
         "cuda13_drain_tasks when set)",
+    ),
+    "driver": Command(
+        "driver",
+        "playbooks/driver.yml",
+        "driver_kept",
+        NOT_REACHED,
+        "the driver window alone: move each host below the CUDA 13 driver floor to cuda13_driver_target, "
+        "measured on both drivers by the gate and rolled back where slower or failing; the stack is left "
+        "as it is (a later rollout upgrades it); drains, restarts the service and sends load",
+        # A host already at or above the floor needs no move; a kept stack needs none either.
+        also_ok=("driver_current", "kept"),
     ),
     "stage": Command(
         "stage",
@@ -186,7 +205,7 @@ def default_run_id(now: datetime | None = None) -> str:
 
 
 #: Commands that ask for confirmation before they run (confirm_command).
-CONFIRMED = ("rollout", "rollback")
+CONFIRMED = ("rollout", "driver", "rollback")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -284,7 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
             parsed.add_argument(
                 "--json", action="store_true", dest="json_output", help="print the plan as JSON"
             )
-        if command.name in ("rollout", "plan"):
+        if command.name in ("rollout", "driver", "plan"):
             parsed.add_argument(
                 "--until",
                 metavar="TIME",
@@ -292,7 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
                 "ISO 8601 date and time such as 2026-12-01T06:00+01:00 (passed as -e cuda13_until=TIME); "
                 "a batch already running finishes",
             )
-        if command.name == "rollout":
+        if command.name in ("rollout", "driver"):
             parsed.add_argument(
                 "--ack-breaker",
                 metavar="RUN_ID",
@@ -381,6 +400,8 @@ def parse_args(argv: Sequence[str] | None = None, *, cwd: Path | None = None) ->
         if not _RUN_ID_RE.match(ack):
             raise UsageError(f"--ack-breaker {ack!r} is not a run id (a directory name under the reports)")
         options.extra_vars.append(f"cuda13_breaker_ack={ack}")
+    if ns.command == "driver":
+        options.extra_vars.append(json.dumps({"cuda13_driver_only": True}))
     options.check = ns.check
     options.vault_password_files = [
         _existing_file(value, base, "--vault-password-file") for value in ns.vault_password_file

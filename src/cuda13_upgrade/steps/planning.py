@@ -53,7 +53,7 @@ def host(
         measured = ((figures.get("stacks") or {}).get(stack) or {}).get("measured") or {}
         wheels_record = f"stack-space.yml, stack {stack}: {str(measured.get('wheels') or '').strip()}"
     toolkit = preflight.get("toolkit") or {}
-    return plan.host_plan(
+    record = plan.host_plan(
         name,
         verdict=state if state and not state.get("failed") else None,
         state={"staged": state.get("staged_state") or None} if state else None,
@@ -83,6 +83,8 @@ def host(
         else [],
         driver_move=_driver_move(preflight.get("driver_window")),
     )
+    # cuda13-upgrade driver: the driver window alone (its plan's summary says so).
+    return {**record, "driver_only": bool(options.get("cuda13_driver_only"))}
 
 
 def _driver_move(window: Any) -> dict[str, Any] | None:

@@ -48,14 +48,26 @@ def _ok(records: Mapping[str, Any], name: str) -> dict[str, Any]:
     return dict(value)
 
 
+#: The statuses of ``cuda13-upgrade driver`` (``cuda13_driver_only``), apart from a rescue's: the
+#: driver moved and kept, or already at or above the floor and left alone. Neither is ``kept``: the
+#: stack has not changed, so a later rollout walks the host (cuda13_upgrade.rerun).
+DRIVER_KEPT = "driver_kept"
+DRIVER_CURRENT = "driver_current"
+
+
 def status_of(records: Mapping[str, Any], mode: str) -> str:
     """How the host ends: a rescue's record decides (its status; ``failed`` when the rescue itself
-    failed); without one the block ran through - ``kept``, or ``staged`` for the stage."""
+    failed); without one the block ran through - ``kept``, ``staged`` for the stage, and for the
+    driver window alone (``mode`` ``driver``) :data:`DRIVER_KEPT` when it moved the driver,
+    :data:`DRIVER_CURRENT` when the host needed no move."""
     rescue = _ok(records, "rollback")
     if _driver_restore_error(records):
         return "failed"  # the old driver could not be put back (cuda13_upgrade.steps.driver_move)
     if rescue:
         return "failed" if rescue.get("failed") else str(rescue.get("status") or "failed")
+    if mode == "driver":
+        moved = driver_move.summary(records.get("driver_window"))
+        return DRIVER_KEPT if moved and moved["kept"] else DRIVER_CURRENT
     return "staged" if mode == "stage" else "kept"
 
 
@@ -200,10 +212,13 @@ def record(
 ) -> dict[str, Any]:
     """Build and keep the host's result (see the module docstring).
 
-    ``mode``: ``upgrade`` or ``stage``. ``write_report(result)`` writes the control node's copy.
+    ``mode``: ``upgrade`` or ``stage`` (``upgrade`` with ``cuda13_driver_only`` is ``driver``: the
+    driver window alone, :func:`status_of`). ``write_report(result)`` writes the control node's copy.
     Returns ``{"result": the record, "run": the run record}``.
     """
     already = bool(run.get("already_kept"))
+    if mode == "upgrade" and options.get("cuda13_driver_only"):
+        mode = "driver"
     updated = dict(run) if already else begin_step(host, run, "result")
     status = status_of(records, mode)
     kept = status == "kept"
@@ -251,7 +266,8 @@ def record(
     )
     state_dir = options["cuda13_state_dir"]
     files = []
-    if result["measured"] or result["status"] != "kept":
+    # A host the driver window left alone keeps its last result (a kept stack stays "already kept").
+    if (result["measured"] or result["status"] != "kept") and status != DRIVER_CURRENT:
         files.append({"path": f"{state_dir}/result.json", "content": json_text(result), "mode": "0600"})
     previous = (_ok(records, "host_state").get("previous")) or {}
     if (
@@ -265,7 +281,7 @@ def record(
         # record stays, with the whole digest of the stack it was verified with.
         completed = {**previous, "stack_digest": result["stack_digest"]}
         files.append({"path": f"{state_dir}/result.json", "content": json_text(completed), "mode": "0600"})
-    if options.get("cuda13_metrics_textfile_dir") and not result["already_kept"]:
+    if options.get("cuda13_metrics_textfile_dir") and not result["already_kept"] and status != DRIVER_CURRENT:
         files.append(
             {
                 "path": f"{options['cuda13_metrics_textfile_dir']}/cuda13_upgrade.prom",
