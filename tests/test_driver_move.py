@@ -9,6 +9,7 @@ installs a version's files, dpkg's package list and holds are a dict, systemd's 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -394,3 +395,273 @@ def test_the_container_toolkit_is_neither_kept_nor_held(machine):
     assert "nvidia-container-toolkit" not in {p["name"] for p in cached["packages"]}
     moved = driver_move.move(machine.host, machine.options, _plan())
     assert "nvidia-container-toolkit" not in moved["unheld"] + moved["held"]
+
+
+# --- the checks after activation: persistence mode, NVSwitch fabric -------------------------------
+
+#: Real ``nvidia-smi -q`` texts (tests/fixtures/driver/SOURCES.md, tests/fixtures/driver_check/SOURCES.md).
+H100_Q = FIXTURES / "driver" / "nvidia-smi-q-h100x8-565.57.01.txt"
+IN_PROGRESS_570 = FIXTURES / "driver" / "fabric-grep-in-progress-570.133.20.txt"
+IN_PROGRESS_580 = FIXTURES / "driver_check" / "fabric-in-progress-580.159.04.txt"
+INSUFFICIENT = FIXTURES / "driver_check" / "fabric-completed-insufficient-resources.txt"
+FM = driver_move.FABRIC_MANAGER_UNIT
+PERSISTENCED = "nvidia-persistenced.service"
+#: NVIDIA's R580 fabric manager package (NVIDIA/gpu-driver-container PR #451, apt's text).
+FM_PACKAGE = {"name": "nvidia-fabricmanager", "version": "580.65.06-1", "status": "install ok installed"}
+#: systemctl's text for a unit whose start fails (NVIDIA/gpu-operator issue #356), in the message
+#: Ansible's systemd_service module fails with ("Unable to %s service %s: %s").
+FM_START_FAILED = (
+    f"Unable to start service {FM}: Job for nvidia-fabricmanager.service failed because the control"
+    " process exited with error code.\n"
+    'See "systemctl status nvidia-fabricmanager.service" and "journalctl -xe" for details.\n'
+)
+
+
+class Hgx:
+    """An HGX H100 host (4 NVSwitch devices) after the driver's activation: the nvidia-smi double
+    answers the checks' query for the eight GPUs of the real ``nvidia-smi -q`` capture (their bus
+    ids) on ``driver``; ``nvidia-smi -q`` answers the ``fabric`` texts in turn (the last one again
+    and again); dpkg has ``packages``; the fabric manager's unit is ``fm_state``."""
+
+    def __init__(
+        self,
+        tmp_path: Path,
+        *,
+        driver: str = "580.65.06",
+        fabric: tuple[Path, ...] = (H100_Q,),
+        fm_state: str = "inactive",
+        packages: tuple[dict, ...] = (FM_PACKAGE,),
+        fm_starts: bool = True,
+    ) -> None:
+        self.bus_ids = re.findall(r"(?m)^GPU (\S+)$", H100_Q.read_text(encoding="utf-8"))
+        gpus = [
+            {"name": "NVIDIA H100 80GB HBM3", "compute_cap": "9.0", "pci_bus_id": b} for b in self.bus_ids
+        ]
+        self.state = tmp_path / "hgx-state.json"
+        self.state.write_text(json.dumps({"driver_version": driver, "gpus": gpus}), encoding="utf-8")
+        self.fabric = [p.read_text(encoding="utf-8") for p in fabric]
+        self.fm_state, self.packages, self.fm_starts = fm_state, [dict(p) for p in packages], fm_starts
+        self.events: list[tuple[str, str]] = []
+        self.slept: list[float] = []
+        self.options = {"nvidia_driver_check_nvidia_smi": f"{sys.executable} {SMI}"}
+        self.host = FakeHost(
+            handlers={
+                "cuda13_driver_facts": self.facts,
+                "ansible.builtin.command": self.command,
+                "ansible.builtin.systemd_service": self.systemd,
+            }
+        )
+
+    def facts(self, args: dict) -> dict:
+        rc = 0 if self.fm_state == "active" else 3
+        return {
+            "facts": {
+                "packages": [dict(p) for p in self.packages],
+                "nvswitch": 4,
+                "fabric_manager": {"rc": rc, "stdout": f"{self.fm_state}\n", "stderr": ""},
+                "units": {},
+                "modules": [],
+            }
+        }
+
+    def command(self, args: dict) -> dict:
+        argv = list(args["argv"])
+        if argv[-1] == "-q":
+            self.events.append(("command", "-q"))
+            text = self.fabric.pop(0) if len(self.fabric) > 1 else self.fabric[0]
+            return {"rc": 0, "stdout": text, "stderr": ""}
+        self.events.append(("command", "query"))
+        done = subprocess.run(
+            [sys.executable, *argv[1:]],
+            env={"NVIDIA_SMI_DOUBLE_STATE": str(self.state), "PATH": "/usr/bin:/bin"},
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=30,
+        )
+        return {"rc": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
+
+    def systemd(self, args: dict) -> dict:
+        self.events.append(("start", args["name"]))
+        if args["name"] == FM and not self.fm_starts:
+            return {"failed": True, "msg": FM_START_FAILED}
+        return {"changed": True}
+
+    def check(self, **kw) -> dict:
+        return driver_move.check(
+            self.host, self.options, expected=kw.pop("expected", "580.65.06"), sleep=self.slept.append, **kw
+        )
+
+
+def test_an_nvswitch_host_starts_the_fabric_manager_first_and_waits_for_the_fabric(tmp_path):
+    # The R580 fabric "In Progress" at the first read, every GPU Completed/Success at the second.
+    hgx = Hgx(tmp_path, fabric=(IN_PROGRESS_580, H100_Q))
+    checked = hgx.check(start=[FM, PERSISTENCED])
+    assert checked["nvswitch"] == 4
+    assert checked["fabric_manager"] == {
+        "unit": FM,
+        "state": "inactive",
+        "started": True,
+        "packages": [{"name": "nvidia-fabricmanager", "version": "580.65.06-1"}],
+        "version_ok": True,
+    }
+    fabric = checked["fabric"]
+    assert fabric["ok"] and (fabric["reads"], fabric["waited_s"]) == (2, driver_move.POLL_S)
+    assert [g["bus_id"] for g in fabric["gpus"]] == hgx.bus_ids
+    assert hgx.slept == [driver_move.POLL_S]
+    # The fabric manager once, before the fabric is read; the other clients after the fabric is up.
+    assert hgx.events == [
+        ("command", "query"),
+        ("start", FM),
+        ("command", "-q"),
+        ("command", "-q"),
+        ("start", PERSISTENCED),
+    ]
+    assert checked["started"] == [FM, PERSISTENCED]
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        (IN_PROGRESS_570, "GPU #0: In Progress/N/A"),
+        (IN_PROGRESS_580, "GPU #0: In Progress/N/A"),
+        (INSUFFICIENT, "GPU #0: Completed/Insufficient Resources"),
+    ],
+)
+def test_a_fabric_not_registered_within_the_wait_fails_naming_the_gpu(tmp_path, text, shown):
+    hgx = Hgx(tmp_path, fabric=(text,))
+    with pytest.raises(StepFailed) as failed:
+        hgx.check(start=[PERSISTENCED])
+    msg = failed.value.msg
+    assert f"after {driver_move.FABRIC_WAIT_S} s the GPUs are not registered with the NVLink fabric" in msg
+    assert shown in msg and "error 802" in msg and f"systemctl status {FM}" in msg
+    assert sum(hgx.slept) == driver_move.FABRIC_WAIT_S
+    reads = hgx.events.count(("command", "-q"))
+    assert reads == 1 + driver_move.FABRIC_WAIT_S // driver_move.POLL_S
+    assert failed.value.record["fabric"]["ok"] is False
+    assert failed.value.record["fabric"]["reads"] == reads
+    # The clients are not started on a fabric that is not up.
+    assert ("start", PERSISTENCED) not in hgx.events
+
+
+def test_a_fabric_manager_of_another_version_fails_before_anything_is_started(tmp_path):
+    # The driver moved on (580.159.04, the driver of NVIDIA/gpu-operator issue #2511); the fabric
+    # manager stayed at 580.65.06-1.
+    hgx = Hgx(tmp_path, driver="580.159.04")
+    with pytest.raises(StepFailed) as failed:
+        hgx.check(expected="580.159.04", start=[FM])
+    msg = failed.value.msg
+    assert "the driver is 580.159.04, but dpkg has nvidia-fabricmanager 580.65.06-1" in msg
+    assert "nvidia-fabricmanager=580.159.04-*" in msg
+    assert failed.value.record["fabric_manager"]["version_ok"] is False
+    assert hgx.events == [("command", "query")]
+
+
+def test_an_nvswitch_host_without_a_fabric_manager_package_fails(tmp_path):
+    hgx = Hgx(tmp_path, packages=())
+    with pytest.raises(StepFailed, match="but dpkg has no fabric manager package"):
+        hgx.check()
+    assert hgx.events == [("command", "query")]
+
+
+def test_a_fabric_manager_that_does_not_start_fails_with_systemds_text(tmp_path):
+    hgx = Hgx(tmp_path, fm_starts=False)
+    with pytest.raises(StepFailed) as failed:
+        hgx.check(start=[FM])
+    assert f"{FM} does not start on the new driver (inactive before)" in failed.value.msg
+    assert "Job for nvidia-fabricmanager.service failed because the control process exited" in (
+        failed.value.msg
+    )
+    assert ("command", "-q") not in hgx.events
+
+
+def test_a_running_fabric_manager_is_left_alone_and_a_registered_fabric_read_once(tmp_path):
+    hgx = Hgx(tmp_path, fm_state="active")
+    checked = hgx.check()
+    assert checked["fabric_manager"]["started"] is False and checked["started"] == []
+    assert checked["fabric"]["reads"] == 1 and hgx.slept == []
+    assert checked["fabric"]["summary"] == "all 8 GPUs registered with the fabric (Completed/Success)"
+    assert hgx.events == [("command", "query"), ("command", "-q")]
+
+
+def test_a_host_without_nvswitch_runs_no_new_command(machine):
+    driver_move.move(machine.host, machine.options, _plan())
+    before = len(machine.host.calls)
+    checked = driver_move.check(machine.host, machine.options, expected=NEW, start=[PERSISTENCED])
+    calls = machine.host.calls[before:]
+    assert [name for name, _args, _python in calls] == [
+        "ansible.builtin.command",
+        "cuda13_driver_facts",
+        "ansible.builtin.systemd_service",
+    ]
+    assert "--query-gpu=driver_version,pci.bus_id,persistence_mode" in calls[0][1]["argv"]
+    assert (checked["nvswitch"], checked["fabric_manager"], checked["fabric"]) == (0, None, None)
+    # The preflight's GPU rows carry no persistence mode: no verdict, no second query.
+    assert (checked["persistence_before"], checked["persistence_after"]) == (None, None)
+
+
+def _persistence(machine: Machine, enabled: dict[int, bool]) -> list[dict]:
+    """Set the double's persistence mode of GPU ``i`` to ``enabled[i]``; the GPUs' rows as a preflight
+    that read persistence_mode would have them, each Enabled."""
+    state = json.loads(machine.state.read_text(encoding="utf-8"))
+    for i, gpu in enumerate(state["gpus"]):
+        gpu["persistence_mode"] = enabled.get(i, True)
+    machine.state.write_text(json.dumps(state), encoding="utf-8")
+    return [{"pci.bus_id": g["pci_bus_id"], "persistence_mode": "Enabled"} for g in state["gpus"]]
+
+
+def test_persistence_mode_set_again_by_nvidia_persistenced_passes(machine):
+    driver_move.move(machine.host, machine.options, _plan())
+    # After the reload no GPU is in persistence mode until nvidia-persistenced runs again.
+    before = _persistence(machine, dict.fromkeys(range(8), False))
+    start_unit = machine.systemd
+
+    def systemd(args: dict) -> dict:
+        if args["name"] == PERSISTENCED and args["state"] == "started":
+            _persistence(machine, {})
+        return start_unit(args)
+
+    machine.host.handlers["ansible.builtin.systemd_service"] = systemd
+    slept: list[float] = []
+    calls = len(machine.host.calls)
+    checked = driver_move.check(
+        machine.host, machine.options, expected=NEW, gpus=before, start=[PERSISTENCED], sleep=slept.append
+    )
+    assert checked["persistence"] == ["Disabled"] * 8
+    assert checked["persistence_before"] == {g["pci.bus_id"]: "Enabled" for g in before}
+    assert checked["persistence_after"] == {g["pci.bus_id"]: "Enabled" for g in before}
+    assert slept == []
+    # Read again once, after nvidia-persistenced started.
+    assert [name for name, _args, _python in machine.host.calls[calls:]] == [
+        "ansible.builtin.command",
+        "cuda13_driver_facts",
+        "ansible.builtin.systemd_service",
+        "ansible.builtin.command",
+    ]
+
+
+def test_a_gpu_whose_persistence_mode_went_from_enabled_to_disabled_fails(machine):
+    driver_move.move(machine.host, machine.options, _plan())
+    before = _persistence(machine, {2: False})
+    slept: list[float] = []
+    with pytest.raises(StepFailed) as failed:
+        driver_move.check(
+            machine.host, machine.options, expected=NEW, gpus=before, start=[PERSISTENCED], sleep=slept.append
+        )
+    bus = before[2]["pci.bus_id"]
+    msg = failed.value.msg
+    assert f"persistence mode is not as before the move ({bus}: Enabled before, Disabled after;" in msg
+    assert "nvidia-persistenced" in msg and "'nvidia-smi -pm 1'" in msg
+    assert sum(slept) == driver_move.PERSISTENCE_WAIT_S
+    assert failed.value.record["persistence_after"][bus] == "Disabled"
+    assert failed.value.record["started"] == [PERSISTENCED]
+
+
+def test_a_gpu_disabled_before_or_of_unknown_mode_gives_no_failure(machine):
+    driver_move.move(machine.host, machine.options, _plan())
+    rows = _persistence(machine, {0: False, 1: False})
+    rows[0]["persistence_mode"] = "Disabled"
+    rows[1]["persistence_mode"] = None
+    checked = driver_move.check(machine.host, machine.options, expected=NEW, gpus=rows, sleep=[].append)
+    assert checked["persistence_before"][rows[0]["pci.bus_id"]] == "Disabled"
+    assert rows[1]["pci.bus_id"] not in checked["persistence_before"]

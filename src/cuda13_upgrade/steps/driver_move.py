@@ -22,8 +22,11 @@ state of the action:
   Ansible's ``reboot``) and fails the step under ``reload``.
 * :func:`check` (``checked``): ``nvidia-smi`` answers with the target's version (a branch target:
   a version of that branch at or above the floor), without the library/module mismatch ("Failed to
-  initialize NVML: Driver/library version mismatch"), with the same GPUs (bus ids) as before; the
-  clients stopped are started again.
+  initialize NVML: Driver/library version mismatch"), with the same GPUs (bus ids) as before; on an
+  NVSwitch host the fabric manager at the driver's version and running, and every GPU registered
+  with the NVLink fabric (``nvidia-smi -q``'s Fabric section, waited for at most
+  :data:`FABRIC_WAIT_S` seconds); the clients stopped are started again; the persistence mode of
+  before, where it is known.
 * :func:`measure_after` (``measured``): the serving stack, unchanged, measured on the new driver and
   judged by the stack's gate against the baseline taken on the old driver
   (:func:`cuda13_upgrade.steps.verify.gate`); the kernel log since the activation is read as the
@@ -41,7 +44,7 @@ from __future__ import annotations
 import re
 import shlex
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from cuda13_upgrade import aptplan, driver, driverplan, nvidia_smi, xid
@@ -392,6 +395,204 @@ def _version_ok(found: str, target: str, branch: int, floor: str) -> bool:
     return found == target
 
 
+#: The fabric manager's systemd unit on NVSwitch systems (NVIDIA Fabric Manager User Guide; the
+#: driver facts read its ``systemctl is-active``).
+FABRIC_MANAGER_UNIT = "nvidia-fabricmanager.service"
+#: The fabric manager's packages, each versioned with the driver it goes with: NVIDIA's
+#: ``nvidia-fabricmanager`` from R580 on (apt: "nvidia-fabricmanager-580 is a virtual package provided
+#: by: nvidia-fabricmanager 580.65.06-1", NVIDIA/gpu-driver-container PR #451),
+#: ``nvidia-fabricmanager-<branch>`` before, and the ``cuda-drivers-fabricmanager[-<branch>]``
+#: metapackages.
+_FABRIC_MANAGER_PACKAGE = re.compile(r"^(?:nvidia-fabricmanager|cuda-drivers-fabricmanager)(?:-\d+)?$")
+#: Seconds the checks wait, at most, for every GPU to register with the NVLink fabric once the fabric
+#: manager runs (registration is not instant: a GPU shows State "In Progress" until it is done).
+FABRIC_WAIT_S = 300
+#: Seconds the checks wait, at most, for the persistence mode of before once the clients started again
+#: (nvidia-persistenced sets it as it starts).
+PERSISTENCE_WAIT_S = 30
+#: Seconds between two reads while the checks wait.
+POLL_S = 10
+
+_PERSISTENCE_WORDS = {"enabled": "Enabled", "on": "Enabled", "disabled": "Disabled", "off": "Disabled"}
+
+
+def _persistence(value: Any) -> str | None:
+    """``"Enabled"``/``"Disabled"`` of a persistence mode as nvidia-smi prints it (``Enabled`` in a
+    query, ``On`` in the table) or a bool; None when unknown (``[N/A]``, missing)."""
+    if isinstance(value, bool):
+        return "Enabled" if value else "Disabled"
+    return _PERSISTENCE_WORDS.get(str(value).strip().lower()) if value is not None else None
+
+
+def _bus_id(gpu: Mapping[str, Any]) -> str:
+    return str(gpu.get("pci.bus_id") or gpu.get("pci_bus_id") or "")
+
+
+def _persistence_before(gpus: Sequence[Mapping[str, Any]]) -> dict[str, str] | None:
+    """``{bus id: "Enabled" | "Disabled"}`` of the GPUs before whose persistence mode is known
+    (``persistence_mode``); None when no GPU's is."""
+    known = {
+        _bus_id(g): _persistence(g.get("persistence_mode"))
+        for g in gpus
+        if isinstance(g, Mapping) and _bus_id(g)
+    }
+    known = {bus: mode for bus, mode in known.items() if mode}
+    return known or None
+
+
+def _persistence_lost(before: Mapping[str, str], rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """``"<bus id>: Enabled before, Disabled after"`` for each GPU whose persistence mode was Enabled
+    before and is not now."""
+    after = {_bus_id(r): r.get("persistence_mode") for r in rows}
+    return [
+        f"{bus}: Enabled before, {after.get(bus) or 'unknown'} after"
+        for bus, mode in sorted(before.items())
+        if mode == "Enabled" and _persistence(after.get(bus)) != "Enabled"
+    ]
+
+
+def _query(host: Host, smi: str) -> tuple[dict[str, Any], nvidia_smi.NvidiaSmiFailure]:
+    """The checks' nvidia-smi query (:data:`CHECK_FIELDS`) and what its failure means."""
+    run = _command(
+        host,
+        [*shlex.split(smi), f"--query-gpu={','.join(CHECK_FIELDS)}", "--format=csv,noheader"],
+        check_mode=False,
+    )
+    failure = nvidia_smi.classify_failure(
+        run.get("rc"), str(run.get("stdout") or ""), str(run.get("stderr") or "")
+    )
+    return run, failure
+
+
+def _rows(run: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return nvidia_smi.parse_query_gpu(
+        str(run.get("stdout") or ""), CHECK_FIELDS, "csv,noheader", rc=run.get("rc")
+    )
+
+
+def _upstream(version: str) -> str:
+    """The upstream part of a Debian version: ``1:580.65.06-1`` -> ``580.65.06``."""
+    return version.split(":", 1)[-1].split("-", 1)[0]
+
+
+def _fabric_manager_after(
+    host: Host, facts: Mapping[str, Any], driver_version: str, start: Sequence[str], record: dict[str, Any]
+) -> dict[str, Any]:
+    """On an NVSwitch host: the fabric manager's packages at the driver's version, and its unit
+    running (started when the move stopped it, ``start``, or it is not active).
+
+    Rule: "the version of fabricmanager must match the NVIDIA driver installed" (NVIDIA's
+    apt-packaging-fabric-manager README); a fabric manager of another version does not start
+    ("fabric manager NVIDIA GPU driver interface version ... don't match with driver version ...",
+    NVIDIA/gpu-operator#544). Returns ``{"unit", "state": systemctl is-active before, "started":
+    bool, "packages": [{"name", "version"}], "version_ok": bool}``; raises StepFailed (with
+    ``record``) when no package is installed, one is of another version, or the unit does not start.
+    """
+    packages = [
+        {"name": str(p.get("name")), "version": str(p.get("version") or "")}
+        for p in facts.get("packages") or []
+        if isinstance(p, Mapping)
+        and str(p.get("status") or "").endswith("ok installed")
+        and _FABRIC_MANAGER_PACKAGE.match(str(p.get("name") or "").split(":", 1)[0])
+    ]
+    state = str((facts.get("fabric_manager") or {}).get("stdout") or "").strip() or "unknown"
+    found = {
+        "unit": FABRIC_MANAGER_UNIT,
+        "state": state,
+        "started": False,
+        "packages": packages,
+        "version_ok": bool(packages) and all(_upstream(p["version"]) == driver_version for p in packages),
+    }
+    record["fabric_manager"] = found
+    if not found["version_ok"]:
+        listing = ", ".join(f"{p['name']} {p['version']}" for p in packages) or "no fabric manager package"
+        raise StepFailed(
+            f"{host.name}: this host has {record['nvswitch']} NVSwitch device(s) and the driver is"
+            f" {driver_version}, but dpkg has {listing}: the fabric manager must be of the driver's"
+            " exact version (NVIDIA's apt-packaging-fabric-manager), or it does not start and the GPUs"
+            ' never register with the NVLink fabric (State "In Progress", CUDA error 802 "system not'
+            " yet initialized\"). Fix: install the fabric manager at the driver's version"
+            f" (nvidia-fabricmanager={driver_version}-*, or cuda-drivers-fabricmanager-<branch>), then"
+            f" start {FABRIC_MANAGER_UNIT}. The rollback puts the old driver back.",
+            record,
+        )
+    if state != "active" or FABRIC_MANAGER_UNIT in start:
+        done = host.module(
+            "ansible.builtin.systemd_service",
+            {"name": FABRIC_MANAGER_UNIT, "state": "started"},
+            allow_failure=True,
+        )
+        if done.get("failed"):
+            raise StepFailed(
+                f"{host.name}: {FABRIC_MANAGER_UNIT} does not start on the new driver ({state} before):"
+                f" {_text(done)}. Without it the GPUs never register with the NVLink fabric. Fix: read"
+                f" 'journalctl -u {FABRIC_MANAGER_UNIT}' (a driver interface version that does not match,"
+                " missing NVSwitch or NVLSM devices). The rollback puts the old driver back.",
+                record,
+            )
+        found["started"] = True
+        record["started"].append(FABRIC_MANAGER_UNIT)
+    return found
+
+
+def _fabric_registered(
+    host: Host, smi: str, record: dict[str, Any], sleep: Callable[[float], Any]
+) -> dict[str, Any]:
+    """Wait until every GPU is registered with the NVLink fabric (State "Completed", Status "Success"),
+    reading the Fabric section of ``nvidia-smi -q`` (:func:`cuda13_upgrade.driver.parse_fabric`,
+    :func:`cuda13_upgrade.driver.fabric_verdict`) every :data:`POLL_S` seconds, at most
+    :data:`FABRIC_WAIT_S` seconds in all.
+
+    The real nvidia-smi has both readings of NVML's ``nvmlGpuFabricInfo``: ``--help-query-gpu``
+    lists ``fabric.state`` ("Current state of GPU fabric registration process") and
+    ``fabric.status`` ("Error status, valid only if gpu fabric registration state is 'completed'"),
+    and ``nvidia-smi -q`` prints them as the GPU's Fabric section. The Fabric section is read: it is
+    what NVIDIA's Fabric Manager User Guide has an operator check ("A GPU fabric registration
+    status can be verified with the command: nvidia-smi -q -i 0 | grep -i -A 2 Fabric", as quoted in
+    siderolabs/extensions PR #717), and what the published outputs of R565, R570 and R580 hosts show
+    (``tests/fixtures/driver/``, ``tests/fixtures/driver_check/``, their SOURCES.md).
+
+    Returns fabric_verdict's ``{"ok", "applicable", "not_ready", "summary"}`` with ``"gpus"`` (the
+    parsed sections), ``"reads"`` and ``"waited_s"``. Raises StepFailed (with ``record``) naming each
+    GPU not registered, its State/Status, and what to do: a fabric left "In Progress" makes every
+    CUDA initialisation fail with error 802, "system not yet initialized" (NVIDIA/gpu-operator#2781:
+    a fabric manager that exits leaves all 8 GPUs "In Progress"). On HGX B200 and later the fabric
+    manager also needs NVLSM ("the FabricManager package needs an additional NVLSM dependency", the
+    Fabric Manager User Guide as quoted in siderolabs/extensions PR #717) and its InfiniBand modules
+    (NVIDIA/gpu-operator#2781: mlx5_ib, ib_umad), which the message names.
+    """
+    argv = [*shlex.split(smi), "-q"]
+    reads = 1 + -(-FABRIC_WAIT_S // POLL_S)
+    waited = 0
+    for number in range(reads):
+        run = _command(host, argv, check_mode=False)
+        if run.get("rc") != 0:
+            raise StepFailed(
+                f"{host.name}: '{shlex.join(argv)}' fails after the driver's activation: {_text(run)}."
+                " The rollback puts the old driver back.",
+                record,
+            )
+        gpus = driver.parse_fabric(str(run.get("stdout") or ""))
+        verdict = {**driver.fabric_verdict(gpus), "gpus": gpus, "reads": number + 1, "waited_s": waited}
+        record["fabric"] = verdict
+        if verdict["ok"] or number == reads - 1:
+            break
+        sleep(POLL_S)
+        waited += POLL_S
+    if not verdict["ok"]:
+        raise StepFailed(
+            f"{host.name}: after {waited} s the GPUs are not registered with the NVLink fabric:"
+            f' {verdict["summary"]}. A GPU left "In Progress" fails every CUDA initialisation with'
+            f" error 802 (system not yet initialized). Fix: check that {FABRIC_MANAGER_UNIT} runs"
+            f" ('systemctl status {FABRIC_MANAGER_UNIT}', 'journalctl -u {FABRIC_MANAGER_UNIT}'), that"
+            " its version is the driver's, and on NVLink 5 systems (HGX B200 and later) that NVLSM and"
+            " its InfiniBand modules are there; then read 'nvidia-smi -q' again. The rollback puts the"
+            " old driver back.",
+            record,
+        )
+    return verdict
+
+
 def check(
     host: Host,
     options: Mapping[str, Any],
@@ -401,35 +602,67 @@ def check(
     floor: str = "",
     gpus: Sequence[Mapping[str, Any]] = (),
     start: Sequence[str] = (),
+    sleep: Callable[[float], Any] = time.sleep,
 ) -> dict[str, Any]:
     """The checks after an activation (see the module docstring).
 
     ``expected``: a version (``"580.142"``) or a branch (``"R580"`` with ``branch`` 580 and the
-    ``floor``); ``gpus``: the GPUs before (each with ``pci.bus_id`` or ``pci_bus_id``); ``start``:
-    units to start again afterwards. Returns ``{"driver_version", "gpus": [bus ids], "persistence":
-    [..], "started": [units]}``. Raises StepFailed naming what differs and what to do.
+    ``floor``); ``gpus``: the GPUs before (each with ``pci.bus_id`` or ``pci_bus_id``, and
+    ``persistence_mode`` when it was read); ``start``: units to start again afterwards; ``sleep``:
+    what waits between two reads (seconds; tests pass their own).
+
+    In order, each failure raising StepFailed naming what differs and what to do:
+
+    * nvidia-smi answers, with the expected version and the GPUs (bus ids) of before;
+    * on a host whose driver facts count NVSwitch devices (``nvswitch``, ``/dev/nvidia-nvswitchN``),
+      the fabric manager: its packages at the driver's exact version, its unit started when the move
+      stopped it or it is not active, then every GPU registered with the NVLink fabric within
+      :data:`FABRIC_WAIT_S` seconds (:func:`_fabric_manager_after`, :func:`_fabric_registered`);
+      a host without NVSwitch runs nothing more than the driver facts' read;
+    * the units of ``start`` started again;
+    * persistence mode as before: a GPU whose mode was Enabled before and is not, once the clients
+      run again (nvidia-persistenced sets it; within :data:`PERSISTENCE_WAIT_S` seconds), fails. A
+      module reload or a reboot resets it (NVML ``nvmlDeviceSetPersistenceMode``: "not persistent
+      across reboots"); NVIDIA's Driver Persistence guide names the two ways to set it, the
+      Persistence Daemon (nvidia-persistenced) and the legacy ``nvidia-smi -pm 1``. Without a
+      known mode before, no verdict and no further read.
+
+    Returns::
+
+        {
+          "driver_version": "580.65.06", "gpus": [bus ids],
+          "persistence": [modes read at the first query],
+          "started": [units, the fabric manager first when the checks started it],
+          "nvswitch": 4,                                  # None in check mode
+          "persistence_before": {bus id: "Enabled" | "Disabled"} | None,   # None: unknown
+          "persistence_after": {bus id: mode} | None,    # None: no verdict
+          "fabric_manager": None | {"unit", "state", "started", "packages": [{"name", "version"}],
+                                    "version_ok"},       # None: no NVSwitch
+          "fabric": None | {"ok", "applicable", "not_ready", "summary", "gpus", "reads", "waited_s"},
+        }
     """
-    record: dict[str, Any] = {"driver_version": None, "gpus": [], "persistence": [], "started": []}
+    record: dict[str, Any] = {
+        "driver_version": None,
+        "gpus": [],
+        "persistence": [],
+        "started": [],
+        "nvswitch": None,
+        "persistence_before": None,
+        "persistence_after": None,
+        "fabric_manager": None,
+        "fabric": None,
+    }
     if host.check_mode:
         return record
     smi = str(options.get("nvidia_driver_check_nvidia_smi") or "nvidia-smi")
-    run = _command(
-        host,
-        [*shlex.split(smi), f"--query-gpu={','.join(CHECK_FIELDS)}", "--format=csv,noheader"],
-        check_mode=False,
-    )
-    failure = nvidia_smi.classify_failure(
-        run.get("rc"), str(run.get("stdout") or ""), str(run.get("stderr") or "")
-    )
+    run, failure = _query(host, smi)
     if failure.code != "ok":
         raise StepFailed(
             f"{host.name}: after the driver's activation nvidia-smi fails: {failure.detail or _text(run)}"
             f" ({failure.code}). Fix: {failure.remedy}. The rollback puts the old driver back.",
             record,
         )
-    rows = nvidia_smi.parse_query_gpu(
-        str(run.get("stdout") or ""), CHECK_FIELDS, "csv,noheader", rc=run.get("rc")
-    )
+    rows = _rows(run)
     versions = sorted({str(r["driver_version"]) for r in rows})
     record.update(
         driver_version=versions[0] if len(versions) == 1 else ",".join(versions),
@@ -439,7 +672,7 @@ def check(
     problems = []
     if len(versions) != 1 or not _version_ok(versions[0], expected, branch, floor):
         problems.append(f"the driver version is {record['driver_version']}, not {expected}")
-    before = sorted(str(g.get("pci.bus_id") or g.get("pci_bus_id") or "") for g in gpus)
+    before = sorted(_bus_id(g) for g in gpus)
     if before and before != sorted(record["gpus"]):
         problems.append(f"the GPUs are {', '.join(sorted(record['gpus']))}, before {', '.join(before)}")
     if problems:
@@ -448,9 +681,51 @@ def check(
             " The rollback puts the old driver back.",
             record,
         )
+    facts = _facts(host)
+    nvswitch = facts.get("nvswitch")
+    record["nvswitch"] = nvswitch if isinstance(nvswitch, int) and not isinstance(nvswitch, bool) else 0
+    if record["nvswitch"] > 0:
+        _fabric_manager_after(host, facts, str(record["driver_version"]), start, record)
+        _fabric_registered(host, smi, record, sleep)
     for unit in start:
+        if unit in record["started"]:
+            continue
         host.module("ansible.builtin.systemd_service", {"name": unit, "state": "started"})
         record["started"].append(unit)
+    known = _persistence_before(gpus)
+    record["persistence_before"] = known
+    if known is None:
+        return record
+    lost = _persistence_lost(known, rows)
+    reads = -(-PERSISTENCE_WAIT_S // POLL_S)
+    waited = 0
+    for number in range(reads + 1 if lost else 0):
+        if number:
+            sleep(POLL_S)
+            waited += POLL_S
+        again, failure = _query(host, smi)
+        if failure.code != "ok":
+            raise StepFailed(
+                f"{host.name}: nvidia-smi fails once the clients run again:"
+                f" {failure.detail or _text(again)} ({failure.code}). Fix: {failure.remedy}."
+                " The rollback puts the old driver back.",
+                record,
+            )
+        rows = _rows(again)
+        lost = _persistence_lost(known, rows)
+        if not lost:
+            break
+    record["persistence_after"] = {_bus_id(r): r.get("persistence_mode") for r in rows}
+    if lost:
+        raise StepFailed(
+            f"{host.name}: persistence mode is not as before the move ({'; '.join(lost)}; read again for"
+            f" {waited} s after the clients started). A reload or a reboot resets it. Fix: run"
+            " nvidia-persistenced (systemctl enable --now nvidia-persistenced; NVIDIA's Driver"
+            " Persistence guide, 'Persistence Daemon'), or set it with 'nvidia-smi -pm 1' where the"
+            " host used the legacy mode ('Persistence Mode (Legacy)'). The rollback puts the old"
+            " driver back.",
+            record,
+        )
     return record
 
 
