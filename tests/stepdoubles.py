@@ -113,8 +113,10 @@ class Server:
         leftovers: list[dict] | None = None,
         journal: list[str] | None = None,
         watch: Mapping[str, Any] | None = None,
+        driver_version: str = "580.95.05",
     ) -> None:
         self.root = root
+        self.driver_version = driver_version
         self.profiles = {name: dict(answer) for name, answer in (profiles or {}).items()}
         self.running = None if running is None else list(running)
         self.exec_start = exec_start
@@ -141,6 +143,7 @@ class Server:
                 "cuda13_record": self.record,
                 "ansible.builtin.file": self.file,
                 "community.general.alternatives": self.alternative,
+                "ansible.builtin.command": self.command,
                 **handlers,
             },
         )
@@ -172,6 +175,14 @@ class Server:
         back = {self.path(p): p for p in args.get("read") or []}
         result["read"] = {back[p]: found for p, found in result["read"].items()}
         return result
+
+    def command(self, args: dict) -> dict:
+        """The host's nvidia-smi, asked for the driver version (the baseline records it): one
+        line per GPU, as ``--query-gpu=driver_version --format=csv,noheader`` prints it."""
+        argv = list(args.get("argv") or [])
+        if argv != ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]:
+            raise AssertionError(f"Server: no command {argv!r} on this host")
+        return {"rc": 0, "stdout": f"{self.driver_version}\n" * 8, "stderr": ""}
 
     def file(self, args: dict) -> dict:
         """ansible.builtin.file with ``state: directory``: made on the moved path, owner recorded."""

@@ -117,6 +117,20 @@ def test_a_baseline_too_old_or_of_other_profiles_is_measured_again(tmp_path, why
     assert json.loads((tmp_path / "state" / "baseline.json").read_text())["run_id"] == "r1"
 
 
+def test_a_baseline_recorded_on_another_driver_is_measured_again_and_each_records_its_driver(tmp_path):
+    opts, server = _setup(tmp_path)
+    server.driver_version = "580.142"
+    record = _recorded(tmp_path)
+    (tmp_path / "state" / "baseline.json").write_text(json.dumps({**record, "driver_version": "570.211.01"}))
+    taken = _take(server.fake(), opts)
+    assert taken["recorded"] is False and taken["measured"]["phase"] == "baseline"
+    written = json.loads((tmp_path / "state" / "baseline.json").read_text())
+    assert (written["run_id"], written["driver_version"]) == ("r1", "580.142")
+    # The next run on the same driver reuses it.
+    again = _take(server.fake(), opts)
+    assert again["recorded"] is True and again["measured"] is None
+
+
 def test_check_mode_plans_and_shows_the_plan_and_measures_nothing(tmp_path):
     opts, server = _setup(tmp_path, running=EAGLE3)
     host = server.fake(check_mode=True)

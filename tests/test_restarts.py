@@ -458,3 +458,17 @@ def test_serve_outcome_carries_the_effective_configuration_when_the_cycle_read_i
     assert [r["path"] for r in outcome["effective"]["disabled"]] == ["torch symmetric memory allreduce"]
     assert restarts.serve_outcome(base, **kwargs)["effective"] is None
     assert restarts.serve_outcome(None, **kwargs)["effective"] is None
+
+
+def test_a_baseline_taken_on_another_driver_is_measured_again():
+    # A run that lost the host during a driver move left the old driver's baseline behind.
+    on_570 = {**_baseline(), "driver_version": "570.211.01"}
+    judged = [
+        restarts.recorded_baseline(on_570, [PLAIN, EAGLE3], max_age_hours=24, now=NOW, driver_version=now)
+        for now in ("580.142", "", "570.211.01", None)
+    ]
+    assert [j["usable"] for j in judged] == [False, False, True, True]
+    # A baseline written before baselines recorded their driver still stands.
+    assert restarts.recorded_baseline(
+        _baseline(), [PLAIN, EAGLE3], max_age_hours=24, now=NOW, driver_version="580.142"
+    )["usable"]

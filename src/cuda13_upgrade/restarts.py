@@ -143,6 +143,7 @@ def recorded_baseline(
     *,
     max_age_hours: float,
     now: float,
+    driver_version: str | None = None,
 ) -> dict[str, Any]:
     """Whether the baseline recorded on the host can stand for this run's.
 
@@ -151,11 +152,17 @@ def recorded_baseline(
     "trials", "probe", ...}}}``), None or ``{}`` when there is none. ``profiles``:
     this run's profiles (``[{"name", "server_args"}]``). ``max_age_hours``:
     ``cuda13_baseline_max_age_hours``. ``now``: seconds since the epoch.
+    ``driver_version``: the NVIDIA driver the host runs now (``""``: not known;
+    None: not asked).
 
     Usable when it is younger than ``max_age_hours``, measured every profile of
-    the run with the same server arguments (and no other), and holds each
-    profile's correctness probe. Returns ``{"usable": bool, "record": dict}``,
-    ``record`` the recorded baseline (``{}`` when there is none).
+    the run with the same server arguments (and no other), holds each
+    profile's correctness probe, and, when it records the driver it was taken on
+    (``"driver_version"``; records without it stand as before), that driver is the
+    one the host runs now: a baseline of the old driver does not stand for a
+    stack measured on another (a run that lost the host during a driver move).
+    Returns ``{"usable": bool, "record": dict}``, ``record`` the recorded
+    baseline (``{}`` when there is none).
     """
     record = dict(recorded) if isinstance(recorded, Mapping) else {}
     measured = record.get("profiles")
@@ -170,10 +177,12 @@ def recorded_baseline(
         str(name): (value.get("server_args") if isinstance(value, Mapping) else None)
         for name, value in measured.items()
     }
+    taken_on = str(record.get("driver_version") or "")
     usable = (
         now - taken < float(max_age_hours) * 3600
         and all(isinstance(value, Mapping) and "probe" in value for value in measured.values())
         and wanted == got
+        and (not taken_on or driver_version is None or taken_on == driver_version)
     )
     return {"usable": usable, "record": record}
 

@@ -3,9 +3,11 @@
 
 A baseline recorded on the host (``<cuda13_state_dir>/baseline.json``) stands for
 this run's when it is younger than ``cuda13_baseline_max_age_hours``, measured
-every profile with the same server arguments and holds each profile's probe
-(:func:`cuda13_upgrade.restarts.recorded_baseline`): a re-run after a lost
-connection does not restart the old stack again. The restart plan
+every profile with the same server arguments, holds each profile's probe and
+was taken on the driver the host runs now (nvidia-smi's driver version, recorded
+with each baseline; :func:`cuda13_upgrade.restarts.recorded_baseline`): a re-run
+after a lost connection does not restart the old stack again, and the driver
+window's measurement on the new driver stands for the stack's baseline. The restart plan
 (:func:`cuda13_upgrade.restarts.plan_upgrade`) orders every phase's profiles so
 that the service restarts as few times as they need; it is printed before it
 runs. A host that already runs the new stack (the switch drop-in is there) but
@@ -16,6 +18,7 @@ putting it back, which the rollback does.
 from __future__ import annotations
 
 import json
+import shlex
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -24,6 +27,20 @@ from cuda13_upgrade import restarts
 from cuda13_upgrade.steps import measure
 from cuda13_upgrade.steps.host import Host, StepFailed, json_text, now_iso
 from cuda13_upgrade.steps.serve import running, stack_context
+
+
+def running_driver(host: Host, options: Mapping[str, Any]) -> str:
+    """The NVIDIA driver version the host runs now (nvidia-smi's ``driver_version``, one per host),
+    ``""`` when nvidia-smi fails or its GPUs disagree; read in check mode too."""
+    smi = str(options.get("nvidia_driver_check_nvidia_smi") or "nvidia-smi")
+    run = host.module(
+        "ansible.builtin.command",
+        {"argv": [*shlex.split(smi), "--query-gpu=driver_version", "--format=csv,noheader"]},
+        check_mode=False,
+        allow_failure=True,
+    )
+    versions = {line.strip() for line in str(run.get("stdout") or "").splitlines() if line.strip()}
+    return versions.pop() if run.get("rc") == 0 and len(versions) == 1 else ""
 
 
 def take(
@@ -55,8 +72,13 @@ def take(
             recorded = json.loads(found[baseline_file]["content"])
         except ValueError:
             recorded = None
+    driver_version = running_driver(host, options)
     judged = restarts.recorded_baseline(
-        recorded, profiles, max_age_hours=float(options["cuda13_baseline_max_age_hours"]), now=time.time()
+        recorded,
+        profiles,
+        max_age_hours=float(options["cuda13_baseline_max_age_hours"]),
+        now=time.time(),
+        driver_version=driver_version,
     )
     exec_start = (manifest.get("service") or {}).get("exec_start") or ""
     now_running = None if switched else running(host, service=service, exec_start=exec_start)["running_args"]
@@ -110,6 +132,7 @@ def take(
         "run_id": run_id,
         "taken_at": now_iso(),
         "taken_at_epoch": time.time(),
+        "driver_version": driver_version,
         "profiles": measured["results"],
     }
     host.module(
