@@ -931,3 +931,54 @@ def test_failure_message_names_the_host_status_step_reason_and_diagnosis():
         "gpu-node-04: failed at step 'wheels': pip failed Cause: the index is unreachable. "
         "Fix: check cuda13_wheels_index_url."
     )
+
+
+DRIVER_NIGHT_STEPS = [
+    ("snapshot", "12:00:00"),
+    ("drain", "12:00:04"),
+    ("baseline", "12:00:06"),
+    ("driver", "12:00:26"),
+    ("undrain", "12:00:54"),
+    ("result", "12:00:56"),
+]
+
+
+def test_the_driver_window_section_splits_the_time_out_of_service():
+    from cuda13_upgrade.hostresult import driver_window_times
+
+    timed = _timed(DRIVER_NIGHT_STEPS, "2025-01-01T12:00:57.000000+00:00")
+    moved = {
+        "from": "570.211.01",
+        "to": "580.142",
+        "activation": "reload",
+        "reboot": False,
+        "kept": True,
+        "restored": False,
+        "reason": "",
+        "activation_seconds": 0.5,
+        "measure_seconds": 21.5,
+    }
+    window = driver_window_times(moved, timed["steps"])
+    assert (window["old_driver_measure_seconds"], window["driver_seconds"]) == (20.0, 28.0)
+    back = {**moved, "kept": False, "restored": True, "reason": "The stack on the new driver fails\nthe gate"}
+    rows = summary_rows(
+        [
+            _result("a", status="driver_kept", driver_window=window, **timed),
+            _result(
+                "b", status="rolled_back", driver_window=driver_window_times(back, timed["steps"]), **timed
+            ),
+            _result("c", status="driver_current"),
+        ]
+    )
+    text = render_markdown("x", rows)
+    section = text.split("## Driver window\n\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert section == [
+        "- a: 570.211.01 -> 580.142, kept; out of service 52 s: measured on the old driver 20 s,"
+        " activation by reload 0.5 s, measured on the new driver 22 s",
+        "- b: 570.211.01 -> 580.142, put back (The stack on the new driver fails the gate); out of service"
+        " 52 s: measured on the old driver 20 s, activation by reload 0.5 s, measured on the new driver 22 s",
+    ]
+    assert "1 driver current, 1 driver kept, 1 rolled back" in text
+    # The step table puts the driver window where it ran.
+    assert "| host | snapshot | drain | baseline | driver | undrain | result |" in text
+    assert driver_window_times(None, timed["steps"]) is None

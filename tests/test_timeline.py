@@ -126,8 +126,11 @@ def _steps_named(path: Path) -> list[str]:
             action = next((key for key in task if key in STEPS), None)
             if action:
                 found.append(STEPS[action])
-            if str(task.get("ansible.builtin.include_tasks") or "") == "drain.yml":
+            included = str(task.get("ansible.builtin.include_tasks") or "")
+            if included == "drain.yml":
                 found.append(task["vars"]["__cuda13_side"])
+            elif included:  # driver.yml, stack.yml: their steps where the include is
+                walk(yaml.safe_load((path.parent / included).read_text()))
             for key in ("block", "rescue", "always"):
                 walk(task.get(key))
 
@@ -145,8 +148,10 @@ def test_every_step_the_play_names_passes_through_the_step_file():
     the drain and undrain steps with cuda13_step (roles/upgrade_host/tasks/drain.yml), and no
     task sets the run record, so no step goes untimed or unrecorded."""
     assert _steps_named(TASKS / "main.yml") == [
-        *["artifact_cache", "snapshot", "toolkit", "wheels", "sglang_build", "drain", "baseline"],
-        *["switch", "verify", "undrain", "batch_soak", "drain", "rollback", "undrain", "result"],
+        *["artifact_cache", "snapshot"],
+        *["drain", "baseline"],  # driver.yml (its cuda13_driver steps begin "driver" themselves)
+        *["toolkit", "wheels", "sglang_build", "drain", "baseline", "switch", "verify", "undrain"],
+        *["batch_soak", "drain", "rollback", "undrain", "result"],
     ]
     assert _steps_named(TASKS / "stage.yml") == [
         *["artifact_cache", "snapshot", "toolkit", "wheels", "sglang_build", "rollback", "result"],

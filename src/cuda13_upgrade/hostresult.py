@@ -22,7 +22,7 @@ The fleet summary of these records is :mod:`cuda13_upgrade.summary`.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +63,28 @@ def load_results(run_dir: str | Path, hosts: list[str] | None = None) -> list[di
         except json.JSONDecodeError as exc:
             raise ValueError(f"{path} is not a JSON result: {exc}") from exc
     return results
+
+
+def driver_window_times(
+    window: Mapping[str, Any] | None, steps: Sequence[Mapping[str, Any]]
+) -> dict[str, Any] | None:
+    """The driver window's record (:func:`cuda13_upgrade.steps.driver_move.summary`) with its time
+    out of service split, in seconds: ``"old_driver_measure_seconds"`` (the ``baseline`` step just
+    before ``driver``: the serving stack measured on the old driver) and ``"driver_seconds"`` (the
+    ``driver`` step: install, activation, checks and the measurement on the new driver; its
+    ``activation_seconds`` and ``measure_seconds`` are the record's own). ``steps``:
+    :func:`cuda13_upgrade.timeline.step_durations`. None without a window."""
+    if not window:
+        return None
+    names = [str(step.get("step")) for step in steps]
+    record = dict(window)
+    at = names.index("driver") if "driver" in names else None
+    before = steps[at - 1] if at else None
+    record["old_driver_measure_seconds"] = (
+        before.get("duration_s") if before is not None and before.get("step") == "baseline" else None
+    )
+    record["driver_seconds"] = steps[at].get("duration_s") if at is not None else None
+    return record
 
 
 def result_status(result: dict[str, Any]) -> str:
@@ -299,7 +321,7 @@ def host_result(facts: dict[str, Any]) -> dict[str, Any]:
         # The driver's Xid lines logged between the switch and the decision (cuda13_upgrade.xid).
         "kernel_log": kernel_log,
         # The driver window's move, when the run made one (cuda13_upgrade.steps.driver_move.summary).
-        "driver_window": facts.get("driver_window") or None,
+        "driver_window": driver_window_times(facts.get("driver_window"), steps),
         "rollback": {
             "performed": status == "rolled_back",
             "seconds": facts.get("rollback_seconds"),

@@ -260,6 +260,7 @@ def summary_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
         }
         row["soak"] = soak_summary(r)
         row["batch_soak"] = r.get("batch_soak") if isinstance(r.get("batch_soak"), dict) else None
+        row["driver_window"] = r.get("driver_window") if isinstance(r.get("driver_window"), dict) else None
         row["decision"] = decision_text(row)
         rows.append(row)
     return rows
@@ -638,6 +639,7 @@ def render_markdown(run_id: str, rows: list[dict[str, Any]]) -> str:
     if any(profiles):
         lines += ["", "Medians in tok/s, with [min–max, n=trials] of each stack's trials."]
     lines += _durations_table(rows)
+    lines += _driver_window_lines(rows)
     lines += _alternatives_lines(rows)
     lines += _probe_lines(rows)
     lines += _soak_lines(rows)
@@ -647,6 +649,39 @@ def render_markdown(run_id: str, rows: list[dict[str, Any]]) -> str:
     lines += _effective_lines(rows)
     lines += _resolved_lines(rows)
     return "\n".join(lines) + "\n"
+
+
+def _driver_window_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The "Driver window" section: per host whose driver the run moved, from and to, kept or put
+    back (and why), and its time split: the measurement on the old driver, the activation (reload
+    or reboot), the measurement on the new driver, and the whole time out of service.
+    E.g. ``- gpu-node-01: 570.211.01 -> 580.142, kept; out of service 52 s: measured on the old
+    driver 20 s, activation by reload 0.5 s, measured on the new driver 22 s``."""
+    lines = []
+    for row in rows:
+        window = row.get("driver_window")
+        if not window:
+            continue
+        outcome = "kept" if window.get("kept") else "put back" if window.get("restored") else "not kept"
+        if not window.get("kept") and window.get("reason"):
+            outcome += f" ({' '.join(str(window['reason']).split())})"
+        parts = []
+        if window.get("old_driver_measure_seconds") is not None:
+            parts.append(
+                f"measured on the old driver {format_duration(window['old_driver_measure_seconds'])}"
+            )
+        how = "reboot" if window.get("reboot") else str(window.get("activation") or "?")
+        seconds = window.get("activation_seconds")
+        parts.append(f"activation by {how}" + (f" {seconds} s" if seconds is not None else ""))
+        if window.get("measure_seconds") is not None:
+            parts.append(f"measured on the new driver {format_duration(window['measure_seconds'])}")
+        out = row.get("out_of_service_s")
+        lines.append(
+            f"- {row['host']}: {window.get('from') or '?'} -> {window.get('to') or '?'}, {outcome}; "
+            + (f"out of service {format_duration(out)}: " if out is not None else "")
+            + ", ".join(parts)
+        )
+    return ["", "## Driver window", "", *lines] if lines else []
 
 
 def _alternatives_lines(rows: list[dict[str, Any]]) -> list[str]:

@@ -40,6 +40,7 @@ STEP_ORDER = (
     "sglang_build",
     "drain",
     "baseline",
+    "driver",
     "switch",
     "verify",
     "batch_soak",

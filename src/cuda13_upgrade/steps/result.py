@@ -139,7 +139,8 @@ def facts(
         "target": run.get("target") or {},
         "staged": bool(state.get("staged")),
         "staged_run_id": (state.get("staged_state") or {}).get("run_id"),
-        "resolved_target": preflight.get("resolved") or [],
+        # The driver window alone installs no stack: no resolved target to report.
+        "resolved_target": [] if options.get("cuda13_driver_only") else preflight.get("resolved") or [],
         "started_at": run.get("started_at"),
         "steps": list(run.get("steps") or []),
         "snapshot": _ok(records, "snapshot").get("manifest") or {},
