@@ -68,7 +68,7 @@ class ActionModule(StepAction):
                     expected=target,
                     branch=int(plan.get("target_branch") or 0),
                     floor=str(plan.get("floor") or ""),
-                    gpus=args["gpus"],
+                    gpus=driver_move.gpus_before(args["gpus"], args["moved"]),
                     start=[u for u in args["moved"].get("stopped") or [] if u != service],
                 ),
                 "changed": False,

@@ -665,3 +665,28 @@ def test_a_gpu_disabled_before_or_of_unknown_mode_gives_no_failure(machine):
     checked = driver_move.check(machine.host, machine.options, expected=NEW, gpus=rows, sleep=[].append)
     assert checked["persistence_before"][rows[0]["pci.bus_id"]] == "Disabled"
     assert rows[1]["pci.bus_id"] not in checked["persistence_before"]
+
+
+def test_the_move_reads_the_persistence_mode_before_it_stops_anything_and_the_check_wants_it_back(machine):
+    moved = driver_move.move(machine.host, machine.options, _plan())
+    before = moved["gpus_before"]
+    assert len(before) == 8 and {g["persistence_mode"] for g in before} == {"Enabled"}
+    # The first command of the move, before any unit stops: nvidia-persistenced still runs.
+    commands = [
+        c
+        for c in machine.host.calls
+        if c[0] in ("ansible.builtin.command", "ansible.builtin.systemd_service")
+    ]
+    assert "--query-gpu=pci.bus_id,persistence_mode" in commands[0][1]["argv"]
+    preflight = [{"pci.bus_id": g["pci.bus_id"], "name": "NVIDIA RTX PRO 6000"} for g in before]
+    gpus = driver_move.gpus_before(preflight, moved)
+    assert [g["persistence_mode"] for g in gpus] == ["Enabled"] * 8 and gpus[0][
+        "name"
+    ] == "NVIDIA RTX PRO 6000"
+    assert driver_move.gpus_before([], moved) == before
+    checked = driver_move.check(
+        machine.host, machine.options, expected=NEW, gpus=gpus, start=[PERSISTENCED], sleep=[].append
+    )
+    assert set(checked["persistence_before"].values()) == {"Enabled"}
+    # Without a record of before (an older move record), no verdict.
+    assert driver_move.gpus_before(preflight, {}) == preflight

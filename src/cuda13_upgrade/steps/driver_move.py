@@ -10,7 +10,8 @@ state of the action:
   ``.deb`` files in ``<cuda13_state_dir>/driver-cache/<driver version>/`` - apt's own cache
   (``/var/cache/apt/archives``) first, else ``apt-get download name=version``; a package found in
   neither refuses the move, before any change, since the rollback could not put it back.
-* :func:`move` (``moved``): stop the serving unit and every GPU client the plan found
+* :func:`move` (``moved``): read each GPU's persistence mode, stop the serving unit and every GPU
+  client the plan found
   (``nvidia-persistenced``, ``cuda13_driver_gpu_clients``), release the driver's holds, install the
   pinning package in an apt run of its own when there is one (apt resolves a transaction before
   the pin file exists: dsx-ai-factory/infra-controller PR #6049), then the target's packages
@@ -25,8 +26,8 @@ state of the action:
   initialize NVML: Driver/library version mismatch"), with the same GPUs (bus ids) as before; on an
   NVSwitch host the fabric manager at the driver's version and running, and every GPU registered
   with the NVLink fabric (``nvidia-smi -q``'s Fabric section, waited for at most
-  :data:`FABRIC_WAIT_S` seconds); the clients stopped are started again; the persistence mode of
-  before, where it is known.
+  :data:`FABRIC_WAIT_S` seconds); the clients stopped are started again; the persistence mode the move read
+  before it stopped anything (:func:`gpus_before`).
 * :func:`measure_after` (``measured``): the serving stack, unchanged, measured on the new driver and
   judged by the stack's gate against the baseline taken on the old driver
   (:func:`cuda13_upgrade.steps.verify.gate`); the kernel log since the activation is read as the
@@ -300,11 +301,46 @@ def activate(host: Host, options: Mapping[str, Any], *, loaded: Sequence[str]) -
     return {"activation": "reload", "unloaded": order, "loaded": wanted}
 
 
+#: What the move reads of each GPU before it stops anything: the checks after compare them.
+BEFORE_FIELDS = ("pci.bus_id", "persistence_mode")
+
+
+def _gpus_now(host: Host, options: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Each GPU's bus id and persistence mode as nvidia-smi answers now (``[]`` when it fails):
+    the persistence mode of before, which :func:`check` wants back after the activation."""
+    smi = str(options.get("nvidia_driver_check_nvidia_smi") or "nvidia-smi")
+    run = _command(
+        host,
+        [*shlex.split(smi), f"--query-gpu={','.join(BEFORE_FIELDS)}", "--format=csv,noheader"],
+        check_mode=False,
+    )
+    try:
+        return nvidia_smi.parse_query_gpu(
+            str(run.get("stdout") or ""), BEFORE_FIELDS, "csv,noheader", rc=run.get("rc")
+        )
+    except ParseError:
+        return []
+
+
+def gpus_before(preflight_gpus: Sequence[Mapping[str, Any]], moved: Mapping[str, Any]) -> list[dict]:
+    """The GPUs :func:`check` compares with: the preflight's (bus ids) with the persistence mode the
+    move read before it stopped anything (``moved["gpus_before"]``), matched by bus id; the move's
+    own rows when the preflight has none."""
+    modes = {_bus_id(g): g.get("persistence_mode") for g in moved.get("gpus_before") or []}
+    if not preflight_gpus:
+        return [dict(g) for g in moved.get("gpus_before") or []]
+    return [
+        {**g, "persistence_mode": modes[_bus_id(g)]} if modes.get(_bus_id(g)) is not None else dict(g)
+        for g in preflight_gpus
+    ]
+
+
 def move(host: Host, options: Mapping[str, Any], plan: Mapping[str, Any]) -> dict[str, Any]:
     """Install the target driver and activate it (see the module docstring).
 
     ``plan``: the preflight's driver window plan (``ready``, ``requests``, ``held``, ``clients``,
-    ``activation``). Returns ``{"stopped": [units], "unheld", "installed": [apt requests],
+    ``activation``). Returns ``{"gpus_before": [{"pci.bus_id", "persistence_mode"}] (read before
+    anything stops), "stopped": [units], "unheld", "installed": [apt requests],
     "held": [names], "kernel_log_mark", "activation": "reload" | "reboot", "reboot": bool,
     "reason", "unloaded", "loaded", "changed": True}``. Raises StepFailed when the plan is not
     ready (nothing changed) or a change fails (the rescue restores the cached packages).
@@ -317,7 +353,11 @@ def move(host: Host, options: Mapping[str, Any], plan: Mapping[str, Any]) -> dic
         )
     facts = _facts(host, list(options.get(driverplan.CLIENTS_OPTION) or []))
     loaded = _loaded_modules(facts)
-    record: dict[str, Any] = {"changed": True, "loaded_before": loaded}
+    record: dict[str, Any] = {
+        "changed": True,
+        "loaded_before": loaded,
+        "gpus_before": _gpus_now(host, options),
+    }
     stopped = _units_to_stop(options, plan, facts)
     for unit in stopped:
         host.module("ansible.builtin.systemd_service", {"name": unit, "state": "stopped"})
