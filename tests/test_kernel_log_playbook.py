@@ -41,9 +41,12 @@ def _tasks(node):
 
 
 def _task(name_start: str) -> dict:
-    """The task of roles/upgrade_host/tasks/main.yml whose name starts so."""
+    """The task of roles/upgrade_host/tasks/main.yml, or of stack.yml it includes, whose name starts so."""
     (task,) = [
-        t for t in _tasks(yaml.safe_load(MAIN.read_text())) if str(t.get("name", "")).startswith(name_start)
+        t
+        for path in (MAIN, MAIN.with_name("stack.yml"))
+        for t in _tasks(yaml.safe_load(path.read_text()))
+        if str(t.get("name", "")).startswith(name_start)
     ]
     return task
 
