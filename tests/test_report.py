@@ -979,6 +979,16 @@ def test_the_driver_window_section_splits_the_time_out_of_service():
         " 52 s: measured on the old driver 20 s, activation by reload 0.5 s, measured on the new driver 22 s",
     ]
     assert "1 driver current, 1 driver kept, 1 rolled back" in text
+    # A reboot's time is the reboot module's elapsed.
+    rebooted = {**window, "activation": "reboot", "reboot": True, "reboot_seconds": 41}
+    [line] = [
+        line
+        for line in render_markdown(
+            "x", summary_rows([_result("d", driver_window=rebooted, **timed)])
+        ).splitlines()
+        if line.startswith("- d:")
+    ]
+    assert "activation by reboot 41 s" in line
     # The step table puts the driver window where it ran.
     assert "| host | snapshot | drain | baseline | driver | undrain | result |" in text
     assert driver_window_times(None, timed["steps"]) is None

@@ -216,6 +216,7 @@ def test_a_driver_window_rolled_back_is_recorded_with_its_move(tmp_path):
         "reason": reason,
         "baseline_recorded": False,
         "activation_seconds": None,
+        "reboot_seconds": None,
         "measure_seconds": None,
         # The run record of this test has no steps: no time split.
         "old_driver_measure_seconds": None,

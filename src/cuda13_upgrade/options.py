@@ -596,6 +596,7 @@ RULES: dict[str, Callable[[Any], tuple[str, str] | None]] = {
     "cuda13_server_url": _url(),
     "cuda13_health_timeout": _between(1, 86400),
     "cuda13_driver_reboot_timeout": _between(60, 86400),
+    "cuda13_driver_boot_time_command": _nonempty,
     "cuda13_leftover_timeout": _between(0, 3600),
     "cuda13_kernel_log_command": _nonempty,
     "cuda13_lock_lease_hours": _positive,

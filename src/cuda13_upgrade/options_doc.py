@@ -240,6 +240,7 @@ TUNE: tuple[str, ...] = (
     "cuda13_driver_activation",
     "cuda13_driver_gpu_clients",
     "cuda13_driver_reboot_timeout",
+    "cuda13_driver_boot_time_command",
     "cuda13_driver_only",
     "cuda13_extra_vars_allowed",
     "cuda13_reverify",

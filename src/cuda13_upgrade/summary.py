@@ -671,7 +671,7 @@ def _driver_window_lines(rows: list[dict[str, Any]]) -> list[str]:
                 f"measured on the old driver {format_duration(window['old_driver_measure_seconds'])}"
             )
         how = "reboot" if window.get("reboot") else str(window.get("activation") or "?")
-        seconds = window.get("activation_seconds")
+        seconds = window.get("reboot_seconds") if window.get("reboot") else window.get("activation_seconds")
         parts.append(f"activation by {how}" + (f" {seconds} s" if seconds is not None else ""))
         if window.get("measure_seconds") is not None:
             parts.append(f"measured on the new driver {format_duration(window['measure_seconds'])}")

@@ -307,12 +307,18 @@ def test_the_driver_window_alone_moves_the_driver_and_the_next_rollout_the_stack
     assert moved["status"] == "driver_kept", moved
     window = moved["driver_window"]
     assert (window["from"], window["to"], window["kept"]) == ("570.211.01", "580.142", True), window
+    # The GPU client held the modules: the reload was refused, the host rebooted onto the new driver.
+    assert (window["activation"], window["reboot"]) == ("reboot", True), window
+    assert window["reboot_seconds"] is not None
     assert window["baseline_recorded"] and moved["stack_after"]["venv"] == "/opt/ml-env"
     record = json.loads((night / "run.json").read_text())
     assert record["command"] == "driver" and record["outcomes"] == {
         "cuda13-gate-9": {"status": "driver_kept"}
     }
-    assert "driver kept" in (night / "summary.md").read_text()
+    summary = (night / "summary.md").read_text()
+    assert "driver kept" in summary
+    assert "- cuda13-gate-9: 570.211.01 -> 580.142, kept; out of service" in summary, summary
+    assert "activation by reboot" in summary
     # The rollout after it: the driver at the floor (no window), the stack walked, not "already kept",
     # and the driver night's measurement on the new driver stood for its baseline.
     result = _result(two_nights)

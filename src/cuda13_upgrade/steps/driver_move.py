@@ -939,16 +939,16 @@ def restore(
 def summary(records: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """The driver window of a host's run in short, for its result: ``{"from", "to", "activation",
     "reboot", "kept": bool, "restored": bool, "reason", "baseline_recorded", "activation_seconds",
-    "measure_seconds"}``, or None when the run
-    moved no driver (``records``: ``{"cache", "moved", "checked", "measured", "restored"}``, each a
-    step's record, ``{}`` or skipped when it did not run)."""
+    "reboot_seconds", "measure_seconds"}``, or None when the run moved no driver (``records``:
+    ``{"cache", "moved", "reboot", "checked", "measured", "restored"}``, each a step's record - the
+    reboot's is Ansible's reboot module's result - ``{}`` or skipped when it did not run)."""
 
     def ran(name: str) -> dict[str, Any]:
         value = (records or {}).get(name)
         return dict(value) if isinstance(value, Mapping) and not value.get("skipped") else {}
 
-    cached, moved, checked, measured, restored = (
-        ran(n) for n in ("cache", "moved", "checked", "measured", "restored")
+    cached, moved, rebooted, checked, measured, restored = (
+        ran(n) for n in ("cache", "moved", "reboot", "checked", "measured", "restored")
     )
     if not moved:
         return None
@@ -964,6 +964,8 @@ def summary(records: Mapping[str, Any] | None) -> dict[str, Any] | None:
         # Seconds: the reload's unload and load (a reboot is the play's own task), and the stack's
         # measurement on the new driver (its restarts included).
         "activation_seconds": moved.get("activation_seconds"),
+        # Ansible's reboot: its "elapsed", from the reboot command to the host answering again.
+        "reboot_seconds": rebooted.get("elapsed"),
         "measure_seconds": measured.get("seconds"),
     }
 
