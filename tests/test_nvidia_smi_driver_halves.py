@@ -19,6 +19,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -146,7 +147,7 @@ def server():
 # --- the scripts ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("script", [MODPROBE, MODULE_LOAD])
+@pytest.mark.parametrize("script", [MODPROBE, MODULE_LOAD, HOST / "gpu-client"])
 def test_scripts_are_executable_stdlib_python3(script):
     assert os.access(script, os.X_OK)
     text = script.read_text(encoding="utf-8")
@@ -674,3 +675,28 @@ if __name__ == "__main__":
             name: answers(SMI, STATES / f"{name}.json", Path(empty)) for name in _states_without_halves()
         }
     ANSWERS.write_text(json.dumps(recorded, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+
+
+GPU_CLIENT = HOST / "gpu-client"
+
+
+def test_the_sandbox_gpu_client_holds_the_modules_while_it_runs(host):
+    host.install(R570)
+    host.loaded(R570, FULL_STACK)
+    client = subprocess.Popen([sys.executable, str(GPU_CLIENT)], env=host.env)
+    try:
+        registered = host.processes / f"{client.pid}.json"
+        for _ in range(100):
+            if registered.exists():
+                break
+            time.sleep(0.05)
+        [entry] = json.loads(registered.read_text(encoding="utf-8"))
+        assert (entry["pid"], entry["type"]) == (client.pid, "C")
+        refused = host.modprobe(*UNLOAD_ALL)
+        assert refused.returncode == 1 and b"Module nvidia is in use." in refused.stderr
+    finally:
+        client.terminate()
+        client.wait(timeout=10)
+    # Stopped (SIGTERM, as systemd stops its unit): its entry is gone, the modules unload.
+    assert not registered.exists()
+    assert host.modprobe(*UNLOAD_ALL).returncode == 0
