@@ -347,6 +347,28 @@ def test_an_interactive_rollout_shows_the_unreachable_host_in_its_plan_and_stops
     assert "UNREACHABLE!" not in text
 
 
+def test_an_interactive_driver_window_shows_its_plan_and_stops_on_an_unreachable_host(tmp_path):
+    inventory = _unreachable_inventory(tmp_path)
+    options = parser.parse_args(
+        [
+            "driver",
+            "-i",
+            str(inventory),
+            "-e",
+            "cuda13_driver_target=R580",
+            "--reports-dir",
+            str(tmp_path / "r"),
+        ],
+        cwd=tmp_path,
+    )
+    out = io.StringIO()
+    assert commands.confirm_command(options, out, _Terminal("y\n")) == commands.EXIT_HOSTS
+    text = out.getvalue()
+    assert f"gpu-node-09: unreachable (no batch): {UNREACHABLE_WHY}\n" in text
+    assert "The driver window would stop at its preflight; nothing was changed." in text
+    assert "Move the NVIDIA driver" not in text
+
+
 # --- the interrupted run's drained host undrained once it serves ------------------------------
 
 DRAINED_LONG_STEP = """\

@@ -241,7 +241,8 @@ def run_command(options: Options, stream: TextIO | None = None) -> int:
     refused = breaker_refused(run_dir, started) if command.name in _FLEET_NIGHTS else None
     if refused is not None and status != EXIT_OK:
         print(
-            f"The breaker refused the {command.name}; no host was changed (exit status {EXIT_BREAKER}): "
+            f"The breaker refused the {_NIGHT_NAMES[command.name]}; no host was changed"
+            f" (exit status {EXIT_BREAKER}): "
             f"{refused.get('reason')} (full output: {log})",
             file=sys.stderr,
         )
@@ -263,6 +264,8 @@ _LOCKING = ("rollout", "driver", "stage", "rollback")
 #: Commands that run the rollout's fleet night (playbooks/upgrade.yml: batches, budget, window,
 #: breaker, notifications).
 _FLEET_NIGHTS = ("rollout", "driver")
+#: How the messages name each of them.
+_NIGHT_NAMES = {"rollout": "rollout", "driver": "driver window"}
 
 
 def _after_interrupt(
@@ -628,7 +631,10 @@ def confirm_command(
         print(plan.render_text(the_plan), file=out, end="")
         summary = the_plan["summary"]
         if summary["stops"]:
-            print(f"\nThe {options.command} would stop at its preflight; nothing was changed.", file=out)
+            print(
+                f"\nThe {_NIGHT_NAMES[options.command]} would stop at its preflight; nothing was changed.",
+                file=out,
+            )
             return EXIT_HOSTS
         if options.command == "driver":
             ready = summary.get("driver_ready") or []
