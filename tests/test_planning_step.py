@@ -190,6 +190,13 @@ def test_the_driver_windows_lines_are_planned_and_shown_under_the_host():
         "driver window: 570.86.15 -> 580.95.05 (open kernel modules; below the floor 580.95.05)"
     )
     assert "  apt installs: nvidia-driver-pinning-580.95.05 nvidia-open" in planned["driver"]
+    assert planned["driver"][-1] == "  then the stack: the CUDA 13 upgrade follows in the same run"
+    alone = _host(
+        options={**OPTIONS, "cuda13_driver_only": True}, preflight={**PREFLIGHT, "driver_window": window}
+    )
+    assert alone["driver"][-1] == (
+        "  then the stack: left as it is (cuda13-upgrade driver); a later rollout upgrades it"
+    )
     text = plan.render_text({"hosts": [planned], "summary": {"lines": []}})
     assert "gpu-node-01: full (no batch): never upgraded\n  driver window: 570.86.15 -> 580.95.05" in text, (
         text

@@ -78,13 +78,26 @@ def host(
             sorted({str(g.get("name")) for g in preflight.get("gpus") or [] if isinstance(g, Mapping)})
         ),
         soak_s=_soak(options.get("cuda13_soak_seconds")),
-        driver=driverplan.describe(preflight["driver_window"])
-        if isinstance(preflight.get("driver_window"), Mapping)
-        else [],
+        driver=_driver_lines(preflight.get("driver_window"), bool(options.get("cuda13_driver_only"))),
         driver_move=_driver_move(preflight.get("driver_window")),
     )
     # cuda13-upgrade driver: the driver window alone (its plan's summary says so).
     return {**record, "driver_only": bool(options.get("cuda13_driver_only"))}
+
+
+def _driver_lines(window: Any, driver_only: bool) -> list[str]:
+    """The driver window's lines of a host's plan (:func:`cuda13_upgrade.driverplan.describe`) and,
+    for a host below the floor, whether the CUDA 13 stack follows in the same run."""
+    if not isinstance(window, Mapping):
+        return []
+    lines = driverplan.describe(window)
+    if window.get("needs_move"):
+        lines.append(
+            "  then the stack: left as it is (cuda13-upgrade driver); a later rollout upgrades it"
+            if driver_only
+            else "  then the stack: the CUDA 13 upgrade follows in the same run"
+        )
+    return lines
 
 
 def _driver_move(window: Any) -> dict[str, Any] | None:
